@@ -1,0 +1,153 @@
+// Package driver is the contract between dlock's portable layer and a
+// coordination engine. Users import package dlock; backend authors implement
+// Driver.
+//
+// A driver does only what must be atomic on its engine: acquire with a
+// fencing token, extend and release with an owner check, its wake-up, and
+// inspect and break. Everything that is the same for all engines — name
+// validation, owner keys, renewal, lease-loss detection, Do, metrics and
+// logging — lives in package dlock and is never repeated in a driver.
+//
+// Errors: return the sentinels below (wrapped with %w when there is more to
+// say) so that the portable layer and users can tell the cases apart. Wrap a
+// network or server failure with ErrUnavailable. Return ctx.Err() (or an
+// error wrapping it) when the caller's context ends.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Package dlock re-exports them under the same names.
+var (
+	// ErrNotAcquired: a non-waiting acquire found the lock held by someone else.
+	ErrNotAcquired = errors.New("dlock: lock is held by another owner")
+	// ErrLeaseLost: the caller's lease ended (expired, broken, or its session
+	// died) before it was released; the lock may now belong to someone else.
+	ErrLeaseLost = errors.New("dlock: lease lost")
+	// ErrNotHeld: there is no lease to act on (already released, or Break on a
+	// free lock).
+	ErrNotHeld = errors.New("dlock: lock not held")
+	// ErrInvalidName: the lock name breaks the naming rule (1..1024 bytes of
+	// valid UTF-8).
+	ErrInvalidName = errors.New("dlock: invalid lock name")
+	// ErrUnavailable: the backend could not be reached or failed; it wraps the
+	// backend's cause.
+	ErrUnavailable = errors.New("dlock: backend unavailable")
+	// ErrUnsupported: the backend cannot do what was asked (for example fair
+	// waiting on a backend without a queue).
+	ErrUnsupported = errors.New("dlock: not supported by this backend")
+)
+
+// Driver is implemented by each backend. Its methods are called concurrently.
+type Driver interface {
+	// Acquire takes the lock req.Name for req.Owner. When req.Wait is false it
+	// makes one attempt and returns ErrNotAcquired if the lock is held. When
+	// req.Wait is true it blocks until the lock is granted or ctx ends; a
+	// return with an error must leave nothing behind (no queued entry, no lock
+	// granted later). Backends without a native queue implement waiting with
+	// AcquireByRetry.
+	Acquire(ctx context.Context, req Request) (Grant, error)
+
+	// Extend renews a held lease for ttl, measured by the backend's clock
+	// from the moment the request reaches it. It returns ErrLeaseLost if the
+	// lease no longer belongs to h.Owner.
+	Extend(ctx context.Context, h Held, ttl time.Duration) error
+
+	// Release frees a held lock and wakes its waiters. It returns ErrLeaseLost
+	// if the lock no longer belongs to h.Owner, and never frees another
+	// owner's lock.
+	Release(ctx context.Context, h Held) error
+
+	// Inspect reports the state of one lock. A free lock is Info{Name: name}.
+	Inspect(ctx context.Context, name string) (Info, error)
+
+	// List reports the locks whose names start with prefix that are held or
+	// waited on.
+	List(ctx context.Context, prefix string) ([]Info, error)
+
+	// Break frees the lock whoever holds it; the holder's next Extend returns
+	// ErrLeaseLost and the next grant gets a higher token. It returns
+	// ErrNotHeld when the lock is free.
+	Break(ctx context.Context, name string) error
+
+	// Capabilities states what this backend promises.
+	Capabilities() Capabilities
+
+	// Close releases the driver's connections. Held leases are not released.
+	Close() error
+}
+
+// Request asks for a lock.
+type Request struct {
+	Name  string        // validated by the portable layer: 1..1024 bytes of UTF-8
+	Owner string        // 32 hex digits (128 random bits), unique per grant
+	TTL   time.Duration // lease length; at least Capabilities.MinTTL
+	Wait  bool          // block until granted, rather than fail with ErrNotAcquired
+	Fair  bool          // grant waiters in arrival order (only if Capabilities.Fair)
+	// Holder is opaque metadata about the owner (JSON from the portable
+	// layer), stored with the lock and returned by Inspect.
+	Holder []byte
+}
+
+// Grant is a successful Acquire.
+type Grant struct {
+	// Token is the fencing token: strictly greater than every token granted
+	// before for the same name (see Capabilities.DurableFencing).
+	Token uint64
+	// TTL is the lease the backend actually granted, if it differs from the
+	// one requested (an engine may round it up); zero means as requested.
+	TTL time.Duration
+	// Lost, if not nil, is closed by the backend when it learns by itself
+	// that the lease is gone (a session expired, a watch saw the key vanish).
+	Lost <-chan struct{}
+	// Recovered reports that the previous holder's lease ended without a
+	// release (expiry, crash or Break). The portable layer applies the
+	// lock-delay option only then. Backends that cannot tell leave it false
+	// and say so with Capabilities.LockDelay = false.
+	Recovered bool
+	// Handle is backend state for this grant, handed back in Held.
+	Handle any
+}
+
+// Held identifies a granted lease to Extend and Release.
+type Held struct {
+	Name   string
+	Owner  string
+	Token  uint64
+	Handle any // Grant.Handle
+}
+
+// Info is what Inspect and List report about a lock.
+type Info struct {
+	Name   string
+	Held   bool
+	Token  uint64 // the holder's token, or 0 when free
+	Holder []byte // the holder's Request.Holder
+	// ExpiresIn is the time left on the holder's lease by the backend's
+	// clock, or 0 when the backend does not know (session-based locks).
+	ExpiresIn time.Duration
+	// Waiters are the Request.Holder metadata of queued waiters, in order,
+	// where the backend keeps a queue; nil otherwise.
+	Waiters [][]byte
+}
+
+// Capabilities states what a backend promises; dlocktest checks each claim.
+type Capabilities struct {
+	// Fair: Request.Fair is honoured (FIFO granting).
+	Fair bool
+	// DurableFencing: tokens keep increasing across a restart of the backend.
+	DurableFencing bool
+	// Sessions: a crashed holder's lock is freed when its session ends,
+	// possibly well before its TTL.
+	Sessions bool
+	// LockDelay: Grant.Recovered is reported.
+	LockDelay bool
+	// MinTTL is the shortest lease the backend grants.
+	MinTTL time.Duration
+	// InProcess: the lock state lives in this process (memlock); the
+	// cross-process parts of the conformance suite do not apply.
+	InProcess bool
+}

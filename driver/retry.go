@@ -1,0 +1,144 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// Retrier is a backend whose engine has no queue: it can only try, and learn
+// from a notification (or a timeout) that trying again may succeed. Redis,
+// the SQL databases and Temporal's id mode are of this kind; they implement
+// Driver.Acquire with AcquireByRetry.
+type Retrier interface {
+	// TryAcquire makes one attempt. When the lock is held it returns
+	// ErrNotAcquired and, if known, how long the holder's lease has left
+	// (retryAfter), which bounds the fallback poll.
+	TryAcquire(ctx context.Context, req Request) (g Grant, retryAfter time.Duration, err error)
+	// Release is used to give back a grant whose caller stopped waiting
+	// while the attempt was in flight.
+	Release(ctx context.Context, h Held) error
+}
+
+// Subscriber is implemented by a Retrier that can push a wake-up when a lock
+// is released (pub/sub, LISTEN/NOTIFY, a server-side wait).
+type Subscriber interface {
+	// Subscribe starts listening for releases of name. The returned channel
+	// receives a value (or is closed) after each release seen; stop ends the
+	// subscription. AcquireByRetry subscribes before its first attempt, so a
+	// release between an attempt and the wait is never missed.
+	Subscribe(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
+}
+
+// Fallback polling bounds. With a push wake-up the poll is only a safety net
+// for a lost notification, so it is slow; without one it is the only way to
+// learn of a release, so it starts fast and backs off.
+const (
+	safetyPoll  = 2 * time.Second
+	minPoll     = 2 * time.Millisecond
+	maxPollNoPush = 250 * time.Millisecond
+)
+
+// AcquireByRetry implements Driver.Acquire for a Retrier: one attempt when
+// req.Wait is false, otherwise attempts woken by the backend's push
+// notification (if it is a Subscriber) with a jittered fallback poll bounded
+// by the holder's remaining TTL.
+//
+// Each attempt runs detached from ctx, so that its outcome is always known:
+// if ctx ends while an attempt is in flight, AcquireByRetry returns ctx's
+// error at once and, should that attempt turn out to have been granted,
+// releases the grant in the background. A cancelled acquire therefore never
+// leaves a lock held.
+func AcquireByRetry(ctx context.Context, req Request, r Retrier) (Grant, error) {
+	if !req.Wait {
+		g, _, err := attempt(ctx, req, r)
+		return g, err
+	}
+	var wake <-chan struct{}
+	if s, ok := r.(Subscriber); ok {
+		w, stop, err := s.Subscribe(ctx, req.Name)
+		if err != nil {
+			return Grant{}, err
+		}
+		defer stop()
+		wake = w
+	}
+	poll := minPoll
+	for {
+		g, retryAfter, err := attempt(ctx, req, r)
+		if err == nil || !errors.Is(err, ErrNotAcquired) {
+			return g, err
+		}
+		var wait time.Duration
+		if wake != nil {
+			wait = safetyPoll
+		} else {
+			wait, poll = poll, min(2*poll, maxPollNoPush)
+		}
+		if retryAfter > 0 && retryAfter < wait {
+			// The holder's lease runs out before the next poll: look then,
+			// because an expiry sends no notification.
+			wait = retryAfter + time.Millisecond
+		}
+		wait = Jitter(wait)
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return Grant{}, ctx.Err()
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// attempt runs one TryAcquire detached from ctx; see AcquireByRetry.
+func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, 0, err
+	}
+	type result struct {
+		g   Grant
+		ra  time.Duration
+		err error
+	}
+	done := make(chan result, 1)
+	detached := context.WithoutCancel(ctx)
+	go func() {
+		actx, cancel := context.WithTimeout(detached, attemptTimeout(req.TTL))
+		defer cancel()
+		g, ra, err := r.TryAcquire(actx, req)
+		done <- result{g, ra, err}
+	}()
+	select {
+	case res := <-done:
+		return res.g, res.ra, res.err
+	case <-ctx.Done():
+		go func() {
+			res := <-done
+			if res.err == nil {
+				rctx, cancel := context.WithTimeout(detached, attemptTimeout(req.TTL))
+				defer cancel()
+				_ = r.Release(rctx, Held{Name: req.Name, Owner: req.Owner, Token: res.g.Token, Handle: res.g.Handle})
+			}
+		}()
+		return Grant{}, 0, ctx.Err()
+	}
+}
+
+// attemptTimeout bounds one round of an acquire: a grant that took longer
+// than its own TTL to arrive would be worthless anyway.
+func attemptTimeout(ttl time.Duration) time.Duration {
+	return max(ttl, 5*time.Second)
+}
+
+// Jitter returns a duration uniformly spread over [d/2, d], so that waiters
+// that poll do not do so in lockstep.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,3 @@
+module github.com/dlock/dlock
+
+go 1.26

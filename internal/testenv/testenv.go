@@ -1,0 +1,247 @@
+// Package testenv starts the real servers that dlock's tests run against —
+// each on a free loopback port, in a temporary directory, stopped by PID when
+// the test ends — and decides what a test does when a server's binary is
+// missing: skip with the command that installs it, or, under
+// DLOCK_REQUIRE=all (as CI runs), fail.
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Required reports whether a missing dependency named what must fail the
+// test rather than skip it. DLOCK_REQUIRE is "all" or a comma-separated list
+// of names (redis, zookeeper, postgres, mariadb, temporal, faketime, …).
+func Required(what string) bool {
+	v := os.Getenv("DLOCK_REQUIRE")
+	if v == "" {
+		return false
+	}
+	for _, w := range strings.Split(v, ",") {
+		w = strings.TrimSpace(w)
+		if w == "all" || strings.EqualFold(w, what) {
+			return true
+		}
+	}
+	return false
+}
+
+// Missing stops the test because dependency what is not available: a skip
+// that names the install command, or a failure under DLOCK_REQUIRE.
+func Missing(t testing.TB, what, install string, cause error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not available (%v); install it with: %s", what, cause, install)
+	if Required(what) {
+		t.Fatalf("DLOCK_REQUIRE=%s: %s", os.Getenv("DLOCK_REQUIRE"), msg)
+	}
+	t.Skip(msg)
+}
+
+// LookPath finds a server binary on PATH or in extra directories (Debian
+// puts some outside PATH), or stops the test with Missing.
+func LookPath(t testing.TB, what, install string, names []string, extraDirs ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+		for _, d := range extraDirs {
+			matches, _ := filepath.Glob(filepath.Join(d, n))
+			for i := len(matches) - 1; i >= 0; i-- {
+				if fi, err := os.Stat(matches[i]); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+					return matches[i]
+				}
+			}
+		}
+	}
+	Missing(t, what, install, fmt.Errorf("none of %v found", names))
+	return ""
+}
+
+var portMu sync.Mutex
+var portsGiven = map[int]bool{}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// has not been handed out before in this process.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("testenv: no free port: %v", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[p] {
+			portsGiven[p] = true
+			return p
+		}
+	}
+	t.Fatal("testenv: no fresh free port after 100 tries")
+	return 0
+}
+
+// Process is a server started for a test, in its own process group.
+type Process struct {
+	Name string
+	Cmd  *exec.Cmd
+	Log  string // path of the file that holds its stdout and stderr
+
+	mu     sync.Mutex
+	exited chan struct{}
+	err    error
+}
+
+// Start runs cmd as a server named name, with its output in a log file in
+// the test's temp dir. The process (and its group) is killed when the test
+// ends, and also if the test binary dies first (parent-death signal).
+func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
+	t.Helper()
+	p, err := StartProcess(name, cmd, t.TempDir())
+	if err != nil {
+		t.Fatalf("testenv: start %s: %v", name, err)
+	}
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// StartProcess is Start without a test: the caller must call Kill.
+func StartProcess(name string, cmd *exec.Cmd, logDir string) (*Process, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &Process{Name: name, Cmd: cmd, Log: logPath, exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// signalGroup sends sig to the process's whole group, by PID.
+func (p *Process) signalGroup(sig syscall.Signal) {
+	if p.Cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, sig)
+}
+
+// Kill stops the process group with SIGKILL and waits for it to exit.
+func (p *Process) Kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.signalGroup(syscall.SIGCONT) // a paused process must not keep a port half-open
+	p.signalGroup(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// Stop asks the process to exit (SIGTERM) and kills it after grace.
+func (p *Process) Stop(grace time.Duration) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.signalGroup(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(grace):
+		p.Kill()
+	}
+}
+
+// Pause freezes the process group (SIGSTOP); Resume thaws it.
+func (p *Process) Pause()  { p.signalGroup(syscall.SIGSTOP) }
+func (p *Process) Resume() { p.signalGroup(syscall.SIGCONT) }
+
+// Tail returns the last n lines of the process's log, for failure messages.
+func (p *Process) Tail(n int) string {
+	b, _ := os.ReadFile(p.Log)
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// WaitTCP waits until addr accepts TCP connections, the process exits, or
+// timeout passes.
+func (p *Process) WaitTCP(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited before listening on %s: %v\n%s", p.Name, addr, p.err, p.Tail(20))
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not listen on %s within %v\n%s", p.Name, addr, timeout, p.Tail(20))
+}
+
+// WaitLog waits until the process's log contains substr.
+func (p *Process) WaitLog(substr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if f, err := os.Open(p.Log); err == nil {
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), substr) {
+					f.Close()
+					return nil
+				}
+			}
+			f.Close()
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited before logging %q\n%s", p.Name, substr, p.Tail(20))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s: timed out waiting for log line %q\n%s", p.Name, substr, p.Tail(20))
+}
