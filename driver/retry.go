@@ -35,8 +35,8 @@ type Subscriber interface {
 // for a lost notification, so it is slow; without one it is the only way to
 // learn of a release, so it starts fast and backs off.
 const (
-	safetyPoll  = 2 * time.Second
-	minPoll     = 2 * time.Millisecond
+	safetyPoll    = 2 * time.Second
+	minPoll       = 2 * time.Millisecond
 	maxPollNoPush = 250 * time.Millisecond
 )
 
