@@ -100,6 +100,11 @@ type Grant struct {
 	// TTL is the lease the backend actually granted, if it differs from the
 	// one requested (an engine may round it up); zero means as requested.
 	TTL time.Duration
+	// Since is when the lease's TTL began, on the local monotonic clock: the
+	// send time of the request that created or last extended it (for a
+	// queued acquire, the last renewal while waiting). Zero means the time
+	// Acquire was called, which is right for a single-round-trip acquire.
+	Since time.Time
 	// Lost, if not nil, is closed by the backend when it learns by itself
 	// that the lease is gone (a session expired, a watch saw the key vanish).
 	Lost <-chan struct{}

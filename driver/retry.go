@@ -109,7 +109,11 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 	go func() {
 		actx, cancel := context.WithTimeout(detached, attemptTimeout(req.TTL))
 		defer cancel()
+		sent := time.Now()
 		g, ra, err := r.TryAcquire(actx, req)
+		if err == nil && g.Since.IsZero() {
+			g.Since = sent
+		}
 		done <- result{g, ra, err}
 	}()
 	select {

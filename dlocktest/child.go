@@ -1,0 +1,109 @@
+package dlocktest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+)
+
+// Environment of a lock-holding child process.
+const (
+	envChildURL  = "DLOCKTEST_CHILD_URL"
+	envChildName = "DLOCKTEST_CHILD_NAME"
+	envChildTTL  = "DLOCKTEST_CHILD_TTL"
+)
+
+// Main is the TestMain of a backend's test package:
+//
+//	func TestMain(m *testing.M) { dlocktest.Main(m) }
+//
+// When the suite has started the test binary as a child process, Main takes
+// the lock it was told to, prints its token, and holds it until killed;
+// otherwise it runs the tests.
+func Main(m *testing.M) {
+	if os.Getenv(envChildURL) != "" {
+		os.Exit(runChild())
+	}
+	os.Exit(m.Run())
+}
+
+func runChild() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ttl, err := time.ParseDuration(os.Getenv(envChildTTL))
+	if err != nil {
+		fmt.Println("ERROR bad TTL:", err)
+		return 2
+	}
+	c, err := dlock.Open(ctx, os.Getenv(envChildURL))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 2
+	}
+	l, err := c.Mutex(os.Getenv(envChildName), dlock.WithTTL(ttl)).Lock(ctx)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 2
+	}
+	fmt.Printf("TOKEN %d\n", l.Token())
+	// Hold (and renew) until killed; a bound so that no child outlives a
+	// broken test run by much.
+	select {
+	case <-l.Done():
+		fmt.Println("LOST", l.Err())
+		return 3
+	case <-time.After(2 * time.Minute):
+		return 4
+	}
+}
+
+// startHolder runs the test binary as a child that takes name on h.URL and
+// returns it once the child reports its token.
+func startHolder(t *testing.T, h *Harness, name string, ttl time.Duration) (*exec.Cmd, uint64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChildURL+"="+h.URL, envChildName+"="+name, envChildTTL+"="+ttl.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start holder process: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		var acc strings.Builder
+		for {
+			n, err := out.Read(buf)
+			acc.Write(buf[:n])
+			if i := strings.IndexByte(acc.String(), '\n'); i >= 0 {
+				lines <- acc.String()[:i]
+				return
+			}
+			if err != nil {
+				lines <- acc.String()
+				return
+			}
+		}
+	}()
+	select {
+	case line := <-lines:
+		var tok uint64
+		if _, err := fmt.Sscanf(line, "TOKEN %d", &tok); err != nil {
+			t.Fatalf("holder process: %q", line)
+		}
+		return cmd, tok
+	case <-time.After(40 * time.Second):
+		t.Fatal("holder process did not report a token within 40s")
+	}
+	return nil, 0
+}

@@ -1,0 +1,63 @@
+// Package dlocktest is the conformance suite every dlock backend runs: one
+// test per point of the contract (mutual exclusion, fencing, ownership,
+// liveness, observable lease loss, cancellation, errors, names), against real
+// servers, with many independent clients.
+//
+// A backend's test calls Run with a Harness:
+//
+//	func TestConformance(t *testing.T) {
+//		srv := testenv.StartRedis(t)
+//		dlocktest.Run(t, dlocktest.Harness{
+//			Open: func(ctx context.Context, addrs []string) (driver.Driver, error) { ... },
+//			Endpoints: []string{srv.Addr},
+//			URL: "redis://" + srv.Addr,
+//		})
+//	}
+//
+// and its TestMain calls Main, so that the suite can run the test binary as
+// a lock-holding child process and kill it (the crash tests).
+package dlocktest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Harness connects the suite to one backend deployment.
+type Harness struct {
+	// Open returns a new, independent driver — its own connections, as a
+	// separate process would have. If addrs is not nil it replaces
+	// Endpoints, element by element: the suite passes the addresses of
+	// proxies it runs in front of each endpoint, to cut or freeze that
+	// client's traffic.
+	Open func(ctx context.Context, addrs []string) (driver.Driver, error)
+
+	// Endpoints are the host:port addresses of the backend's servers.
+	Endpoints []string
+
+	// URL opens the same deployment with dlock.Open in another process (the
+	// crash tests). Empty for in-process backends.
+	URL string
+
+	// Restart stops every server of the deployment and starts it again with
+	// the same data on the same endpoints. nil if the harness cannot; a
+	// backend whose Capabilities claim DurableFencing must provide it.
+	Restart func(t testing.TB)
+
+	// TTL is the lease length the suite's expiry tests use: short, but well
+	// above the backend's minimum. Default 2s.
+	TTL time.Duration
+
+	// Fair runs the suite with fair (FIFO) waiting, and adds the FIFO tests.
+	Fair bool
+}
+
+func (h *Harness) ttl() time.Duration {
+	if h.TTL > 0 {
+		return h.TTL
+	}
+	return 2 * time.Second
+}

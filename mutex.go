@@ -1,0 +1,118 @@
+package dlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Mutex is a distributed mutual-exclusion lock named by a string. Unlike
+// sync.Mutex, each successful Lock returns a Lease, and it is the Lease that
+// is unlocked. A Mutex is cheap (no I/O until Lock) and safe for concurrent
+// use; two Mutex values with the same name on any clients of the same
+// backend exclude each other.
+type Mutex struct {
+	c    *Client
+	name string
+	o    options
+}
+
+// Mutex returns the lock called name. Options override the client's
+// defaults. The name is checked by Lock and TryLock: it must be 1..1024
+// bytes of valid UTF-8.
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	return &Mutex{c: c, name: name, o: c.o.with(opts)}
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock waits until the lock is granted, or ctx ends. It returns the lease,
+// which is renewed in the background until Unlock or until it is lost (see
+// Lease.Done). If ctx ends first, Lock returns ctx's error and leaves
+// nothing behind: no queued waiter and no lock granted later.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, true)
+}
+
+// TryLock makes one attempt and returns ErrNotAcquired at once if someone
+// else holds the lock.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	return m.acquire(ctx, false)
+}
+
+func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	c := m.c
+	now := time.Now()
+	holder, _ := json.Marshal(Holder{Host: hostname(), PID: os.Getpid(), Note: m.o.note, AcquiredAt: now.UTC().Round(time.Millisecond)})
+	req := driver.Request{Name: m.name, Owner: newOwner(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
+
+	g, err := c.d.Acquire(ctx, req)
+	if err != nil {
+		err = classify(ctx, err)
+		if !errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
+			m.o.logger.Warn("dlock: acquire failed", "name", m.name, "err", err)
+		}
+		return nil, err
+	}
+	if g.Since.IsZero() {
+		g.Since = now
+	}
+	if g.TTL <= 0 {
+		g.TTL = req.TTL
+	}
+	l := newLease(c, m.o, req, g)
+	if !c.track(l) {
+		l.end(ErrClosed)
+		_ = c.d.Release(context.WithoutCancel(ctx), l.held())
+		return nil, ErrClosed
+	}
+	go l.renewLoop(g.Lost)
+
+	if m.o.lockDelay > 0 && (g.Recovered || !c.caps.LockDelay) {
+		if err := l.sleep(ctx, m.o.lockDelay); err != nil {
+			_ = l.Unlock(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", time.Since(now))
+	if h := m.o.hooks.Acquired; h != nil {
+		h(m.name, g.Token, time.Since(now))
+	}
+	return l, nil
+}
+
+// check reports an invalid name or option before any I/O.
+func (m *Mutex) check() error {
+	c := m.c
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if err := ValidateName(m.name); err != nil {
+		return err
+	}
+	if len(m.o.errs) > 0 {
+		return errors.Join(m.o.errs...)
+	}
+	if min := c.caps.MinTTL; min > 0 && m.o.ttl < min {
+		return fmt.Errorf("%w: WithTTL(%v): this backend's shortest lease is %v", ErrInvalidOption, m.o.ttl, min)
+	}
+	if m.o.fair && !c.caps.Fair {
+		return fmt.Errorf("%w: WithFair: this backend has no FIFO queue", ErrUnsupported)
+	}
+	return nil
+}
