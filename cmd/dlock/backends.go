@@ -1,0 +1,6 @@
+package main
+
+// The backends built into the dlock command: each registers its URL scheme.
+import (
+	// _ "github.com/dlock/dlock/backend/memlock"
+)
