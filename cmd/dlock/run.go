@@ -208,7 +208,7 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 		l, err = m.Lock(wctx)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%w: gave up after --wait %v", dlock.ErrNotAcquired, f.wait)
+			err = dlock.ErrNotAcquired
 		}
 	default:
 		l, err = m.Lock(ctx)
@@ -219,11 +219,14 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 	defer c.Close()
 	switch {
 	case errors.Is(err, dlock.ErrNotAcquired):
-		who := ""
+		msg := fmt.Sprintf("%q is held", name)
 		if info, ierr := f.inspect(ctx, c, b, name); ierr == nil && info.Held {
-			who = " by " + describeHolder(info)
+			msg += " by " + describeHolder(info)
 		}
-		return nil, nil, withStatus(exitNotAcquired, fmt.Errorf("%q is held%s (%v)", name, who, err))
+		if f.wait > 0 {
+			msg += fmt.Sprintf("; gave up after --wait %v", f.wait)
+		}
+		return nil, nil, withStatus(exitNotAcquired, errors.New(msg))
 	case errors.Is(err, dlock.ErrUnsupported) && f.fair:
 		return nil, nil, withStatus(exitUsage, fmt.Errorf("--fair: %w", err))
 	case errors.Is(err, dlock.ErrInvalidOption):
