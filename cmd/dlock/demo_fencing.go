@@ -121,7 +121,7 @@ func (d *fencingDemo) say(who, format string, args ...any) {
 }
 
 func (d *fencingDemo) run(ctx context.Context) error {
-	h1, err := d.startHolder(1, true)
+	h1, err := d.startHolder(1)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (d *fencingDemo) run(ctx context.Context) error {
 		return err
 	}
 
-	h2, err := d.startHolder(2, false)
+	h2, err := d.startHolder(2)
 	if err != nil {
 		return err
 	}
@@ -157,6 +157,9 @@ func (d *fencingDemo) run(ctx context.Context) error {
 	}
 	t2 := ev.Token
 	d.say("holder 2", "acquired the lock with token %d: holder 1's lease expired on the backend", t2)
+	if _, err := io.WriteString(h2.stdin, "write\n"); err != nil {
+		return err
+	}
 	if ev, err = h2.next(ctx, "wrote"); err != nil {
 		return err
 	}
@@ -197,11 +200,9 @@ type holderProc struct {
 	exited chan struct{}
 }
 
-func (d *fencingDemo) startHolder(id int, pause bool) (*holderProc, error) {
+// startHolder starts holder id; it writes when told to on its stdin.
+func (d *fencingDemo) startHolder(id int) (*holderProc, error) {
 	args := []string{fencingHolderCmd, "--id", strconv.Itoa(id), "--name", d.name, "--ttl", d.ttl.String(), "--store", d.storeURL}
-	if pause {
-		args = append(args, "--pause-before-write")
-	}
 	cmd, err := selfCommand(d.b, args...)
 	if err != nil {
 		return nil, err
@@ -319,15 +320,15 @@ func (s *fencedStore) state() (value string, token uint64, unfenced string) {
 }
 
 // fencingHolder is a holder process of "dlock demo fencing": it takes the
-// lock, checks its lease, optionally waits for a line on stdin (the pause
-// point), writes to the store with its token, and reports each step.
+// lock, checks its lease, waits for the word on its stdin (so that the
+// timeline prints in order; holder 1 is paused right there), writes to the
+// store with its token, and reports each step.
 func fencingHolder(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(fencingHolderCmd, "", env.stdout)
 	id := fs.Int("id", 0, "")
 	name := fs.String("name", "", "")
 	ttl := fs.Duration("ttl", 2*time.Second, "")
 	storeURL := fs.String("store", "", "")
-	pause := fs.Bool("pause-before-write", false, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -354,12 +355,10 @@ func fencingHolder(ctx context.Context, env *cmdEnv, args []string) error {
 		return fail(l.Err())
 	}
 	emit(fencingEvent{Event: "checked", Left: time.Until(l.Expires())})
-	if *pause {
-		// The parent stops this process here, and resumes it after the
-		// lease has expired. Nothing is checked again: that is the point.
-		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-			return fail(err)
-		}
+	// Holder 1 is stopped here, and resumed after its lease has expired.
+	// It checks nothing again: that is the point.
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fail(err)
 	}
 	value := fmt.Sprintf("written by holder %d", *id)
 	resp, err := http.Post(*storeURL+"/?token="+strconv.FormatUint(l.Token(), 10), "text/plain", strings.NewReader(value))
@@ -370,7 +369,7 @@ func fencingHolder(ctx context.Context, env *cmdEnv, args []string) error {
 	resp.Body.Close()
 	emit(fencingEvent{Event: "wrote", Token: l.Token(), Detail: strings.TrimSpace(string(answer))})
 
-	if *pause {
+	if *id == 1 { // it lost its lease while paused; let it find out
 		select {
 		case <-l.Done():
 		case <-time.After(*ttl):
