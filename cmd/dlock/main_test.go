@@ -173,8 +173,26 @@ type devServer struct {
 	xdg  string // its XDG_RUNTIME_DIR, where it announces its URL
 	url  string
 	proc *exec.Cmd
-	out  *bytes.Buffer
+	out  *lockedBuffer
 	done chan struct{}
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // env is the environment in which dlock finds this server by itself.
@@ -185,7 +203,7 @@ func (d *devServer) env(extra ...string) []string {
 // startDev runs "dlock dev" with its announcement in xdg and its data in
 // dataDir, and returns once it has announced its URL.
 func startDev(xdg, dataDir string, port int) (*devServer, error) {
-	d := &devServer{xdg: xdg, out: &bytes.Buffer{}, done: make(chan struct{})}
+	d := &devServer{xdg: xdg, out: &lockedBuffer{}, done: make(chan struct{})}
 	d.proc = dlockCmd(cleanEnv("XDG_RUNTIME_DIR="+xdg), "dev", "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
 	d.proc.Stdout, d.proc.Stderr = d.out, d.out
 	if err := d.proc.Start(); err != nil {
