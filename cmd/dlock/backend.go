@@ -130,6 +130,21 @@ func (bf *backendFlags) open(ctx context.Context, b *backend, opts ...dlock.Opti
 	return c, nil
 }
 
+// checkShared makes sure that worker processes can share b: it answers
+// within --timeout, and keeps its locks outside this process.
+func (bf *backendFlags) checkShared(ctx context.Context, b *backend) error {
+	c, err := bf.open(ctx, b)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if c.Capabilities().InProcess {
+		return withStatus(exitUsage, fmt.Errorf("%s: %s keeps its locks inside one process; the demo's workers are separate processes", b.source, dlock.Redact(b.url)))
+	}
+	_, err = bf.inspect(ctx, c, b, "dlock/ping")
+	return err
+}
+
 // failed describes an error of backend b, naming the input it came from.
 func (b *backend) failed(err error) error {
 	switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
 )
 
@@ -56,6 +57,7 @@ func selfCommand(b *backend, args ...string) (*exec.Cmd, error) {
 		cmd.Env = append(cmd.Env, "DLOCK_BACKEND="+b.url)
 	}
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // none outlives the demo
 	return cmd, nil
 }
 

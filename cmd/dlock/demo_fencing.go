@@ -78,6 +78,9 @@ func fencingCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := bf.checkShared(ctx, b); err != nil {
+		return err
+	}
 
 	store := &fencedStore{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -102,6 +102,9 @@ func seckillCmd(ctx context.Context, env *cmdEnv, args []string) error {
 			return err
 		}
 		defer b.Close()
+		if err := bf.checkShared(ctx, b); err != nil {
+			return err
+		}
 	}
 
 	results, err := raceWorkers(ctx, b, *workers, name, storePath)
