@@ -40,11 +40,14 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"unknown flag", dev.env(), []string{"run", "--frobnicate", "x", "--", "true"}, exitUsage, "--frobnicate"},
 		{"unknown command", dev.env(), []string{"lock", "x"}, exitUsage, `"lock"`},
 		{"unknown demo", dev.env(), []string{"demo", "bank"}, exitUsage, `"bank"`},
+		{"in-process backend for a demo", dev.env(), []string{"demo", "seckill", "--backend", "mem://"}, exitUsage, "separate processes"},
+		{"unreachable backend for a demo", dev.env(), []string{"demo", "fencing", "--timeout", "3s", "--backend", "etcd://" + closed}, exitUnavailable, closed},
 		{"bad worker count", dev.env(), []string{"demo", "seckill", "--workers", "0"}, exitUsage, "--workers"},
 		{"bad key count", dev.env(), []string{"bench", "--keys", "9", "--workers", "2"}, exitUsage, "--keys"},
 		{"extra argument", dev.env(), []string{"inspect", "a", "b"}, exitUsage, "NAME"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
+			t.Parallel()
 			r := runDlock(t, tc.env, tc.args...)
 			if r.code != tc.want {
 				t.Errorf("status %d, want %d\n%s", r.code, tc.want, r)
