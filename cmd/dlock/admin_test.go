@@ -73,6 +73,10 @@ func TestDevAnnouncesItselfAndKeepsTokensAcrossRestart(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "already runs") {
 		t.Errorf("a second dlock dev with the same announcement file: %s", r)
 	}
+	r = runDlock(t, cleanEnv("XDG_RUNTIME_DIR="+t.TempDir()), "dev", "--data-dir", data, "--listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "in use") {
+		t.Errorf("a second dlock dev on the same --data-dir: %s", r)
+	}
 	r = runDlock(t, dev.env(), "run", "job", "--", "sh", "-c", "echo $DLOCK_TOKEN")
 	before := strings.TrimSpace(r.stdout)
 

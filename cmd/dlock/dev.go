@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -47,6 +48,11 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return usageErrorf("--data-dir: %v", err)
 	}
+	unlock, err := lockDataDir(*dataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	announce, err := devFilePath()
 	if err != nil {
 		return err
@@ -56,7 +62,7 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	node, err := startEmbedded(sctx, *dataDir, *listen)
+	node, err := startEmbeddedBounded(sctx, *dataDir, *listen)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("start etcd on --listen %s with --data-dir %s: %w", *listen, *dataDir, err)
@@ -75,6 +81,20 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	<-ctx.Done()
 	fmt.Fprintf(env.stdout, "dlock dev: stopping\n")
 	return nil
+}
+
+// lockDataDir keeps a second dlock dev off the same data directory, where
+// etcd would wait for the first one's database lock without a word.
+func lockDataDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, "dlock-dev.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, usageErrorf("--data-dir: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--data-dir %s is in use by another dlock dev; stop it or give another directory", dir)
+	}
+	return func() { f.Close() }, nil
 }
 
 // writeDevFile announces url, atomically: readers never see half a file.
