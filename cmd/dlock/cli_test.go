@@ -63,21 +63,32 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 	}
 }
 
+// Help is pure text: it runs in the test process, not through the binary.
 func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
+	help := func(args ...string) (int, string, string) {
+		var out, errb strings.Builder
+		code := dlockMain(args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
 	for _, args := range [][]string{
 		{"--help"}, {"help"}, {"run", "--help"}, {"inspect", "--help"}, {"list", "--help"}, {"break", "--help"},
 		{"dev", "--help"}, {"demo", "--help"}, {"demo", "seckill", "--help"}, {"demo", "fencing", "--help"},
-		{"bench", "--help"}, {"help", "run"},
+		{"bench", "--help"}, {"help", "run"}, {"run", "-h"},
 	} {
-		r := runDlock(t, cleanEnv(), args...)
-		if r.code != 0 || !strings.Contains(r.stdout, "Example") || !strings.Contains(r.stdout, "Usage:") || r.stderr != "" {
-			t.Errorf("dlock %s: %s", strings.Join(args, " "), r)
+		code, out, errs := help(args...)
+		if code != 0 || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage:") || errs != "" {
+			t.Errorf("dlock %s: status %d, stderr %q, stdout:\n%s", strings.Join(args, " "), code, errs, out)
 		}
 	}
-	r := runDlock(t, cleanEnv(), "run", "--help")
+	_, out, _ := help("run", "--help")
 	for _, status := range []string{"64", "69", "75", "79", "126, 127"} {
-		if !strings.Contains(r.stdout, status) {
+		if !strings.Contains(out, status) {
 			t.Errorf("dlock run --help does not document exit status %s", status)
+		}
+	}
+	for _, flag := range []string{"--ttl D", "--wait D", "--no-wait", "--fair", "--grace D", "--backend URL"} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("dlock run --help does not list %s", flag)
 		}
 	}
 }

@@ -126,8 +126,8 @@ func TestRunKilledWithSIGKILLFreesLockWithinTTL(t *testing.T) {
 	}
 	killed := time.Now()
 	holder.wait(t)
-	// Within the TTL, with room for a loaded machine: --wait is 5 TTLs.
-	r := runDlock(t, dev.env(), "run", "--wait", "10s", t.Name(), "--", "sh", "-c", `echo $DLOCK_TOKEN`)
+	// Within the TTL, with room for a loaded machine: --wait is 7.5 TTLs.
+	r := runDlock(t, dev.env(), "run", "--wait", "15s", t.Name(), "--", "sh", "-c", `echo $DLOCK_TOKEN`)
 	if r.code != 0 {
 		t.Fatalf("the lock of a killed dlock run was not freed: %s", r)
 	}
