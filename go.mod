@@ -1,3 +1,8 @@
 module github.com/dlock/dlock
 
 go 1.26
+
+require (
+	filippo.io/edwards25519 v1.1.0 // indirect
+	github.com/go-sql-driver/mysql v1.9.1 // indirect
+)

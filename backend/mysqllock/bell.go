@@ -1,0 +1,399 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// bellName maps a lock name to a user-level lock name of 49 characters
+// (GET_LOCK allows 64).
+func bellName(table, name string) string {
+	h := sha256.Sum256([]byte(table + "\x00" + name))
+	return "dlock:" + base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// Bell timing.
+const (
+	bellTake      = 2  // seconds a holder's bell connection waits for a bell that waiters are passing on
+	bellIdleLimit = 60 // seconds: the bell session's wait_timeout, so a stranded session ends
+	waitCap       = 5  // seconds a waiter blocks before it looks at the row again
+	pollMin       = 5 * time.Millisecond
+	pollMax       = time.Second
+)
+
+// bells keeps this driver's bells on one connection: a user lock per held
+// lease, taken after the grant and dropped after the release, by a
+// background goroutine so that neither costs the caller a round trip.
+type bells struct {
+	db *sql.DB
+
+	mu     sync.Mutex
+	want   map[string]map[string]time.Time // bell -> owner -> local deadline of that lease
+	have   map[string]bool                 // bells held on conn
+	conn   *sql.Conn
+	id     uint64 // conn's CONNECTION_ID(), 0 when there is no connection
+	kick   chan struct{}
+	done   chan struct{}
+	closed bool
+	once   sync.Once
+}
+
+func newBells(db *sql.DB) *bells {
+	return &bells{db: db, want: map[string]map[string]time.Time{}, have: map[string]bool{},
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// connID returns the id of the bell connection, connecting on first use;
+// 0 if there is none (waiters then poll).
+func (b *bells) connID(ctx context.Context) uint64 {
+	b.once.Do(func() {
+		go b.run()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_ = b.connectLocked(cctx)
+	})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn == nil {
+		b.signal() // reconnect in the background
+	}
+	return b.id
+}
+
+func (b *bells) connectLocked(ctx context.Context) error {
+	if b.closed {
+		return errors.New("mysqllock: driver closed")
+	}
+	c, err := b.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	var id uint64
+	err = c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
+	if err == nil {
+		_, err = c.ExecContext(ctx, "SET SESSION wait_timeout = ?", bellIdleLimit)
+	}
+	if err != nil {
+		discard(c)
+		return err
+	}
+	b.conn, b.id = c, id
+	b.have = map[string]bool{}
+	return nil
+}
+
+func (b *bells) signal() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hold wants bell held for owner's lease until deadline (local clock).
+func (b *bells) hold(bell, owner string, deadline time.Time) {
+	b.mu.Lock()
+	if b.want[bell] == nil {
+		b.want[bell] = map[string]time.Time{}
+	}
+	b.want[bell][owner] = deadline
+	b.mu.Unlock()
+	b.signal()
+}
+
+// drop ends owner's claim on bell.
+func (b *bells) drop(bell, owner string) {
+	b.mu.Lock()
+	delete(b.want[bell], owner)
+	if len(b.want[bell]) == 0 {
+		delete(b.want, bell)
+	}
+	b.mu.Unlock()
+	b.signal()
+}
+
+func (b *bells) close() {
+	b.once.Do(func() {}) // never start after close
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	close(b.done)
+	if b.conn != nil {
+		// Ending the session drops every bell: the waiters wake.
+		discard(b.conn)
+		b.conn, b.id = nil, 0
+	}
+}
+
+// discard closes c's session instead of returning it to the pool: the
+// session may hold user locks.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+	_ = c.Close()
+}
+
+// run brings the held bells in line with the wanted ones whenever they
+// change, when a lease's local deadline passes, and keeps the session
+// alive while it is idle.
+func (b *bells) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := b.sync()
+		timer.Reset(next)
+		select {
+		case <-b.done:
+			return
+		case <-b.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// sync does one round of work and says when the next is due.
+func (b *bells) sync() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return time.Hour
+	}
+	now := time.Now()
+	next := now.Add(bellIdleLimit * time.Second / 3) // keep-alive
+	for bell, owners := range b.want {
+		for owner, dl := range owners {
+			if !dl.After(now) {
+				delete(owners, owner) // the lease ran out by our clock
+			} else if dl.Before(next) {
+				next = dl
+			}
+		}
+		if len(owners) == 0 {
+			delete(b.want, bell)
+		}
+	}
+	if b.conn == nil {
+		if len(b.want) == 0 {
+			return time.Until(next)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := b.connectLocked(ctx)
+		cancel()
+		if err != nil {
+			return time.Second
+		}
+	}
+	var drops, takes []string
+	for bell := range b.have {
+		if b.want[bell] == nil {
+			drops = append(drops, bell)
+		}
+	}
+	for bell := range b.want {
+		if !b.have[bell] {
+			takes = append(takes, bell)
+		}
+	}
+	// One statement: drops first, so waiters wake as early as possible.
+	var sel strings.Builder
+	var args []any
+	sel.WriteString("SELECT 1")
+	for _, bell := range drops {
+		sel.WriteString(", RELEASE_LOCK(?)")
+		args = append(args, bell)
+	}
+	for _, bell := range takes {
+		sel.WriteString(", GET_LOCK(?, ?)")
+		args = append(args, bell, bellTake)
+	}
+	res := make([]sql.NullInt64, 1+len(drops)+len(takes))
+	dest := make([]any, len(res))
+	for i := range res {
+		dest[i] = &res[i]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), (bellTake+5)*time.Second)
+	defer cancel()
+	// The lock is held across the round trip: hold and drop only queue
+	// behind it, and the connection is used by one goroutine at a time.
+	if err := b.conn.QueryRowContext(ctx, sel.String(), args...).Scan(dest...); err != nil {
+		discard(b.conn) // the session's state is unknown: end it
+		b.conn, b.id = nil, 0
+		b.have = map[string]bool{}
+		return 100 * time.Millisecond
+	}
+	for _, bell := range drops {
+		delete(b.have, bell)
+	}
+	for i, bell := range takes {
+		if r := res[1+len(drops)+i]; r.Valid && r.Int64 == 1 {
+			b.have[bell] = true
+		}
+	}
+	return max(time.Until(next), time.Millisecond)
+}
+
+// Subscribe implements driver.Subscriber: a goroutine on a connection of its
+// own waits for name's bell (see the package doc) and sends on wake after
+// each release it sees. stop ends the wait on the server with KILL QUERY.
+func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if _, err := d.stmt(ctx, d.q.wait); err != nil { // creates the table if needed
+		return nil, nil, err
+	}
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	var id uint64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		conn.Close()
+		return nil, nil, unavailable(err)
+	}
+	w := &waiter{d: d, conn: conn, id: id, bell: bellName(d.table, name), name: []byte(name),
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{})}
+	go w.run()
+	return w.wake, w.stop, nil
+}
+
+type waiter struct {
+	d    *Driver
+	conn *sql.Conn
+	id   uint64
+	bell string
+	name []byte
+	wake chan struct{}
+
+	mu      sync.Mutex
+	inQuery bool
+	stopped chan struct{}
+	exited  chan struct{}
+	once    sync.Once
+}
+
+func (w *waiter) run() {
+	defer close(w.exited)
+	clean := true
+	defer func() {
+		if clean {
+			_ = w.conn.Close()
+		} else {
+			discard(w.conn) // a killed or failed wait may have left the bell taken
+		}
+	}()
+	stmt, err := w.conn.PrepareContext(context.Background(), w.d.q.wait)
+	if err != nil {
+		clean = false
+		return // the portable layer's safety poll still wakes the waiter
+	}
+	defer stmt.Close()
+	poll := pollMin
+	signalled := true // the first attempt follows the subscription at once
+	for {
+		if !w.enter() {
+			return
+		}
+		var st sql.NullInt64
+		err := stmt.QueryRowContext(context.Background(), w.bell, w.bell, waitCap, w.bell, w.name).Scan(&st)
+		w.leave()
+		if err != nil {
+			clean = false
+			if w.sleep(pollMax) {
+				continue
+			}
+			return
+		}
+		switch st.Int64 {
+		case 3: // rang: released
+			w.notify()
+			signalled, poll = true, pollMin
+			continue
+		case 2: // still held with a bell: look again
+			signalled, poll = false, pollMin
+			continue
+		case 1: // free: try, once per free spell
+			if !signalled {
+				w.notify()
+				signalled = true
+			}
+		default: // held without a bell: poll
+			signalled = false
+		}
+		if !w.sleep(poll) {
+			return
+		}
+		poll = min(2*poll, pollMax)
+	}
+}
+
+func (w *waiter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enter marks the connection busy with a wait, unless stop was called.
+func (w *waiter) enter() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.stopped:
+		return false
+	default:
+	}
+	w.inQuery = true
+	return true
+}
+
+func (w *waiter) leave() {
+	w.mu.Lock()
+	w.inQuery = false
+	w.mu.Unlock()
+}
+
+func (w *waiter) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.stopped:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// stop ends the subscription and waits (boundedly) until its statement has
+// ended on the server, killing it if it is blocked in GET_LOCK.
+func (w *waiter) stop() {
+	w.once.Do(func() {
+		close(w.stopped)
+		deadline := time.After(10 * time.Second)
+		for {
+			w.mu.Lock()
+			busy := w.inQuery
+			w.mu.Unlock()
+			if busy {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, _ = w.d.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", w.id))
+				cancel()
+			}
+			select {
+			case <-w.exited:
+				return
+			case <-deadline:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
+}
