@@ -2,7 +2,6 @@ module github.com/dlock/dlock
 
 go 1.26
 
-require (
-	filippo.io/edwards25519 v1.1.0 // indirect
-	github.com/go-sql-driver/mysql v1.9.1 // indirect
-)
+require github.com/go-sql-driver/mysql v1.9.1
+
+require filippo.io/edwards25519 v1.1.0 // indirect

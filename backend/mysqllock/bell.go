@@ -2,22 +2,21 @@ package mysqllock
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	sqldriver "database/sql/driver"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock/dlock/driver"
 )
 
-// bellName maps a lock name to a user-level lock name of 49 characters
+// bellName maps a lock name to a user-level lock name of 38 characters
 // (GET_LOCK allows 64).
 func bellName(table, name string) string {
-	h := sha256.Sum256([]byte(table + "\x00" + name))
-	return "dlock:" + base64.RawURLEncoding.EncodeToString(h[:])
+	return "dlock:" + driver.NameHash(table+"\x00"+name)
 }
 
 // Bell timing.

@@ -52,10 +52,10 @@
 // the wait in every case. A cancelled waiter's statement is ended with KILL
 // QUERY on its connection, so it leaves nothing behind on the server.
 //
-// Bell names are "dlock:" followed by the unpadded base64url SHA-256 of the
-// table and the lock name (49 characters; the limit is 64), so any name of
-// up to 1024 bytes maps to a bell; a collision would cost only a spurious
-// wake-up, never exclusion.
+// Bell names are "dlock:" followed by driver.NameHash of the table and the
+// lock name (38 characters; the limit is 64), so any name of up to 1024
+// bytes maps to a bell; a collision would cost only a spurious wake-up,
+// never exclusion.
 //
 // # Guarantees
 //
@@ -251,9 +251,18 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if _, err := d.db.ExecContext(ctx, d.q.createTable); err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044) {
-			return fmt.Errorf("mysqllock: no privilege to create the lease table %s (%v): "+
-				"GRANT CREATE ON <database>.* TO <user> (and SELECT, INSERT, UPDATE on the table), "+
-				"or have an administrator run:\n%s", d.table, err, d.q.createTable)
+			db, user := "<database>", "<user>"
+			var dbName, cur sql.NullString
+			if d.db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&dbName, &cur) == nil && dbName.Valid {
+				db = "`" + strings.ReplaceAll(dbName.String, "`", "``") + "`"
+				if u, h, ok := strings.Cut(cur.String, "@"); ok {
+					user = "'" + u + "'@'" + h + "'"
+				}
+			}
+			return fmt.Errorf("mysqllock: %s may not create the lease table %s (%v): "+
+				"GRANT CREATE, SELECT, INSERT, UPDATE ON %s.* TO %s; "+
+				"or have an administrator create it once (Migrate, or this statement):\n%s",
+				user, d.table, err, db, user, d.q.createTable)
 		}
 		return fmt.Errorf("%w: mysqllock: create the lease table %s: %w", driver.ErrUnavailable, d.table, err)
 	}
