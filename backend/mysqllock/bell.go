@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -29,73 +28,57 @@ const (
 )
 
 // bells keeps this driver's bells on one connection: a user lock per held
-// lease, taken after the grant and dropped after the release, by a
-// background goroutine so that neither costs the caller a round trip.
+// lease, taken after the grant and dropped after the release by a
+// background goroutine, so that neither costs the caller a round trip. The
+// goroutine alone uses the connection; callers only change the wanted set.
 type bells struct {
 	db *sql.DB
 
-	mu     sync.Mutex
-	want   map[string]map[string]time.Time // bell -> owner -> local deadline of that lease
-	have   map[string]bool                 // bells held on conn
+	mu      sync.Mutex
+	want    map[string]map[string]time.Time // bell -> owner -> local deadline of that lease
+	id      uint64                          // the connection's CONNECTION_ID(), 0 while there is none
+	closed  bool
+	started bool
+
+	once  sync.Once
+	ready chan struct{} // closed after the first connection attempt
+	kick  chan struct{}
+	done  chan struct{} // closed by close
+	ended chan struct{} // closed when run has returned
+
+	// Owned by run.
 	conn   *sql.Conn
-	id     uint64 // conn's CONNECTION_ID(), 0 when there is no connection
-	kick   chan struct{}
-	done   chan struct{}
-	closed bool
-	once   sync.Once
+	have   map[string]bool // bells held on conn
+	gaveUp map[string]bool // bells another session kept past bellTake: not retried for this lease
 }
 
 func newBells(db *sql.DB) *bells {
-	return &bells{db: db, want: map[string]map[string]time.Time{}, have: map[string]bool{},
-		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	return &bells{db: db, want: map[string]map[string]time.Time{},
+		ready: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
+		have: map[string]bool{}, gaveUp: map[string]bool{}}
 }
 
-// connID returns the id of the bell connection, connecting on first use;
-// 0 if there is none (waiters then poll).
+// connID returns the id of the bell connection, starting the keeper on
+// first use; 0 if there is no connection (waiters then poll).
 func (b *bells) connID(ctx context.Context) uint64 {
 	b.once.Do(func() {
-		go b.run()
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		_ = b.connectLocked(cctx)
+		if !b.closed {
+			b.started = true
+			go b.run()
+		} else {
+			close(b.ready)
+		}
+		b.mu.Unlock()
 	})
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.conn == nil {
-		b.signal() // reconnect in the background
-	}
 	return b.id
-}
-
-func (b *bells) connectLocked(ctx context.Context) error {
-	if b.closed {
-		return errors.New("mysqllock: driver closed")
-	}
-	c, err := b.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	var id uint64
-	err = c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
-	if err == nil {
-		_, err = c.ExecContext(ctx, "SET SESSION wait_timeout = ?", bellIdleLimit)
-	}
-	if err != nil {
-		discard(c)
-		return err
-	}
-	b.conn, b.id = c, id
-	b.have = map[string]bool{}
-	return nil
-}
-
-func (b *bells) signal() {
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
 }
 
 // hold wants bell held for owner's lease until deadline (local clock).
@@ -120,19 +103,31 @@ func (b *bells) drop(bell, owner string) {
 	b.signal()
 }
 
+func (b *bells) signal() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the bell session, which drops every bell: the waiters of the
+// locks still held wake (and find them held until their TTL).
 func (b *bells) close() {
-	b.once.Do(func() {}) // never start after close
+	b.once.Do(func() { close(b.ready) }) // never start after close
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return
 	}
 	b.closed = true
+	started := b.started
+	b.mu.Unlock()
 	close(b.done)
-	if b.conn != nil {
-		// Ending the session drops every bell: the waiters wake.
-		discard(b.conn)
-		b.conn, b.id = nil, 0
+	if started {
+		select {
+		case <-b.ended:
+		case <-time.After(10 * time.Second):
+		}
 	}
 }
 
@@ -144,14 +139,20 @@ func discard(c *sql.Conn) {
 }
 
 // run brings the held bells in line with the wanted ones whenever they
-// change, when a lease's local deadline passes, and keeps the session
-// alive while it is idle.
+// change or a lease's local deadline passes, and keeps the session alive.
 func (b *bells) run() {
+	defer close(b.ended)
+	defer func() {
+		if b.conn != nil {
+			discard(b.conn)
+		}
+	}()
+	b.connect()
+	close(b.ready)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next := b.sync()
-		timer.Reset(next)
+		timer.Reset(b.sync())
 		select {
 		case <-b.done:
 			return
@@ -161,15 +162,43 @@ func (b *bells) run() {
 	}
 }
 
+func (b *bells) connect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := b.db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	var id uint64
+	err = c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
+	if err == nil {
+		// A session stranded by a partition ends by itself.
+		_, err = c.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", bellIdleLimit))
+	}
+	if err != nil {
+		discard(c)
+		return
+	}
+	b.conn, b.have, b.gaveUp = c, map[string]bool{}, map[string]bool{}
+	b.mu.Lock()
+	b.id = id
+	b.mu.Unlock()
+}
+
+func (b *bells) disconnect() {
+	discard(b.conn)
+	b.conn = nil
+	b.mu.Lock()
+	b.id = 0
+	b.mu.Unlock()
+}
+
 // sync does one round of work and says when the next is due.
 func (b *bells) sync() time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return time.Hour
-	}
 	now := time.Now()
 	next := now.Add(bellIdleLimit * time.Second / 3) // keep-alive
+	wanted := map[string]bool{}
+	b.mu.Lock()
 	for bell, owners := range b.want {
 		for owner, dl := range owners {
 			if !dl.After(now) {
@@ -180,27 +209,33 @@ func (b *bells) sync() time.Duration {
 		}
 		if len(owners) == 0 {
 			delete(b.want, bell)
+		} else {
+			wanted[bell] = true
 		}
 	}
+	b.mu.Unlock()
+
 	if b.conn == nil {
-		if len(b.want) == 0 {
+		if len(wanted) == 0 {
 			return time.Until(next)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := b.connectLocked(ctx)
-		cancel()
-		if err != nil {
+		if b.connect(); b.conn == nil {
 			return time.Second
+		}
+	}
+	for bell := range b.gaveUp {
+		if !wanted[bell] {
+			delete(b.gaveUp, bell)
 		}
 	}
 	var drops, takes []string
 	for bell := range b.have {
-		if b.want[bell] == nil {
+		if !wanted[bell] {
 			drops = append(drops, bell)
 		}
 	}
-	for bell := range b.want {
-		if !b.have[bell] {
+	for bell := range wanted {
+		if !b.have[bell] && !b.gaveUp[bell] {
 			takes = append(takes, bell)
 		}
 	}
@@ -223,12 +258,8 @@ func (b *bells) sync() time.Duration {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), (bellTake+5)*time.Second)
 	defer cancel()
-	// The lock is held across the round trip: hold and drop only queue
-	// behind it, and the connection is used by one goroutine at a time.
 	if err := b.conn.QueryRowContext(ctx, sel.String(), args...).Scan(dest...); err != nil {
-		discard(b.conn) // the session's state is unknown: end it
-		b.conn, b.id = nil, 0
-		b.have = map[string]bool{}
+		b.disconnect() // the session's state is unknown: end it, and with it its bells
 		return 100 * time.Millisecond
 	}
 	for _, bell := range drops {
@@ -237,6 +268,8 @@ func (b *bells) sync() time.Duration {
 	for i, bell := range takes {
 		if r := res[1+len(drops)+i]; r.Valid && r.Int64 == 1 {
 			b.have[bell] = true
+		} else {
+			b.gaveUp[bell] = true
 		}
 	}
 	return max(time.Until(next), time.Millisecond)

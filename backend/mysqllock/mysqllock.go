@@ -330,11 +330,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 // TryAcquire implements driver.Retrier: one INSERT … ON DUPLICATE KEY
 // UPDATE, one round trip.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
-	bell := d.bells.connID(ctx)
-	var bellArg any
-	if bell != 0 {
-		bellArg = bell
-	}
+	bellArg := d.bellArg(ctx)
 	name, ttl := []byte(req.Name), micros(req.TTL)
 	sent := time.Now()
 	r, err := exec(ctx, d, d.q.acquire, name, req.Owner, req.Holder, bellArg, ttl, req.Owner, req.Holder, bellArg, ttl)
@@ -353,10 +349,18 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	return driver.Grant{Token: v >> 2, Since: sent, Recovered: v>>1&1 == 1}, 0, nil
 }
 
+// bellArg is the bell connection's id for the lease row, or NULL.
+func (d *Driver) bellArg(ctx context.Context) any {
+	if id := d.bells.connID(ctx); id != 0 {
+		return id
+	}
+	return nil
+}
+
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
 	sent := time.Now()
-	r, err := exec(ctx, d, d.q.extend, micros(ttl), []byte(h.Name), h.Owner)
+	r, err := exec(ctx, d, d.q.extend, micros(ttl), d.bellArg(ctx), []byte(h.Name), h.Owner)
 	if err != nil {
 		return err
 	}

@@ -55,8 +55,10 @@ ON DUPLICATE KEY UPDATE
 	bell = IF(expires_at <= UTC_TIMESTAMP(6), ?, bell),
 	expires_at = IF(expires_at <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
 
-// extend renews a live lease of owner. Parameters: ttl_us, name, owner.
-const extend = `UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+// extend renews a live lease of owner, and records where its bell is now
+// (the bell connection may have been replaced). Parameters: ttl_us, bell,
+// name, owner.
+const extend = `UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, bell = ?
 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 
 // release frees a live lease of owner; the token stays as the counter.
