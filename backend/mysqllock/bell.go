@@ -81,6 +81,13 @@ func (b *bells) connID(ctx context.Context) uint64 {
 	return b.id
 }
 
+// ownID is the bell connection's id, without waiting for one; 0 if none.
+func (b *bells) ownID() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.id
+}
+
 // hold wants bell held for owner's lease until deadline (local clock).
 func (b *bells) hold(bell, owner string, deadline time.Time) {
 	b.mu.Lock()
@@ -273,159 +280,4 @@ func (b *bells) sync() time.Duration {
 		}
 	}
 	return max(time.Until(next), time.Millisecond)
-}
-
-// Subscribe implements driver.Subscriber: a goroutine on a connection of its
-// own waits for name's bell (see the package doc) and sends on wake after
-// each release it sees. stop ends the wait on the server with KILL QUERY.
-func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	if _, err := d.stmt(ctx, d.q.wait); err != nil { // creates the table if needed
-		return nil, nil, err
-	}
-	conn, err := d.db.Conn(ctx)
-	if err != nil {
-		return nil, nil, unavailable(err)
-	}
-	var id uint64
-	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
-		conn.Close()
-		return nil, nil, unavailable(err)
-	}
-	w := &waiter{d: d, conn: conn, id: id, bell: bellName(d.table, name), name: []byte(name),
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{})}
-	go w.run()
-	return w.wake, w.stop, nil
-}
-
-type waiter struct {
-	d    *Driver
-	conn *sql.Conn
-	id   uint64
-	bell string
-	name []byte
-	wake chan struct{}
-
-	mu      sync.Mutex
-	inQuery bool
-	stopped chan struct{}
-	exited  chan struct{}
-	once    sync.Once
-}
-
-func (w *waiter) run() {
-	defer close(w.exited)
-	clean := true
-	defer func() {
-		if clean {
-			_ = w.conn.Close()
-		} else {
-			discard(w.conn) // a killed or failed wait may have left the bell taken
-		}
-	}()
-	stmt, err := w.conn.PrepareContext(context.Background(), w.d.q.wait)
-	if err != nil {
-		clean = false
-		return // the portable layer's safety poll still wakes the waiter
-	}
-	defer stmt.Close()
-	poll := pollMin
-	signalled := true // the first attempt follows the subscription at once
-	for {
-		if !w.enter() {
-			return
-		}
-		var st sql.NullInt64
-		err := stmt.QueryRowContext(context.Background(), w.bell, w.bell, waitCap, w.bell, w.name).Scan(&st)
-		w.leave()
-		if err != nil {
-			clean = false
-			if w.sleep(pollMax) {
-				continue
-			}
-			return
-		}
-		switch st.Int64 {
-		case 3: // rang: released
-			w.notify()
-			signalled, poll = true, pollMin
-			continue
-		case 2: // still held with a bell: look again
-			signalled, poll = false, pollMin
-			continue
-		case 1: // free: try, once per free spell
-			if !signalled {
-				w.notify()
-				signalled = true
-			}
-		default: // held without a bell: poll
-			signalled = false
-		}
-		if !w.sleep(poll) {
-			return
-		}
-		poll = min(2*poll, pollMax)
-	}
-}
-
-func (w *waiter) notify() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// enter marks the connection busy with a wait, unless stop was called.
-func (w *waiter) enter() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	select {
-	case <-w.stopped:
-		return false
-	default:
-	}
-	w.inQuery = true
-	return true
-}
-
-func (w *waiter) leave() {
-	w.mu.Lock()
-	w.inQuery = false
-	w.mu.Unlock()
-}
-
-func (w *waiter) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-w.stopped:
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// stop ends the subscription and waits (boundedly) until its statement has
-// ended on the server, killing it if it is blocked in GET_LOCK.
-func (w *waiter) stop() {
-	w.once.Do(func() {
-		close(w.stopped)
-		deadline := time.After(10 * time.Second)
-		for {
-			w.mu.Lock()
-			busy := w.inQuery
-			w.mu.Unlock()
-			if busy {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_, _ = w.d.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", w.id))
-				cancel()
-			}
-			select {
-			case <-w.exited:
-				return
-			case <-deadline:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	})
 }

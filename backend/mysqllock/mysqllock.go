@@ -163,6 +163,11 @@ type Driver struct {
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared lazily, by query text
+
+	lmu     sync.Mutex
+	locals  map[string]*localName // this driver's waiters, by lock name
+	idle    []*waitSession
+	closing bool
 }
 
 var (
@@ -176,7 +181,7 @@ var (
 // Each waiting Lock holds one of db's connections while it waits, and the
 // driver keeps one more for its bells: size SetMaxOpenConns accordingly.
 func New(db *sql.DB, opts ...Option) (*Driver, error) {
-	d := &Driver{db: db, table: DefaultTable, stmts: map[string]*sql.Stmt{}}
+	d := &Driver{db: db, table: DefaultTable, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
 	for _, o := range opts {
 		if err := o(d); err != nil {
 			return nil, err
@@ -343,6 +348,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	v := uint64(id)
 	if v&1 == 0 {
+		d.arm(req.Name)
 		return driver.Grant{}, time.Duration(v>>1) * time.Microsecond, driver.ErrNotAcquired
 	}
 	d.bells.hold(bellName(d.table, req.Name), req.Owner, sent.Add(req.TTL))
@@ -383,6 +389,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 		return err
 	}
 	d.bells.drop(bellName(d.table, h.Name), h.Owner)
+	d.releasedLocally(h.Name)
 	if n, err := r.RowsAffected(); err != nil {
 		return unavailable(err)
 	} else if n == 0 {
@@ -463,6 +470,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 // pool if Open created it.
 func (d *Driver) Close() error {
 	d.bells.close()
+	d.closeSessions()
 	d.mu.Lock()
 	for _, s := range d.stmts {
 		s.Close()

@@ -87,14 +87,16 @@ ORDER BY name`
 //	1  the lock is free or expired: try now
 //	2  the holder kept its bell for the whole wait (its lease runs on)
 //	3  the bell rang: the holder released it (or its connection died)
+//	4  this driver holds it (its bell connection is ours): wait in-process
 //	0  the lock is held but its holder has no bell (yet): poll
 //
 // The wait is bounded by the holder's remaining lease, by the server's
 // clock, and by a cap. A waiter that gets the bell gives it back in the
 // same statement, so the next waiter and the next holder can take it.
-// Parameters: bell, bell, cap_seconds, bell, name.
+// Parameters: own bell connection id, bell, bell, cap_seconds, bell, name.
 const wait = `SELECT CASE
 	WHEN l.owner IS NULL OR l.expires_at <= UTC_TIMESTAMP(6) THEN 1
+	WHEN l.bell = ? THEN 4
 	WHEN IS_USED_LOCK(?) = l.bell THEN 2 + COALESCE(
 		GET_LOCK(?, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) / 1000000)))
 		AND RELEASE_LOCK(?), 0)
