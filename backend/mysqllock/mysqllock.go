@@ -26,31 +26,38 @@
 // one connection, its bell connection, on which it holds a MySQL user-level
 // lock (GET_LOCK) named after each lock it holds — the lock's bell — and
 // writes that connection's id into the lease row. A waiter blocks in
-// GET_LOCK(bell, timeout) on a connection of its own, so the server wakes it
+// GET_LOCK(bell, timeout) on a session of its own, so the server wakes it
 // the moment the bell is released: when the holder releases the lease, when
 // its lease is lost, or when its process or connection dies (the server
 // drops a dead session's user locks). The waiter gives the bell straight
 // back, in the same statement, and tries to acquire.
 //
-// Holding bells costs one connection per Driver, not one per held lock:
-// a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+). A waiter
-// costs one connection for as long as it waits. Bells are taken and dropped
-// by a background goroutine, after the row changed, so they add no round
-// trip to Acquire or Release. A bell never outlives the lease by the
-// holder's own clock: it is dropped at release, on a refused renewal, and
-// when the lease's local deadline passes.
+// Costs. Holding bells costs one connection per Driver, not one per held
+// lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
+// Bells are taken and dropped by a background goroutine after the row
+// changed, so they add no round trip to Acquire or Release. A waiting Lock
+// uses no connection until an attempt has found the lock held; then it
+// waits on a session of its own (sessions are reused while clean). Waiters
+// of a lock that their own Driver holds wait in-process: that Driver's
+// Release wakes them directly. So an uncontended Lock costs what TryLock
+// costs: one statement.
 //
-// The wait is bounded by the holder's remaining lease (by the server's
-// clock) and by a cap of a few seconds, after which the waiter looks
-// again, so a waiter learns of an expiry within a second of it, and of a
-// release at once. A waiter waits only on a bell held by the connection
-// recorded in the row, so waiters passing a bell among themselves never
-// wake each other. Where a holder has no bell (the moment between its grant
-// and taking the bell, a crashed holder whose lease still runs, a bell
-// connection that failed) the waiter polls with back-off (5 ms to 1 s), and
-// the portable layer's safety poll and retry at the holder's expiry bound
-// the wait in every case. A cancelled waiter's statement is ended with KILL
-// QUERY on its connection, so it leaves nothing behind on the server.
+// Bounds. A bell never outlives the lease by the holder's own clock: it is
+// dropped at release, on a refused renewal, and when the lease's local
+// deadline passes. A waiter's GET_LOCK is bounded by the holder's remaining
+// lease (by the server's clock) and by a cap of 5 s, after which it looks
+// again; the portable layer also retries at the holder's expiry and every
+// couple of seconds. A waiter waits only on a bell held by the connection
+// recorded in the row, so waiters passing a bell among themselves never wake
+// each other. Where a holder has no bell (the moment between its grant and
+// taking the bell; a crashed holder whose lease still runs; a bell
+// connection that failed or was stranded by a partition — its session ends
+// by wait_timeout after 60 s) the waiter polls with back-off from 5 ms to
+// 1 s. Break wakes waiters when the broken holder's next renewal is refused
+// (within a third of its TTL) or at their next look. A cancelled Lock ends
+// its waiter's statement with KILL QUERY (a session may kill its own user's
+// statements without extra privileges) and returns only once it has ended,
+// so it leaves nothing behind on the server.
 //
 // Bell names are "dlock:" followed by driver.NameHash of the table and the
 // lock name (38 characters; the limit is 64), so any name of up to 1024
@@ -178,8 +185,9 @@ var (
 
 // New returns a driver over db, a database/sql pool of
 // github.com/go-sql-driver/mysql connections. Close does not close db.
-// Each waiting Lock holds one of db's connections while it waits, and the
-// driver keeps one more for its bells: size SetMaxOpenConns accordingly.
+// The driver keeps one of db's connections for its bells, and each Lock
+// that waits for another process's lock holds one more while it waits:
+// leave SetMaxOpenConns room for them.
 func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	d := &Driver{db: db, table: DefaultTable, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
 	for _, o := range opts {
