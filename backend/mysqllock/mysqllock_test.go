@@ -95,6 +95,7 @@ func TestMariaDB(t *testing.T) {
 	t.Run("UserWithoutCreateGetsGrantAdvice", s.testNoCreatePrivilege)
 	t.Run("CancelledWaiterLeavesNoSessionWaiting", s.testCancelledWaiter)
 	t.Run("WaiterIsWokenByRelease", s.testWokenByRelease)
+	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
 	t.Run("UnreachableServerEndsLeaseBeforeOthersAcquire", s.testUnreachable)
 	t.Run("CrashWhileHeldKeepsTokensAndGrantsDueLeases", s.testCrashWhileHeld)
@@ -477,4 +478,69 @@ func (s server) testURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = l.Unlock(ctxT(t, 10*time.Second))
+}
+
+// testBellRings runs a waiter's wait statement by hand against a holder
+// whose lease has a minute to run: the statement returns "rang" (3) when
+// the holder releases, and again when the holder's process goes away
+// without releasing; only a timeout would return "held" (2).
+func (s server) testBellRings(t *testing.T) {
+	db := s.sqlDB(t)
+	for _, end := range []string{"release", "close"} {
+		t.Run(end, func(t *testing.T) {
+			d := s.open(t, s.Addr, "")
+			name := "bell/" + end
+			owner := strings.Repeat("cd", 16)
+			g, _, err := d.TryAcquire(ctxT(t, 30*time.Second), driver.Request{Name: name, Owner: owner, TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bell := bellName(d.table, name)
+			// The holder's bell connection takes the bell in the background.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var ok sql.NullBool
+				err := db.QueryRow("SELECT IS_USED_LOCK(?) = bell FROM dlock_leases WHERE name = ?", bell, name).Scan(&ok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok.Valid && ok.Bool {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the holder never took its bell")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			res := make(chan sql.NullInt64, 1)
+			go func() {
+				var st sql.NullInt64
+				if err := db.QueryRow(d.q.wait, nil, bell, bell, 30, bell, name).Scan(&st); err != nil {
+					t.Error(err)
+				}
+				res <- st
+			}()
+			for waitingSessions(t, db) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the wait statement never blocked in GET_LOCK")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			select {
+			case st := <-res:
+				t.Fatalf("the wait returned %v while the lock was held", st)
+			default:
+			}
+			if end == "release" {
+				if err := d.Release(ctxT(t, 10*time.Second), driver.Held{Name: name, Owner: owner, Token: g.Token}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				_ = d.Close()
+			}
+			if st := <-res; !st.Valid || st.Int64 != waitRang {
+				t.Errorf("wait statement after %s: %v, want %d (rang)", end, st, waitRang)
+			}
+		})
+	}
 }
