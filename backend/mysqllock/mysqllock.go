@@ -356,7 +356,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	v := uint64(id)
 	if v&1 == 0 {
-		d.arm(req.Name)
+		d.attemptFailed(req.Name)
 		return driver.Grant{}, time.Duration(v>>1) * time.Microsecond, driver.ErrNotAcquired
 	}
 	d.bells.hold(bellName(d.table, req.Name), req.Owner, sent.Add(req.TTL))

@@ -544,3 +544,22 @@ func (s server) testBellRings(t *testing.T) {
 		})
 	}
 }
+
+// TestBellNamesFitGetLockAndAreSafeLiterals: the bell keeper writes bell
+// names into its statements as literals, and GET_LOCK takes at most 64
+// characters.
+func TestBellNamesFitGetLockAndAreSafeLiterals(t *testing.T) {
+	seen := map[string]string{}
+	for _, n := range []string{"a", "a\x00", "'", "`", strings.Repeat("é", 512), "x' OR 1=1 --"} {
+		for _, table := range []string{DefaultTable, "other"} {
+			b := bellName(table, n)
+			if len(b) > 64 || strings.Trim(b, "dlock:0123456789abcdef") != "" {
+				t.Errorf("bellName(%q, %q) = %q: want at most 64 of [a-z0-9:]", table, n, b)
+			}
+			if prev, dup := seen[b]; dup {
+				t.Errorf("bellName collision: %q and %q", prev, table+"/"+n)
+			}
+			seen[b] = table + "/" + n
+		}
+	}
+}

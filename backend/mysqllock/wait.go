@@ -21,6 +21,7 @@ type localName struct {
 	armed    chan struct{} // closed when an attempt found the lock held
 	isArmed  bool
 	released chan struct{} // closed, and replaced, when this driver releases the lock
+	failed   chan struct{} // closed, and replaced, when an attempt found the lock held
 }
 
 // waitSession is a connection with the wait statement prepared on it, kept
@@ -43,7 +44,7 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 	d.lmu.Lock()
 	ln := d.locals[name]
 	if ln == nil {
-		ln = &localName{armed: make(chan struct{}), released: make(chan struct{})}
+		ln = &localName{armed: make(chan struct{}), released: make(chan struct{}), failed: make(chan struct{})}
 		d.locals[name] = ln
 	}
 	ln.n++
@@ -54,14 +55,21 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 	return w.wake, w.stop, nil
 }
 
-// arm starts the waits of this driver's waiters of name.
-func (d *Driver) arm(name string) {
+// attemptFailed tells this driver's waiters of name that an attempt found
+// the lock held: the first such attempt starts their waits.
+func (d *Driver) attemptFailed(name string) {
 	d.lmu.Lock()
 	defer d.lmu.Unlock()
-	if ln := d.locals[name]; ln != nil && !ln.isArmed {
+	ln := d.locals[name]
+	if ln == nil {
+		return
+	}
+	if !ln.isArmed {
 		ln.isArmed = true
 		close(ln.armed)
 	}
+	close(ln.failed)
+	ln.failed = make(chan struct{})
 }
 
 // releasedLocally wakes this driver's waiters of name.
@@ -181,7 +189,7 @@ func (w *waiter) run() {
 	signalled := false // armed: an attempt has just failed
 	for {
 		w.d.lmu.Lock()
-		released := w.ln.released
+		released, failed := w.ln.released, w.ln.failed
 		w.d.lmu.Unlock()
 		var ours any
 		if id := w.d.bells.ownID(); id != 0 {
@@ -199,8 +207,20 @@ func (w *waiter) run() {
 		}
 		switch st.Int64 {
 		case waitRang:
+			// Look again once the attempt this wakes has failed (or
+			// after a while): until then the state is in flux, and the
+			// lock is likely ours.
 			w.notify()
 			signalled, poll = true, pollMin
+			t := time.NewTimer(pollMax)
+			select {
+			case <-failed:
+			case <-t.C:
+			case <-w.stopped:
+				t.Stop()
+				return
+			}
+			t.Stop()
 			continue
 		case waitHeld:
 			signalled, poll = false, pollMin
