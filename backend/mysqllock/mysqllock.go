@@ -84,6 +84,13 @@
 //   - Restart of the server: committed rows survive. Leases that were due
 //     when it stopped are granted anew with higher tokens; live leases stay
 //     held and are renewed once the server is back (if within their TTL).
+//     A server frozen or unreachable for longer than a lease: the holder's
+//     Done has closed by then, and the lease is free when the server runs
+//     again (its clock kept going).
+//   - Replication: the guarantees are those of the one primary the driver
+//     talks to. Failing over to an asynchronous replica that missed
+//     committed grants can hand out a token again; use semi-synchronous
+//     replication (or accept that) where failover happens.
 //
 // # MySQL and MariaDB
 //
@@ -323,13 +330,22 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: mysqllock: %w", driver.ErrUnavailable, err)
 }
 
+// exec runs one of the statements. Each is a transaction of its own, which
+// InnoDB rolls back whole when it picks it as a deadlock victim (possible
+// when sessions insert the same new name at once): it is then run again.
 func exec(ctx context.Context, d *Driver, query string, args ...any) (sql.Result, error) {
 	s, err := d.stmt(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.ExecContext(ctx, args...)
-	return r, unavailable(err)
+	for try := 1; ; try++ {
+		r, err := s.ExecContext(ctx, args...)
+		var me *mysql.MySQLError
+		if try < 5 && errors.As(err, &me) && me.Number == 1213 {
+			continue
+		}
+		return r, unavailable(err)
+	}
 }
 
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }

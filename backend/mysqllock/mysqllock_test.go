@@ -98,6 +98,7 @@ func TestMariaDB(t *testing.T) {
 	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
 	t.Run("UnreachableServerEndsLeaseBeforeOthersAcquire", s.testUnreachable)
+	t.Run("FrozenServerEndsLeaseBeforeOthersAcquire", s.testFrozenServer)
 	t.Run("CrashWhileHeldKeepsTokensAndGrantsDueLeases", s.testCrashWhileHeld)
 	t.Run("URLParameters", s.testURL)
 }
@@ -553,7 +554,7 @@ func TestBellNamesFitGetLockAndAreSafeLiterals(t *testing.T) {
 	for _, n := range []string{"a", "a\x00", "'", "`", strings.Repeat("é", 512), "x' OR 1=1 --"} {
 		for _, table := range []string{DefaultTable, "other"} {
 			b := bellName(table, n)
-			if len(b) > 64 || strings.Trim(b, "dlock:0123456789abcdef") != "" {
+			if len(b) > 64 || !strings.HasPrefix(b, "dlock:") || strings.Trim(b[len("dlock:"):], "0123456789abcdef") != "" {
 				t.Errorf("bellName(%q, %q) = %q: want at most 64 of [a-z0-9:]", table, n, b)
 			}
 			if prev, dup := seen[b]; dup {
@@ -562,4 +563,37 @@ func TestBellNamesFitGetLockAndAreSafeLiterals(t *testing.T) {
 			seen[b] = table + "/" + n
 		}
 	}
+}
+
+// testFrozenServer stops the server (SIGSTOP) for longer than a lease:
+// the holder's Done closes meanwhile, and after the server thaws the lock
+// is granted to another client with a higher token.
+func (s server) testFrozenServer(t *testing.T) {
+	ttl := 2 * time.Second
+	holder := dlock.New(s.open(t, s.Addr, "?timeout=1s"), dlock.WithTTL(ttl))
+	other := s.client(t)
+	l, err := holder.Mutex("frozen").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + 30*time.Second):
+		t.Fatal("the holder's Done did not close while the server was frozen")
+	}
+	s.Resume()
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	// The server's clock went on: the lease is due (or soon is).
+	l2, err := other.Mutex("frozen").Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	_ = l2.Unlock(ctxT(t, 10*time.Second))
 }
