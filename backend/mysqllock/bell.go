@@ -99,6 +99,16 @@ func (b *bells) hold(bell, owner string, deadline time.Time) {
 	b.signal()
 }
 
+// extend moves the deadline of owner's claim on bell, if it still has one:
+// a renewal that completes after the release must not take the bell again.
+func (b *bells) extend(bell, owner string, deadline time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if dl, ok := b.want[bell][owner]; ok && deadline.After(dl) {
+		b.want[bell][owner] = deadline
+	}
+}
+
 // drop ends owner's claim on bell.
 func (b *bells) drop(bell, owner string) {
 	b.mu.Lock()

@@ -196,6 +196,9 @@ var (
 // that waits for another process's lock holds one more while it waits:
 // leave SetMaxOpenConns room for them.
 func New(db *sql.DB, opts ...Option) (*Driver, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysqllock.New: db is nil", dlock.ErrInvalidOption)
+	}
 	d := &Driver{db: db, table: DefaultTable, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
 	for _, o := range opts {
 		if err := o(d); err != nil {
@@ -401,7 +404,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 		d.bells.drop(bell, h.Owner)
 		return fmt.Errorf("%w: mysqllock: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
 	}
-	d.bells.hold(bell, h.Owner, sent.Add(ttl))
+	d.bells.extend(bell, h.Owner, sent.Add(ttl))
 	return nil
 }
 

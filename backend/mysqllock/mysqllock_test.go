@@ -96,6 +96,7 @@ func TestMariaDB(t *testing.T) {
 	t.Run("CancelledWaiterLeavesNoSessionWaiting", s.testCancelledWaiter)
 	t.Run("WaiterIsWokenByRelease", s.testWokenByRelease)
 	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
+	t.Run("BellIsKeptWhileLeaseIsRenewed", s.testBellKept)
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
 	t.Run("UnreachableServerEndsLeaseBeforeOthersAcquire", s.testUnreachable)
 	t.Run("FrozenServerEndsLeaseBeforeOthersAcquire", s.testFrozenServer)
@@ -205,8 +206,11 @@ func (s server) testTableName(t *testing.T) {
 	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(nil, WithTable("")); !errors.Is(err, dlock.ErrInvalidOption) {
+	if _, err := New(s.sqlDB(t), WithTable("")); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Errorf("WithTable(\"\"): %v, want ErrInvalidOption", err)
+	}
+	if _, err := New(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New(nil): %v, want ErrInvalidOption", err)
 	}
 }
 
@@ -481,6 +485,69 @@ func (s server) testURL(t *testing.T) {
 	_ = l.Unlock(ctxT(t, 10*time.Second))
 }
 
+// bellHeld reports whether the holder recorded in name's row holds its
+// bell.
+func bellHeld(t testing.TB, db *sql.DB, name string) bool {
+	t.Helper()
+	var ok sql.NullBool
+	err := db.QueryRow("SELECT IS_USED_LOCK(?) = bell FROM dlock_leases WHERE name = ?", bellName(DefaultTable, name), name).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok.Valid && ok.Bool
+}
+
+// waitBellHeld waits until the holder of name has taken its bell.
+func waitBellHeld(t testing.TB, db *sql.DB, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !bellHeld(t, db, name) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never took its bell")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testBellKept: a lease renewed for several TTLs keeps its bell, and loses
+// it at release.
+func (s server) testBellKept(t *testing.T) {
+	db := s.sqlDB(t)
+	ttl := time.Second
+	c := s.client(t, dlock.WithTTL(ttl))
+	l, err := c.Mutex("kept").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBellHeld(t, db, "kept")
+	time.Sleep(3 * ttl)
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost: %v", l.Err())
+	default:
+	}
+	if !bellHeld(t, db, "kept") {
+		t.Fatal("the bell was dropped while the lease was renewed")
+	}
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var used sql.NullInt64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := db.QueryRow("SELECT IS_USED_LOCK(?)", bellName(DefaultTable, "kept")).Scan(&used); err != nil {
+			t.Fatal(err)
+		}
+		if !used.Valid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the bell is still held after the release")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // testBellRings runs a waiter's wait statement by hand against a holder
 // whose lease has a minute to run: the statement returns "rang" (3) when
 // the holder releases, and again when the holder's process goes away
@@ -497,22 +564,8 @@ func (s server) testBellRings(t *testing.T) {
 				t.Fatal(err)
 			}
 			bell := bellName(d.table, name)
-			// The holder's bell connection takes the bell in the background.
+			waitBellHeld(t, db, name) // taken in the background
 			deadline := time.Now().Add(30 * time.Second)
-			for {
-				var ok sql.NullBool
-				err := db.QueryRow("SELECT IS_USED_LOCK(?) = bell FROM dlock_leases WHERE name = ?", bell, name).Scan(&ok)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ok.Valid && ok.Bool {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the holder never took its bell")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
 			res := make(chan sql.NullInt64, 1)
 			go func() {
 				var st sql.NullInt64
