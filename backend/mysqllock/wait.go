@@ -209,12 +209,22 @@ func (w *waiter) run() {
 		case waitRang:
 			// Look again once the attempt this wakes has failed (or
 			// after a while): until then the state is in flux, and the
-			// lock is likely ours.
+			// lock is likely ours. After a failed attempt, give the
+			// winner a moment to take its bell, so as to wait on it
+			// rather than poll for it.
 			w.notify()
 			signalled, poll = true, pollMin
 			t := time.NewTimer(pollMax)
 			select {
 			case <-failed:
+				signalled = false // our waiter waits again: a release is news
+				t.Reset(pollMin)
+				select {
+				case <-t.C:
+				case <-w.stopped:
+					t.Stop()
+					return
+				}
 			case <-t.C:
 			case <-w.stopped:
 				t.Stop()
