@@ -26,8 +26,9 @@ import (
 //     asks again, so every grant is a hand-off to a client that was waiting.
 //     Hand-offs per second with the bells (Lock) and with a poll-and-sleep
 //     loop of the same statements (TryLock, sleep, retry), as lock libraries
-//     without a server-side wait do; x-poll is the ratio. stmts/handoff is
-//     the server's work per hand-off. ContendedHolding100ms is the same with
+//     without a server-side wait do; x-poll is the ratio. unlock-to-grant is
+//     the time from a holder's Unlock returning to the next grant;
+//     stmts/handoff is the server's work per hand-off. ContendedHolding100ms is the same with
 //     each holder keeping the lock 100 ms: what polling costs while waiting.
 //
 // Run: go test ./backend/mysqllock -run '^$' -bench MariaDB -benchtime 5x
@@ -108,13 +109,16 @@ func contended(b *testing.B, s server, hold time.Duration, perRound int) {
 	}
 	db := s.sqlDB(b)
 	spent := make([]time.Duration, len(modes))
+	gaps := make([]time.Duration, len(modes))
 	stmts := make([]int64, len(modes))
 	round := 0
 	for b.Loop() {
 		for i, mode := range modes {
 			name := fmt.Sprintf("bench/contended/%s/%d", mode.name, round)
 			before := statements(b, db)
-			spent[i] += handOffs(b, clients, name, perRound, mode.poll, hold)
+			took, gap := handOffs(b, clients, name, perRound, mode.poll, hold)
+			spent[i] += took
+			gaps[i] += gap
 			stmts[i] += statements(b, db) - before
 		}
 		round++
@@ -122,6 +126,7 @@ func contended(b *testing.B, s server, hold time.Duration, perRound int) {
 	rate := func(i int) float64 { return float64(round*perRound) / spent[i].Seconds() }
 	for i, mode := range modes {
 		b.ReportMetric(rate(i), mode.name+"-handoffs/s")
+		b.ReportMetric(float64(gaps[i].Microseconds())/float64(round*(perRound-1)), mode.name+"-unlock-to-grant-µs")
 		b.ReportMetric(float64(stmts[i])/float64(round*perRound), mode.name+"-stmts/handoff")
 	}
 	b.ReportMetric(rate(0)/rate(1), "x-poll-10ms")
@@ -131,12 +136,13 @@ func contended(b *testing.B, s server, hold time.Duration, perRound int) {
 // handOffs has the clients pass the lock name among themselves n times,
 // each holding it for hold, and returns how long that took. A client that released waits for another's
 // grant before it asks again.
-func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, hold time.Duration) time.Duration {
+func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, hold time.Duration) (took, gaps time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	grants, holder := 0, -1
+	var unlocked time.Time // when the last holder's Unlock returned
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, c := range clients {
@@ -165,6 +171,10 @@ func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, h
 				if holder == i {
 					b.Error("a client was granted twice in a row")
 				}
+				if !unlocked.IsZero() {
+					gaps += time.Since(unlocked)
+					unlocked = time.Time{}
+				}
 				grants, holder = grants+1, i
 				last := grants >= n
 				cond.Broadcast()
@@ -174,6 +184,11 @@ func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, h
 					b.Error(err)
 					return
 				}
+				mu.Lock()
+				if holder == i {
+					unlocked = time.Now()
+				}
+				mu.Unlock()
 				if last {
 					cancel() // let go of those still waiting
 					return
@@ -182,7 +197,7 @@ func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, h
 		}()
 	}
 	wg.Wait()
-	return time.Since(start)
+	return time.Since(start), gaps
 }
 
 // lockOrPoll takes m with Lock (poll == 0) or by TryLock and sleeping poll
