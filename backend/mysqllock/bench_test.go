@@ -30,8 +30,11 @@ import (
 //     the time from a holder's Unlock returning to the next grant;
 //     stmts/handoff is the server's work per hand-off. ContendedHolding100ms is the same with
 //     each holder keeping the lock 100 ms: what polling costs while waiting.
+//     ContendedPairHolding20ms: 2 clients, each holding 20 ms, so that the
+//     other always waits: unlock-to-grant is the wake-up latency.
 //
-// Run: go test ./backend/mysqllock -run '^$' -bench MariaDB -benchtime 5x
+// Run: go test ./backend/mysqllock -run '^$' -bench MariaDB/Uncontended -benchtime 200x
+// and: go test ./backend/mysqllock -run '^$' -bench MariaDB/Contended -benchtime 3x
 func BenchmarkMariaDB(b *testing.B) {
 	s := server{testenv.StartMariaDB(b)}
 
@@ -87,14 +90,15 @@ func BenchmarkMariaDB(b *testing.B) {
 		b.ReportMetric(float64(lock)/float64(upd), "x-commit")
 	})
 
-	b.Run("Contended", func(b *testing.B) { contended(b, s, 0, 40) })
-	b.Run("ContendedHolding100ms", func(b *testing.B) { contended(b, s, 100*time.Millisecond, 10) })
+	b.Run("Contended", func(b *testing.B) { contended(b, s, 8, 0, 40) })
+	b.Run("ContendedHolding100ms", func(b *testing.B) { contended(b, s, 8, 100*time.Millisecond, 10) })
+	b.Run("ContendedPairHolding20ms", func(b *testing.B) { contended(b, s, 2, 20*time.Millisecond, 20) })
 }
 
-// contended runs the hand-off rounds of every mode, interleaved; each
-// holder keeps the lock for hold before it hands it on.
-func contended(b *testing.B, s server, hold time.Duration, perRound int) {
-	const workers = 8
+// contended runs the hand-off rounds of every mode, interleaved, among
+// workers clients; each holder keeps the lock for hold before it hands it
+// on.
+func contended(b *testing.B, s server, workers int, hold time.Duration, perRound int) {
 	clients := make([]*dlock.Client, workers)
 	for i := range clients {
 		clients[i] = dlock.New(s.open(b, s.Addr, ""), dlock.WithTTL(10*time.Second))
