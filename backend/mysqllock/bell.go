@@ -25,6 +25,8 @@ const (
 	waitCap       = 5  // seconds a waiter blocks before it looks at the row again
 	pollMin       = 5 * time.Millisecond
 	pollMax       = time.Second
+	pendingPoll   = 2 * time.Millisecond // while a new holder's bell is being taken
+	pendingPolls  = 50                   // then back off as for a holder without a bell
 )
 
 // bells keeps this driver's bells on one connection: a user lock per held

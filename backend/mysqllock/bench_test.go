@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -29,9 +30,10 @@ import (
 //     without a server-side wait do; x-poll is the ratio. unlock-to-grant is
 //     the time from a holder's Unlock returning to the next grant;
 //     stmts/handoff is the server's work per hand-off. ContendedHolding100ms is the same with
-//     each holder keeping the lock 100 ms: what polling costs while waiting.
-//     ContendedPairHolding20ms: 2 clients, each holding 20 ms, so that the
-//     other always waits: unlock-to-grant is the wake-up latency.
+//     each holder keeping the lock 100 ms on average: what polling costs
+//     while waiting.
+//     ContendedPairHolding20ms: 2 clients, each holding 20 ms on average, so
+//     that the other always waits: unlock-to-grant is the wake-up latency.
 //
 // Run: go test ./backend/mysqllock -run '^$' -bench MariaDB/Uncontended -benchtime 200x
 // and: go test ./backend/mysqllock -run '^$' -bench MariaDB/Contended -benchtime 3x
@@ -138,7 +140,8 @@ func contended(b *testing.B, s server, workers int, hold time.Duration, perRound
 }
 
 // handOffs has the clients pass the lock name among themselves n times,
-// each holding it for hold, and returns how long that took. A client that released waits for another's
+// each holding it for about hold, and returns how long that took and the
+// sum of the times from an Unlock's return to the next grant. A client that released waits for another's
 // grant before it asks again.
 func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, hold time.Duration) (took, gaps time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -183,7 +186,9 @@ func handOffs(b *testing.B, clients []*dlock.Client, name string, n int, poll, h
 				last := grants >= n
 				cond.Broadcast()
 				mu.Unlock()
-				time.Sleep(hold)
+				// Hold for hold on average, spread so that the hand-offs do
+				// not fall into step with a poll interval.
+				time.Sleep(hold/2 + rand.N(hold+1))
 				if err := l.Unlock(context.Background()); err != nil {
 					b.Error(err)
 					return

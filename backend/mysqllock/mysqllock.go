@@ -51,11 +51,11 @@
 // again; the portable layer also retries at the holder's expiry and every
 // couple of seconds. A waiter waits only on a bell held by the connection
 // recorded in the row, so waiters passing a bell among themselves never wake
-// each other. Where a holder has no bell (the moment between its grant and
-// taking the bell; a crashed holder whose lease still runs; a bell
-// connection that failed or was stranded by a partition — its session ends
-// by wait_timeout after 60 s) the waiter polls with back-off from 5 ms to
-// 1 s. Break wakes waiters when the broken holder's next renewal is refused
+// each other. In the moment between a grant and the holder taking its bell
+// the waiter looks every 2 ms; where a holder has no bell (a crashed holder
+// whose lease still runs; a bell connection that failed or was stranded by
+// a partition — its session ends by wait_timeout after 60 s) it polls with
+// back-off from 5 ms to 1 s. Break wakes waiters when the broken holder's next renewal is refused
 // (within a third of its TTL) or at their next look. A cancelled Lock ends
 // its waiter's statement with KILL QUERY (a session may kill its own user's
 // statements without extra privileges) and returns only once it has ended,

@@ -569,7 +569,7 @@ func (s server) testBellRings(t *testing.T) {
 			res := make(chan sql.NullInt64, 1)
 			go func() {
 				var st sql.NullInt64
-				if err := db.QueryRow(d.q.wait, nil, bell, bell, 30, bell, name).Scan(&st); err != nil {
+				if err := db.QueryRow(d.q.wait, nil, bell, bell, 30, bell, bell, name).Scan(&st); err != nil {
 					t.Error(err)
 				}
 				res <- st

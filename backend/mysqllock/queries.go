@@ -88,18 +88,22 @@ ORDER BY name`
 //	2  the holder kept its bell for the whole wait (its lease runs on)
 //	3  the bell rang: the holder released it (or its connection died)
 //	4  this driver holds it (its bell connection is ours): wait in-process
-//	0  the lock is held but its holder has no bell (yet): poll
+//	5  the lock is held and its bell is free: the holder's bell connection
+//	   is about to take it (it does so just after the grant): look again soon
+//	0  the lock is held and its holder has no bell: poll
 //
 // The wait is bounded by the holder's remaining lease, by the server's
 // clock, and by a cap. A waiter that gets the bell gives it back in the
 // same statement, so the next waiter and the next holder can take it.
-// Parameters: own bell connection id, bell, bell, cap_seconds, bell, name.
+// Parameters: own bell connection id, bell, bell, cap_seconds, bell, bell,
+// name.
 const wait = `SELECT CASE
 	WHEN l.owner IS NULL OR l.expires_at <= UTC_TIMESTAMP(6) THEN 1
 	WHEN l.bell = ? THEN 4
 	WHEN IS_USED_LOCK(?) = l.bell THEN 2 + COALESCE(
 		GET_LOCK(?, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) / 1000000)))
 		AND RELEASE_LOCK(?), 0)
+	WHEN l.bell IS NOT NULL AND IS_USED_LOCK(?) IS NULL THEN 5
 	ELSE 0 END
 FROM (SELECT 1) AS one LEFT JOIN {t} AS l ON l.name = ?`
 

@@ -165,11 +165,12 @@ type waiter struct {
 
 // Wait statement outcomes (see queries.go).
 const (
-	waitNoBell = 0
-	waitFree   = 1
-	waitHeld   = 2
-	waitRang   = 3
-	waitOurs   = 4
+	waitNoBell  = 0
+	waitFree    = 1
+	waitHeld    = 2
+	waitRang    = 3
+	waitOurs    = 4
+	waitPending = 5
 )
 
 func (w *waiter) run() {
@@ -185,7 +186,7 @@ func (w *waiter) run() {
 	}
 	clean := true
 	defer func() { w.d.putSession(s, clean) }()
-	poll := pollMin
+	poll, pending := pollMin, 0
 	signalled := false // armed: an attempt has just failed
 	for {
 		w.d.lmu.Lock()
@@ -199,11 +200,14 @@ func (w *waiter) run() {
 			return
 		}
 		var st sql.NullInt64
-		err := s.stmt.QueryRowContext(context.Background(), ours, w.bell, w.bell, waitCap, w.bell, []byte(w.name)).Scan(&st)
+		err := s.stmt.QueryRowContext(context.Background(), ours, w.bell, w.bell, waitCap, w.bell, w.bell, []byte(w.name)).Scan(&st)
 		killed := w.leave()
 		if killed || err != nil {
 			clean = false
 			return
+		}
+		if st.Int64 != waitPending && st.Int64 != waitNoBell {
+			pending = 0 // a pending bell was taken, or the holder changed
 		}
 		switch st.Int64 {
 		case waitRang:
@@ -254,6 +258,14 @@ func (w *waiter) run() {
 			if !signalled {
 				w.notify()
 				signalled = true
+			}
+		case waitPending: // the holder takes its bell in a moment
+			signalled = false
+			if pending++; pending <= pendingPolls {
+				if !w.sleep(pendingPoll) {
+					return
+				}
+				continue
 			}
 		default: // held without a bell: poll
 			signalled = false
