@@ -107,11 +107,11 @@ func (m *MariaDB) start(t testing.TB) {
 	if err := p.WaitTCP(m.Addr, 60*time.Second); err != nil {
 		p.Kill()
 		b, _ := os.ReadFile(filepath.Join(m.logs, "error.log"))
-		t.Fatalf("testenv: %v\n%s", err, tail(b, 30))
+		t.Fatalf("testenv: %v\n%s", err, mariadbLogTail(b, 30))
 	}
 }
 
-func tail(b []byte, n int) string {
+func mariadbLogTail(b []byte, n int) string {
 	lines := 0
 	for i := len(b) - 1; i >= 0; i-- {
 		if b[i] == '\n' {
