@@ -29,6 +29,7 @@ type Lease struct {
 	mu       sync.Mutex
 	deadline time.Time // monotonic: after it, holding can no longer be proven
 	released bool      // Unlock was called
+	ended    bool      // Done is closed or closing
 	stop     chan struct{}
 }
 
@@ -124,21 +125,28 @@ func (l *Lease) held() driver.Held {
 
 // end closes Done with cause, once; it reports whether this call ended it.
 func (l *Lease) end(cause error) bool {
-	if l.ctx.Err() != nil {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
 		return false
 	}
-	l.cancel(cause)
-	return true
-}
-
-// lose ends the lease as lost and tells the logger and hooks.
-func (l *Lease) lose(cause error) error {
-	if l.end(cause) {
+	l.ended = true
+	l.mu.Unlock()
+	if errors.Is(cause, ErrLeaseLost) {
+		// Tell the logger and hooks before Done closes, so whoever waits on
+		// Done sees the hooks' effects.
 		l.o.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
 		if h := l.o.hooks.Lost; h != nil {
 			h(l.name, l.token, cause)
 		}
 	}
+	l.cancel(cause)
+	return true
+}
+
+// lose ends the lease as lost; cause wraps ErrLeaseLost.
+func (l *Lease) lose(cause error) error {
+	l.end(cause)
 	return l.Err()
 }
 
