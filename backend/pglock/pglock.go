@@ -255,8 +255,10 @@ func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool)
 // error as it is, a missing privilege explained, anything else
 // ErrUnavailable.
 func (d *Driver) fail(ctx context.Context, err error) error {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return ctx.Err()
+	if ctx.Err() != nil {
+		// Whatever the driver saw (a cancelled statement, a closed
+		// connection), the caller's context ended it.
+		return fmt.Errorf("pglock: %w (%v)", ctx.Err(), err)
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42501" {
@@ -361,15 +363,12 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 func (d *Driver) release(ctx context.Context, q querier, h driver.Held) error {
-	var live bool
-	err := q.QueryRow(ctx, d.releaseSQL, []byte(h.Name), h.Owner, d.channel, payload(d.key(h.Name))).Scan(&live, nil)
+	err := q.QueryRow(ctx, d.releaseSQL, []byte(h.Name), h.Owner, d.channel, payload(d.key(h.Name))).Scan(nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
+		return fmt.Errorf("%w: %q expired or was taken over before its release", driver.ErrLeaseLost, h.Name)
 	case err != nil:
 		return d.fail(ctx, err)
-	case !live:
-		return fmt.Errorf("%w: %q had expired before its release", driver.ErrLeaseLost, h.Name)
 	}
 	return nil
 }

@@ -14,6 +14,16 @@ const (
 	// createSQL makes the sequence and the table. The sequence is not owned
 	// by the table on purpose: dropping and re-creating the table must not
 	// restart the tokens.
+	//
+	// A name's row, once inserted, stays: release marks it free (owner ''),
+	// expiry and Break leave it expired. This is what keeps tokens ordered:
+	// every grant after the first updates the row, drawing its token from
+	// the sequence only after it holds the row's lock, so each grant's token
+	// is drawn after the previous grant committed. (A token drawn in an
+	// INSERT's VALUES is drawn before the conflict check; were rows deleted,
+	// an insert that drew early and stalled could land after a later grant
+	// with a smaller token.) took_over records whether this grant ended a
+	// lease that had not been released (expired, crashed or broken).
 	createSQL = `
 CREATE SEQUENCE IF NOT EXISTS {{seq}} AS bigint;
 CREATE TABLE IF NOT EXISTS {{table}} (
@@ -23,6 +33,7 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	holder      bytea,
 	expires_at  timestamptz NOT NULL,
 	acquired_at timestamptz NOT NULL,
+	took_over   boolean     NOT NULL DEFAULT false,
 	session_key bigint
 )`
 
@@ -30,12 +41,18 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	// quoted names as identifiers).
 	existsSQL = `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`
 
-	// acquireSQL takes the lock in one statement: insert the lease, or take
-	// over a lease that has expired by the server's clock, with a fresh
-	// token. It returns one row either way: the grant (token, whether an
-	// expired lease was taken over), or, when the lock is held, the
-	// holder's remaining TTL in microseconds. A takeover notifies waiters,
-	// which then re-arm their expiry timers on the new holder.
+	// acquireSQL takes the lock in one statement: insert the name's first
+	// lease, or take over a lease that is free or has expired by the
+	// server's clock, with a fresh token. It returns one row either way:
+	// the grant (token, whether an unreleased lease was taken over), or,
+	// when the lock is held, the holder's remaining TTL in microseconds (0
+	// if the statement's snapshot saw an older version of the row, free). A
+	// takeover notifies waiters, which then re-arm their expiry timers on
+	// the new holder.
+	//
+	// A session lock ($7 not NULL) is written by a client that already holds
+	// the name's advisory lock, so it also takes over another session
+	// lock's row: that holder's session has ended.
 	//
 	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 channel,
 	// $6 payload, $7 session key (NULL for a lease).
@@ -44,15 +61,16 @@ WITH ins AS (
 	INSERT INTO {{table}} AS l (name, owner, token, holder, expires_at, acquired_at, session_key)
 	VALUES ($1, $2, nextval({{seqname}}), $3, clock_timestamp() + $4::bigint * interval '1 microsecond', clock_timestamp(), $7::bigint)
 	ON CONFLICT (name) DO UPDATE
-	SET owner = excluded.owner, token = excluded.token, holder = excluded.holder,
-	    expires_at = excluded.expires_at, acquired_at = excluded.acquired_at, session_key = excluded.session_key
+	SET owner = excluded.owner, token = nextval({{seqname}}), holder = excluded.holder,
+	    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', acquired_at = clock_timestamp(),
+	    took_over = l.owner <> '', session_key = excluded.session_key
 	WHERE l.expires_at <= clock_timestamp()
 	   OR (l.session_key IS NOT NULL AND $7::bigint IS NOT NULL)
-	RETURNING l.token, l.xmax <> 0 AS recovered
+	RETURNING l.token, l.took_over
 )
-SELECT token, recovered, 0::bigint, CASE WHEN recovered THEN pg_notify($5, $6)::text END FROM ins
+SELECT token, took_over, 0::bigint, CASE WHEN took_over THEN pg_notify($5, $6)::text END FROM ins
 UNION ALL
-SELECT NULL, NULL, (extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint, NULL
+SELECT NULL, NULL, (extract(epoch FROM greatest(expires_at, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint, NULL
 FROM {{table}} WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
 
 	// extendSQL renews a live lease of its owner.
@@ -61,14 +79,16 @@ FROM {{table}} WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
 UPDATE {{table}} SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()`
 
-	// releaseSQL deletes its owner's lease and wakes the waiters (the
-	// notification is delivered when the statement commits). It reports
-	// whether the lease was still live: deleting an expired lease of one's
-	// own is tidy, but the lease had been lost.
+	// releaseSQL frees its owner's live lease and wakes the waiters (the
+	// notification is delivered when the statement commits).
 	// $1 name, $2 owner, $3 channel, $4 payload.
 	releaseSQL = `
-WITH d AS (DELETE FROM {{table}} WHERE name = $1 AND owner = $2 RETURNING expires_at > clock_timestamp() AS live)
-SELECT live, pg_notify($3, $4)::text FROM d`
+WITH r AS (
+	UPDATE {{table}} SET owner = '', holder = NULL, expires_at = '-infinity', session_key = NULL
+	WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()
+	RETURNING name
+)
+SELECT pg_notify($3, $4)::text FROM r`
 
 	// liveSQL is the condition for a row that holds its lock: its lease has
 	// not expired, and, for a session lock, the advisory lock is still held
@@ -93,13 +113,13 @@ FROM {{table}} l WHERE l.name >= $1 AND ($2::bytea IS NULL OR l.name < $2) AND `
 ORDER BY l.name`
 
 	// breakSQL ends a live lease whoever holds it, and wakes the waiters.
-	// The row stays, expired, so that the next grant is reported as a
-	// takeover (Grant.Recovered). A session lock's holder is also
-	// disconnected, which frees its advisory lock.
+	// The row stays, expired with its owner, so that the next grant is
+	// reported as a takeover (Grant.Recovered). A session lock's holder is
+	// also disconnected, which frees its advisory lock.
 	// $1 name, $2 channel, $3 payload.
 	breakSQL = `
 WITH b AS (
-	UPDATE {{table}} l SET expires_at = '-infinity', owner = ''
+	UPDATE {{table}} l SET expires_at = '-infinity'
 	WHERE l.name = $1 AND ` + liveSQL + `
 	RETURNING l.session_key
 )

@@ -48,12 +48,18 @@ func (s *sessionSet) closeAll() {
 	s.conns = map[*session]struct{}{}
 	s.mu.Unlock()
 	for x := range all {
-		x.close()
+		// Cut the socket first (safe while a statement is in flight on
+		// it), so that an Extend stuck in a partition ends now.
+		_ = x.conn.PgConn().Conn().Close()
+		x.mu.Lock()
+		x.closeLocked()
+		x.mu.Unlock()
 	}
 }
 
-// close ends the session, and with it the advisory lock.
-func (x *session) close() {
+// closeLocked ends the session, and with it the advisory lock. The caller
+// holds x.mu.
+func (x *session) closeLocked() {
 	x.set.mu.Lock()
 	delete(x.set.conns, x)
 	x.set.mu.Unlock()
@@ -111,6 +117,8 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 		return driver.Grant{}, 0, d.fail(ctx, err)
 	}
 	x := &session{conn: conn, set: d.sessions}
+	x.mu.Lock() // Close waits for this attempt to finish with the connection
+	defer x.mu.Unlock()
 	if !x.set.add(x) {
 		conn.Close(context.Background())
 		return driver.Grant{}, 0, fmt.Errorf("%w: pglock: driver closed", driver.ErrUnavailable)
@@ -125,7 +133,7 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 		err = conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", k).Scan(&got)
 	}
 	if err != nil || !got {
-		x.close()
+		x.closeLocked()
 		if err != nil {
 			return driver.Grant{}, 0, d.fail(ctx, err)
 		}
@@ -134,7 +142,7 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 	sent := time.Now() // the TTL starts with the row, after the wait
 	g, retryAfter, err := d.tryAcquire(ctx, conn, req, &k)
 	if err != nil {
-		x.close()
+		x.closeLocked()
 		return driver.Grant{}, retryAfter, err
 	}
 	g.Since = sent
@@ -163,7 +171,7 @@ func (x *session) extend(ctx context.Context, d *Driver, h driver.Held, ttl time
 func (x *session) release(ctx context.Context, d *Driver, h driver.Held) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	defer x.close()
+	defer x.closeLocked()
 	if x.conn.IsClosed() {
 		return fmt.Errorf("%w: %q: its session had ended", driver.ErrLeaseLost, h.Name)
 	}
