@@ -260,6 +260,11 @@ func (d *Driver) fail(ctx context.Context, err error) error {
 		// connection), the caller's context ended it.
 		return fmt.Errorf("pglock: %w (%v)", ctx.Err(), err)
 	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// A dial that used the deadline as its own can fail a moment
+		// before the context reports it.
+		return fmt.Errorf("pglock: %w (%v)", context.DeadlineExceeded, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42501" {
 		return d.privilegeError(ctx, err, false)

@@ -78,6 +78,9 @@ func (x *session) closeLocked() {
 //     noticed during its wait.
 func sessionConfig(base *pgx.ConnConfig, ttl time.Duration) *pgx.ConnConfig {
 	cfg := base.Copy()
+	// A connection lives for one lock: preparing its statements would cost
+	// a round trip each and never pay off.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
 	}
