@@ -53,6 +53,7 @@ func newClient(t testing.TB, rawURL string, opts ...pglock.Option) *dlock.Client
 // parameters, never SQL text: each locks only itself and comes back as it
 // went in, and the table survives.
 func TestHostileNamesAreStoredAndMatchedExactly(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	c := newClient(t, srv.URL(srv.Addr, ""), pglock.WithTable(`odd"table; --`))
 	other := newClient(t, srv.URL(srv.Addr, ""), pglock.WithTable(`odd"table; --`))
@@ -118,6 +119,7 @@ func TestHostileNamesAreStoredAndMatchedExactly(t *testing.T) {
 // table gets an error naming the grants; once the schema owner has run
 // Migrate and granted table privileges, the role can lock.
 func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	srv.Exec(`CREATE ROLE locker LOGIN`)
 	lockerURL := strings.Replace(srv.URL(srv.Addr, ""), "postgres://"+srv.User+"@", "postgres://locker@", 1)
@@ -153,6 +155,7 @@ func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
 // TestGrantReportsTakeoverOfUnreleasedLease: Recovered is set when the
 // previous lease expired or was broken, not when it was released.
 func TestGrantReportsTakeoverOfUnreleasedLease(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	d := newDriver(t, srv.URL(srv.Addr, ""))
 	ctx := ctxT(t, 60*time.Second)
@@ -197,6 +200,7 @@ func TestGrantReportsTakeoverOfUnreleasedLease(t *testing.T) {
 // TestWaitersShareOneListenConnection: many waiters of one driver cost one
 // LISTEN connection, and a release wakes them.
 func TestWaitersShareOneListenConnection(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	u := srv.URL(srv.Addr, "application_name=waiters")
 	holder := newClient(t, srv.URL(srv.Addr, ""))
@@ -250,6 +254,7 @@ func TestWaitersShareOneListenConnection(t *testing.T) {
 // TestSubscriberIsWokenByRelease: the NOTIFY sent by a release on one
 // driver reaches a subscriber on another.
 func TestSubscriberIsWokenByRelease(t *testing.T) {
+	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	a := newDriver(t, srv.URL(srv.Addr, ""))
 	b := newDriver(t, srv.URL(srv.Addr, ""))
