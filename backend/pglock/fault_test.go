@@ -1,7 +1,11 @@
 package pglock_test
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -147,5 +151,50 @@ func TestCutConnectionSeesLossBeforeOthersAcquire(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestKilledSessionHolderFreesAtOnce: a process holding a session lock with
+// a one-minute TTL is killed with SIGKILL; the lock is granted to another
+// client well before that TTL could have run out, because the server ends
+// the session when the connection drops.
+func TestKilledSessionHolderFreesAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	u := srv.URL(srv.Addr, "mode=session")
+	const ttl = time.Minute
+	// The test binary, run as a lock-holding child by dlocktest.Main.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DLOCKTEST_CHILD_URL="+u, "DLOCKTEST_CHILD_NAME=job", "DLOCKTEST_CHILD_TTL="+ttl.String())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var tok uint64
+	if _, err := fmt.Fscanf(bufio.NewReader(out), "TOKEN %d\n", &tok); err != nil {
+		t.Fatalf("holder process: %v", err)
+	}
+	c := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
+	if _, err := c.Mutex("job").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while the child holds the lock: %v, want ErrNotAcquired", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	l, err := c.Mutex("job").Lock(ctxT(t, ttl/2))
+	if err != nil {
+		t.Fatalf("the killed holder's session lock was not freed within half its TTL: %v", err)
+	}
+	t.Logf("freed %v after SIGKILL (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
+	if l.Token() <= tok {
+		t.Errorf("token %d after the crash, want above %d", l.Token(), tok)
+	}
+	if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+		t.Error(err)
 	}
 }
