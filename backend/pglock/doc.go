@@ -95,12 +95,14 @@
 //     server's lock queue, in pg_advisory_lock). Count them against
 //     max_connections. Each lock opens a new connection, which costs far
 //     more than the two statements of a lease (see the benchmarks).
-//   - The server frees the lock when the connection ends; the holder learns
-//     of it at its next renewal (every TTL/3), which pings the connection
-//     (an owner-checked UPDATE of the row). So a connection cut (rather than
-//     a silent partition) can hand the lock to another client up to TTL/3
-//     before the old holder's Done closes: the fencing token is the
-//     defence, as always.
+//   - The server frees the lock when the connection ends, before the holder
+//     can know. The holder watches its idle connection (a non-blocking peek
+//     every 100ms) and closes Lost as soon as the server has closed it or
+//     sent the error that precedes the close; at the latest it learns at
+//     its next renewal (every TTL/3), which pings the connection with an
+//     owner-checked UPDATE of the row. So after a connection cut another
+//     client may be granted the lock a moment before the old holder's Done
+//     closes: the fencing token is the defence, as always.
 //   - A silent partition does not end the connection at once; the server
 //     ends it by idle_session_timeout, which is set to the TTL on the lock's
 //     connection, while the holder declares the loss at its own deadline,

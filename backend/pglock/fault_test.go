@@ -97,8 +97,8 @@ func TestServerCrashWhileLocksAreHeld(t *testing.T) {
 // TestCutConnectionSeesLossBeforeOthersAcquire closes the holder's
 // connections and keeps it from making new ones: its Done closes before
 // another client is granted the lock. With session locks the server frees
-// the lock as soon as the connection ends, and the holder sees the loss at
-// its next renewal at the latest.
+// the lock as soon as the connection ends, and the holder sees the loss by
+// watching its connection (at its next renewal at the latest).
 func TestCutConnectionSeesLossBeforeOthersAcquire(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	for _, mode := range []string{"lease", "session"} {

@@ -21,6 +21,58 @@ type session struct {
 	mu   sync.Mutex // pgx connections are not for concurrent use
 	conn *pgx.Conn
 	set  *sessionSet
+
+	lost     chan struct{} // closed when the watch sees the session end
+	stop     chan struct{} // closed when the session is closed by us
+	stopOnce sync.Once
+}
+
+// watchEvery is how often a held session lock's idle connection is looked
+// at for a sign that the server ended it.
+const watchEvery = 100 * time.Millisecond
+
+// watch closes x.lost as soon as the idle connection shows that the session
+// has ended (the server closed it, or sent the error that precedes the
+// close), so that a holder whose connection was cut learns of it within
+// about watchEvery rather than at its next renewal. It only peeks at the
+// socket; when data is waiting it pings, which reads it.
+func (x *session) watch() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-x.stop:
+			return
+		case <-t.C:
+		}
+		if !x.mu.TryLock() {
+			continue // a statement is in flight: it will see for itself
+		}
+		ended := x.conn.IsClosed()
+		if !ended {
+			closed, data, ok := peekSocket(x.conn.PgConn().Conn())
+			switch {
+			case !ok:
+				x.mu.Unlock()
+				return // cannot tell on this platform: renewals will
+			case closed:
+				ended = true
+			case data:
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ended = x.conn.Ping(ctx) != nil && x.conn.IsClosed()
+				cancel()
+			}
+		}
+		x.mu.Unlock()
+		if ended {
+			select {
+			case <-x.stop: // released meanwhile: nothing was lost
+			default:
+				close(x.lost)
+			}
+			return
+		}
+	}
 }
 
 // sessionSet tracks a driver's session connections, so that Close ends
@@ -60,6 +112,7 @@ func (s *sessionSet) closeAll() {
 // closeLocked ends the session, and with it the advisory lock. The caller
 // holds x.mu.
 func (x *session) closeLocked() {
+	x.stopOnce.Do(func() { close(x.stop) })
 	x.set.mu.Lock()
 	delete(x.set.conns, x)
 	x.set.mu.Unlock()
@@ -119,7 +172,7 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 	if err != nil {
 		return driver.Grant{}, 0, d.fail(ctx, err)
 	}
-	x := &session{conn: conn, set: d.sessions}
+	x := &session{conn: conn, set: d.sessions, lost: make(chan struct{}), stop: make(chan struct{})}
 	x.mu.Lock() // Close waits for this attempt to finish with the connection
 	defer x.mu.Unlock()
 	if !x.set.add(x) {
@@ -150,6 +203,8 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 	}
 	g.Since = sent
 	g.Handle = x
+	g.Lost = x.lost
+	go x.watch()
 	return g, 0, nil
 }
 
