@@ -26,9 +26,9 @@
 //     remaining TTL, which bounds the fallback poll.
 //   - The token is nextval of a sequence, drawn while the statement holds
 //     the name's row lock, so each grant's token is drawn after the previous
-//     grant committed: tokens strictly increase per name. Rows are therefore never
-//     deleted: release marks the row free (owner ''), so the next grant
-//     updates it. (An INSERT draws its token before the conflict check; if
+//     grant committed: tokens strictly increase per name. Rows are
+//     therefore never deleted: release marks the row free (an empty
+//     owner), so the next grant updates it. (An INSERT draws its token before the conflict check; if
 //     rows were deleted, an insert that drew early and stalled could land
 //     after a later grant with a smaller token.) Free rows cost a few dozen
 //     bytes per name ever locked; deleting a free row is safe only while no
