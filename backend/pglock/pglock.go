@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -71,7 +72,7 @@ type Driver struct {
 	acquireSQL, extendSQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
 
 	migrateMu sync.Mutex
-	migrated  bool
+	migrated  atomic.Bool
 
 	listen   *listener
 	sessions *sessionSet
@@ -184,15 +185,17 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 func (d *Driver) Migrate(ctx context.Context) error {
 	d.migrateMu.Lock()
 	defer d.migrateMu.Unlock()
-	d.migrated = false
 	return d.migrateLocked(ctx, true)
 }
 
 // ensure creates the table on first use.
 func (d *Driver) ensure(ctx context.Context) error {
+	if d.migrated.Load() {
+		return nil
+	}
 	d.migrateMu.Lock()
 	defer d.migrateMu.Unlock()
-	if d.migrated {
+	if d.migrated.Load() {
 		return nil
 	}
 	return d.migrateLocked(ctx, false)
@@ -205,7 +208,7 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 			return d.fail(ctx, err)
 		}
 		if exists && !create {
-			d.migrated = true
+			d.migrated.Store(true)
 			return nil
 		}
 		// CREATE … IF NOT EXISTS checks the schema privilege even when the
@@ -214,7 +217,7 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 		var pe *pgconn.PgError
 		switch {
 		case err == nil:
-			d.migrated = true
+			d.migrated.Store(true)
 			return nil
 		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") && attempt < 3:
 			// Another client created it at the same moment: look again.
@@ -311,9 +314,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	return d.tryAcquire(ctx, d.pool, req, nil)
 }
 
-// querier is a pool or a single connection.
+// querier is a pool or a single connection (a session lock's).
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, sessionKey *int64) (driver.Grant, time.Duration, error) {
@@ -346,9 +350,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 	return d.extend(ctx, d.pool, h, ttl)
 }
 
-func (d *Driver) extend(ctx context.Context, q interface {
-	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}, h driver.Held, ttl time.Duration) error {
+func (d *Driver) extend(ctx context.Context, q querier, h driver.Held, ttl time.Duration) error {
 	tag, err := q.Exec(ctx, d.extendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
 	if err != nil {
 		return d.fail(ctx, err)
