@@ -93,8 +93,11 @@
 //
 //   - One connection per held lock, and per waiter (waiters wait in the
 //     server's lock queue, in pg_advisory_lock). Count them against
-//     max_connections. Each lock opens a new connection, which costs far
-//     more than the two statements of a lease (see the benchmarks).
+//     max_connections. A released lock's connection, holding nothing, is
+//     kept for reuse (up to 4 per driver); beyond that each lock opens a
+//     connection, which costs far more than the two statements of a lease.
+//     Taking a session lock is one round trip for the advisory lock and
+//     one for the row; releasing it, one.
 //   - The server frees the lock when the connection ends, before the holder
 //     can know. The holder watches its idle connection (a non-blocking peek
 //     every 100ms) and closes Lost as soon as the server has closed it or

@@ -38,8 +38,22 @@ func TestServerCrashWhileLocksAreHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	maxBefore := max(held.Token(), due.Token)
+	// A session-lock driver whose released connection waits for reuse.
+	sessions := newClient(t, u, pglock.WithSessionLocks())
+	if l, err := sessions.Mutex("session").TryLock(ctx); err != nil {
+		t.Fatal(err)
+	} else if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	srv.Restart(t)
+
+	// The idle session connection died with the server: a new one is used.
+	if l, err := sessions.Mutex("session").TryLock(ctx); err != nil {
+		t.Errorf("session lock after the restart: %v", err)
+	} else if err := l.Unlock(ctx); err != nil {
+		t.Error(err)
+	}
 
 	other := newClient(t, u)
 	// The due lease is granted anew, once the server is back.

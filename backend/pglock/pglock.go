@@ -370,7 +370,15 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 func (d *Driver) release(ctx context.Context, q querier, h driver.Held) error {
-	err := q.QueryRow(ctx, d.releaseSQL, []byte(h.Name), h.Owner, d.channel, payload(d.key(h.Name))).Scan(nil)
+	return d.released(ctx, h, q.QueryRow(ctx, d.releaseSQL, d.releaseArgs(h)...).Scan(nil))
+}
+
+func (d *Driver) releaseArgs(h driver.Held) []any {
+	return []any{[]byte(h.Name), h.Owner, d.channel, payload(d.key(h.Name))}
+}
+
+// released interprets the outcome of releaseSQL.
+func (d *Driver) released(ctx context.Context, h driver.Held, err error) error {
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %q expired or was taken over before its release", driver.ErrLeaseLost, h.Name)
