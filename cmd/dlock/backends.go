@@ -2,5 +2,7 @@ package main
 
 // The backends built into the dlock command: each registers its URL scheme.
 import (
-// _ "github.com/dlock/dlock/backend/memlock"
+	_ "github.com/dlock/dlock/backend/memlock"
+	_ "github.com/dlock/dlock/backend/mysqllock"
+	_ "github.com/dlock/dlock/backend/pglock"
 )
