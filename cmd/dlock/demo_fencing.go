@@ -173,13 +173,17 @@ func (d *fencingDemo) run(ctx context.Context) error {
 	h2.wait()
 
 	time.Sleep(500 * time.Millisecond)
-	h1.signal(syscall.SIGCONT)
 	d.say("", "holder 1 RESUMES (SIGCONT), still sure it holds the lock, and writes")
+	h1.signal(syscall.SIGCONT)
 	if ev, err = h1.next(ctx, "wrote"); err != nil {
 		return err
 	}
 	if ev, err = h1.next(ctx, "lost"); err == nil {
-		d.say("holder 1", "finds out, too late, that its lease was lost: %s", ev.Detail)
+		why := ev.Detail // `lease lost: "name": why`
+		if i := strings.LastIndex(why, `": `); i >= 0 {
+			why = why[i+3:]
+		}
+		d.say("holder 1", "finds out, too late, that its lease was lost: %s", why)
 	}
 	h1.wait()
 
