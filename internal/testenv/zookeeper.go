@@ -126,7 +126,7 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 		// limit (every test client comes from 127.0.0.1); no admin server;
 		// the four-letter words tests use to find the leader.
 		cfg.WriteString("maxSessionTimeout=120000\nmaxClientCnxns=0\nadmin.enableServer=false\n")
-		cfg.WriteString("4lw.commands.whitelist=srvr,ruok,stat,mntr,cons\nautopurge.purgeInterval=0\n")
+		cfg.WriteString("4lw.commands.whitelist=srvr,ruok,stat,mntr,cons,wchp,wchc\nautopurge.purgeInterval=0\n")
 		if n > 1 {
 			for j, p := range ps {
 				fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p.peer, p.election)
@@ -306,20 +306,28 @@ func (s *ZooKeeperServer) Log(n int) string {
 // "standalone", "leader" or "follower" while it serves, "" when it does not
 // answer or does not serve yet.
 func (s *ZooKeeperServer) Mode() string {
-	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, "srvr"); err != nil {
-		return ""
-	}
-	sc := bufio.NewScanner(c)
+	out, _ := s.FourLetter("srvr")
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
 			return strings.TrimSpace(m)
 		}
 	}
 	return ""
+}
+
+// FourLetter sends one of ZooKeeper's four-letter commands (srvr, ruok,
+// stat, mntr, cons, wchp, wchc are enabled) and returns the answer.
+func (s *ZooKeeperServer) FourLetter(cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
 }
