@@ -144,8 +144,8 @@
 //   - session-timeout: the session timeout asked of the server (default
 //     10s); the server clamps it to its limits, and the driver uses the
 //     negotiated value.
-//   - connect-timeout: how long Open waits for the first session when its
-//     context has no deadline (default 15s).
+//   - connect-timeout: how long Open waits for the first session (default
+//     15s; Open's context may cut it shorter).
 //
 // Passwords never appear in errors.
 package zklock
@@ -277,11 +277,8 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 	if cfg.user != "" {
 		d.acl = zk.DigestACL(zk.PermAll, cfg.user, cfg.password)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.connectTimeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
 	up := make(chan struct{})
 	var upOnce sync.Once
 	conn, _, err := zk.Connect(cfg.hosts, cfg.sessionTimeout,
