@@ -131,21 +131,21 @@
 //
 // # URL
 //
-//	zk://[user:password@]host1:2181,host2:2181[/root][?session-timeout=10s&connect-timeout=15s]
+//		zk://[user:password@]host1:2181,host2:2181[/root][?session-timeout=10s&connect-timeout=15s]
 //
-//   - hosts: the ensemble's client addresses (port 2181 if omitted).
-//   - root: the node under which lock parents live; default /dlock (it and
-//     its ancestors are created when first needed). It plays the part of a
-//     chroot: "/" is refused, to keep locks out of ZooKeeper's own nodes.
-//   - user:password: digest authentication. Every node the driver creates
-//     then carries the ACL digest:user:password with all permissions and
-//     nothing for anyone else, so another identity can neither read,
-//     delete nor take these locks.
-//   - session-timeout: the session timeout asked of the server (default
-//     10s); the server clamps it to its limits, and the driver uses the
-//     negotiated value.
-//   - connect-timeout: how long Open waits for the first session (default
-//     15s; Open's context may cut it shorter).
+//	  - hosts: the ensemble's client addresses (port 2181 if omitted).
+//	  - root: the node under which lock parents live; default /dlock (it and
+//	    its ancestors are created when first needed). It plays the part of a
+//	    chroot: "/" is refused, to keep locks out of ZooKeeper's own nodes.
+//	  - user:password: digest authentication. Every node the driver creates
+//	    then carries the ACL digest:user:password with all permissions and
+//	    nothing for anyone else, so another identity can neither read,
+//	    delete nor take these locks.
+//	  - session-timeout: the session timeout asked of the server (default
+//	    10s); the server clamps it to its limits, and the driver uses the
+//	    negotiated value.
+//	  - connect-timeout: how long Open waits for the first session (default
+//	    15s; Open's context may cut it shorter).
 //
 // Passwords never appear in errors.
 package zklock

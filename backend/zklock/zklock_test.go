@@ -79,6 +79,13 @@ func TestStandalone(t *testing.T) {
 		})
 	})
 	t.Run("WaitersWatchOnlyTheirPredecessor", func(t *testing.T) { testNoHerd(t, z, open) })
+	t.Run("PausedServerExpiresSessionAndNextTokenIsHigher", func(t *testing.T) { testPausedServer(t, z, open) })
+	t.Run("ExpiredSessionClosesLostWhenHolderReconnects", func(t *testing.T) { testServerEndsSession(t, z, open) })
+	t.Run("ShortDisconnectionKeepsLease", func(t *testing.T) { testShortDisconnectKeepsLease(t, z, open) })
+	t.Run("ConnectionCutsDuringLockLeaveNoOrphans", func(t *testing.T) { testCutsLeaveNoOrphans(t, z, open) })
+	t.Run("DigestACLKeepsOtherIdentitiesOut", func(t *testing.T) { testDigestACL(t, z) })
+	t.Run("EmptyParentsAreDeleted", func(t *testing.T) { testEmptyParentsGo(t, z, open) })
+	t.Run("ServerRestartWhileHeld", func(t *testing.T) { testRestarts(t, z, open) })
 }
 
 func TestCapabilitiesFollowTheNegotiatedSession(t *testing.T) {
