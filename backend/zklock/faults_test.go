@@ -452,3 +452,44 @@ func testRestarts(t *testing.T, z *testenv.ZooKeeper, open opener) {
 		mustUnlock(t, l2)
 	})
 }
+
+// testLeaderStopped kills the ensemble's leader: the two other servers
+// elect a new one and the lock keeps being granted, with increasing tokens;
+// the holder of another lock either keeps it (it reconnected within its
+// lease) or sees it lost — never both it and someone else hold it.
+func testLeaderStopped(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	holder := client(t, open(t, "/ensemble"))
+	held := mustLock(t, holder, "held")
+	other := client(t, open(t, "/ensemble"))
+	var last uint64
+	grant := func(round int) {
+		l := mustLock(t, other, "granting")
+		if l.Token() <= last {
+			t.Errorf("grant %d: token %d, want > %d", round, l.Token(), last)
+		}
+		last = l.Token()
+		mustUnlock(t, l)
+	}
+	grant(0)
+	leader := z.Leader()
+	if leader == nil {
+		t.Fatal("the ensemble has no leader")
+	}
+	leader.Kill()
+	stopped := time.Now()
+	for i := range 5 {
+		grant(i + 1)
+	}
+	t.Logf("5 grants within %v of killing the leader (server %d)", time.Since(stopped).Round(time.Millisecond), leader.ID)
+	select {
+	case <-held.Done():
+		t.Logf("the holder of another lock lost it during the election: %v", held.Err())
+	default:
+		if _, err := other.Mutex("held").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock of a lock whose holder kept its lease: %v, want ErrNotAcquired", err)
+		}
+		mustUnlock(t, held)
+	}
+	leader.Start(t)
+	grant(6)
+}

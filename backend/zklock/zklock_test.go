@@ -176,3 +176,32 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 		t.Errorf("Open of an unreachable server: %v; want ErrUnavailable without the password", err)
 	}
 }
+
+// TestEnsemble runs the conformance suite against a 3-server ensemble on
+// loopback, and stops its leader while locks are held and taken.
+func TestEnsemble(t *testing.T) {
+	z := testenv.StartZooKeeperEnsemble(t, 3, testenv.ZooKeeperOptions{})
+	query := "session-timeout=" + testSession.String()
+	open := func(t testing.TB, root string) *Driver { return openURL(t, zkURL(z.Addrs(), root, query)) }
+
+	t.Run("Conformance", func(t *testing.T) {
+		dlocktest.Run(t, dlocktest.Harness{
+			Open: func(ctx context.Context, addrs []string) (driver.Driver, error) {
+				if addrs == nil {
+					addrs = z.Addrs()
+				}
+				u, err := url.Parse(zkURL(addrs, "/conformance", query))
+				if err != nil {
+					return nil, err
+				}
+				return Open(ctx, u)
+			},
+			Endpoints: z.Addrs(),
+			URL:       zkURL(z.Addrs(), "/conformance", query),
+			Restart:   z.Restart,
+			TTL:       testSession,
+			Fair:      true,
+		})
+	})
+	t.Run("StoppedLeaderDoesNotStopGrants", func(t *testing.T) { testLeaderStopped(t, z, open) })
+}
