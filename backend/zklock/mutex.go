@@ -93,41 +93,46 @@ func queueOf(kids []string) []queued {
 	return q
 }
 
-// enqueue creates our node, and in one round trip sets a watch on it (for
-// Break and session expiry) and lists the queue.
+// enqueue creates our node and lists the queue ahead of it. The create
+// tells whether the node was its parent's only child: then it holds the
+// lock, and the uncontended case is one round trip.
 func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lockNode, []string, error) {
-	path, session, err := d.create(ctx, parent, newGUID(), data)
+	c, err := d.create(ctx, parent, newGUID(), data)
 	if err != nil {
 		return nil, nil, err
 	}
-	type own struct {
-		stat  *zk.Stat
-		watch <-chan zk.Event
-		err   error
-	}
-	ownc := make(chan own, 1)
-	go func() {
-		st, w, err := d.watchNode(ctx, path)
-		ownc <- own{st, w, err}
-	}()
-	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
-	o := <-ownc
-	if err == nil {
-		err = o.err
-	}
-	switch {
-	case errors.Is(err, zk.ErrNoNode):
-		return nil, nil, errVanished
-	case err != nil:
-		go d.remove(path, session)
-		return nil, nil, d.fail(ctx, "queue in "+parent, err)
-	}
 	n := &lockNode{
-		d: d, path: path, name: path[len(parent)+1:], parent: parent,
-		session: o.stat.EphemeralOwner, czxid: o.stat.Czxid,
+		d: d, path: c.path, name: c.path[len(parent)+1:], parent: parent, session: c.session, czxid: c.czxid,
 		vanished: make(chan struct{}), retired: make(chan struct{}), held: make(chan struct{}),
 	}
-	go n.keep(o.watch)
+	if n.czxid == 0 {
+		// Found after a lost reply: read its zxid and session.
+		type res struct {
+			ok bool
+			st *zk.Stat
+		}
+		r, err := retry(ctx, d, func() (res, error) { ok, st, err := d.conn.Exists(n.path); return res{ok, st}, err })
+		switch {
+		case err != nil:
+			go d.remove(n.path, n.session)
+			return nil, nil, d.fail(ctx, "read "+n.path, err)
+		case !r.ok:
+			return nil, nil, errVanished
+		}
+		n.czxid, n.session = r.st.Czxid, r.st.EphemeralOwner
+	}
+	go n.keep()
+	if c.only {
+		return n, []string{n.name}, nil
+	}
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
+	if err != nil {
+		n.retire()
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil, errVanished
+		}
+		return nil, nil, d.fail(ctx, "list "+parent, err)
+	}
 	return n, kids, nil
 }
 
@@ -144,10 +149,19 @@ func (d *Driver) watchNode(ctx context.Context, path string) (*zk.Stat, <-chan z
 	return r.st, r.w, err
 }
 
-// await waits until n is the lowest node of its queue: it watches the node
-// just ahead, and when that one goes, either holds (it was the only one
-// ahead: no lower node can appear) or lists the queue again.
+// await waits until n is the lowest node of its queue. It watches the node
+// just ahead: when that one goes and it was the only one ahead (no lower
+// node can appear), n holds the lock; otherwise await lists the queue
+// again. Further back in the queue it also watches the node ahead of its
+// predecessor, whose deletion means that the predecessor now holds the lock:
+// await lists the queue at once, while the predecessor holds, so that its
+// release is the turn of n without another round trip. A deletion thus
+// wakes two waiters at most, never the whole queue.
 func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait bool) (driver.Grant, error) {
+	var (
+		pred  string
+		predW <-chan zk.Event // watch on pred, kept while pred stays ahead
+	)
 	for {
 		q := queueOf(kids)
 		i := slices.IndexFunc(q, func(e queued) bool { return e.name == n.name })
@@ -162,15 +176,27 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 		alone := i == 1
-		_, watch, err := d.watchNode(ctx, n.parent+"/"+q[i-1].name)
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
-			if alone {
-				return d.grant(ctx, n)
+		var err error
+		predGone, earlyGone := false, false
+		if predW == nil || pred != q[i-1].name {
+			pred = q[i-1].name
+			if _, predW, err = d.watchNode(ctx, n.parent+"/"+pred); errors.Is(err, zk.ErrNoNode) {
+				predGone, predW, err = true, nil, nil
 			}
+		}
+		var earlyW <-chan zk.Event
+		if err == nil && !predGone && !alone {
+			if _, earlyW, err = d.watchNode(ctx, n.parent+"/"+q[i-2].name); errors.Is(err, zk.ErrNoNode) {
+				earlyGone, err = true, nil
+			}
+		}
+		switch {
 		case err != nil:
 			n.retire()
 			return driver.Grant{}, d.fail(ctx, "watch "+n.parent, err)
+		case predGone && alone:
+			return d.grant(ctx, n)
+		case predGone || earlyGone:
 		default:
 			select {
 			case <-ctx.Done():
@@ -178,10 +204,12 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 				return driver.Grant{}, ctx.Err()
 			case <-n.vanished:
 				return driver.Grant{}, errVanished
-			case ev := <-watch:
+			case ev := <-predW:
 				if ev.Type == zk.EventNodeDeleted && alone {
 					return d.grant(ctx, n)
 				}
+				predW = nil
+			case <-earlyW:
 			}
 		}
 		kids, err = retry(ctx, d, func() ([]string, error) { return d.children(n.parent) })
@@ -397,7 +425,25 @@ func (n *lockNode) retire() { n.retireOn.Do(func() { close(n.retired) }) }
 // end of the session closes vanished; a retirement, or a lease whose
 // deadline passed without a confirmed renewal (its holder has been told it
 // lost the lock, and will not release it), deletes it.
-func (n *lockNode) keep(watch <-chan zk.Event) {
+func (n *lockNode) keep() {
+	var watch <-chan zk.Event
+	arm := func() bool {
+		_, w, err := n.d.watchNode(context.Background(), n.path)
+		if err != nil {
+			if !n.isReleasing() {
+				n.vanish()
+				if !errors.Is(err, zk.ErrNoNode) {
+					n.d.remove(n.path, n.session)
+				}
+			}
+			return false
+		}
+		watch = w
+		return true
+	}
+	if !arm() {
+		return
+	}
 	var expire <-chan time.Time
 	held := n.held
 	for {
@@ -408,10 +454,10 @@ func (n *lockNode) keep(watch <-chan zk.Event) {
 			}
 			if ev.Type == zk.EventNodeDataChanged {
 				// Someone wrote to our node: it is still there; watch again.
-				if _, w, err := n.d.watchNode(context.Background(), n.path); err == nil {
-					watch = w
-					continue
+				if !arm() {
+					return
 				}
+				continue
 			}
 			n.vanish()
 			return
@@ -453,21 +499,28 @@ func (d *Driver) remove(path string, session int64) {
 	}
 }
 
-// create adds a node for us to parent's queue and returns its path and the
-// session it was created in. The node's name carries a fresh GUID
-// (Curator's protected mode): after a create whose reply was lost with the
-// connection, create looks for its GUID before trying again, so that it
-// never leaves a node behind. A missing parent (never created, or deleted by
-// the server as an empty container) is created and the create retried.
-func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (string, int64, error) {
+// created is the outcome of create.
+type created struct {
+	path           string
+	session, czxid int64 // czxid 0: not known (the node was found after a lost reply)
+	only           bool  // it was its parent's only child: the holder
+}
+
+// create adds a node for us to parent's queue. The node's name carries a
+// fresh GUID (Curator's protected mode): after a create whose reply was lost
+// with the connection, create looks for its GUID before trying again, so
+// that it never leaves a node behind. A missing parent (never created, or
+// deleted by the server as an empty container) is created and the create
+// retried.
+func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (created, error) {
 	prefix := parent + "/" + protectedPrefix + guid + lockMarker
 	session := d.conn.SessionID()
 	unknown := false // a create may have succeeded without our learning it
-	fail := func(err error) (string, int64, error) {
+	fail := func(err error) (created, error) {
 		if unknown {
 			go d.removeGUID(parent, guid, session)
 		}
-		return "", 0, err
+		return created{}, err
 	}
 	give := time.Now().Add(d.session())
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
@@ -478,7 +531,7 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 			p, err := d.findGUID(ctx, parent, guid)
 			switch {
 			case err == nil && p != "":
-				return p, session, nil
+				return created{path: p, session: session}, nil
 			case err == nil:
 				unknown = false // it was not applied: create again
 			case ctx.Err() != nil || !transient(err):
@@ -487,10 +540,10 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 		}
 		if !unknown {
 			session = d.conn.SessionID()
-			p, err := d.createOnce(ctx, prefix, data, parent, guid, session)
+			c, err := d.createOnce(ctx, prefix, data, parent, guid, session)
 			switch {
 			case err == nil:
-				return p, session, nil
+				return c, nil
 			case errors.Is(err, zk.ErrNoNode):
 				if err := d.makeParent(ctx, parent); err != nil && !transient(err) {
 					return fail(d.fail(ctx, "create "+parent, err))
@@ -509,35 +562,59 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 	}
 }
 
-// createOnce sends one create. If ctx ends first, the create's outcome is
-// awaited in the background and any node it made is deleted.
-func (d *Driver) createOnce(ctx context.Context, prefix string, data []byte, parent, guid string, session int64) (string, error) {
+// createOnce sends one create, in a transaction with an empty write to the
+// parent: go-zookeeper returns neither the zxid nor the stat of a create,
+// but the parent's stat after that write carries the transaction's zxid —
+// the new node's czxid, the token — and the number of children, which is 1
+// when the new node is the only one: the lock is ours without a listing. If
+// ctx ends first, the outcome is awaited in the background and any node the
+// create made is deleted.
+func (d *Driver) createOnce(ctx context.Context, prefix string, data []byte, parent, guid string, session int64) (created, error) {
 	type result struct {
-		path string
-		err  error
+		c   created
+		err error
 	}
 	ch := make(chan result, 1)
 	sent := time.Now()
 	go func() {
-		p, err := d.conn.Create(prefix, data, zk.FlagEphemeralSequential, d.acl)
-		ch <- result{p, err}
+		res, err := d.conn.Multi(
+			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: parent, Version: -1})
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("a transaction of 2 operations got %d results", len(res))
+		}
+		for _, r := range res {
+			if r.Error != nil {
+				err = r.Error // the first operation's failure, not its effect on the second
+				break
+			}
+		}
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		st := res[1].Stat
+		ch <- result{c: created{path: res[0].String, session: session, czxid: st.Mzxid, only: st.NumChildren == 1}}
 	}()
 	select {
 	case r := <-ch:
 		if r.err == nil || answered(r.err) {
 			d.confirm(sent)
 		}
-		return r.path, r.err
+		if r.err == nil && d.conn.SessionID() != session {
+			r.c.session = d.conn.SessionID()
+		}
+		return r.c, r.err
 	case <-ctx.Done():
 		go func() {
 			switch r := <-ch; {
 			case r.err == nil:
-				d.remove(r.path, session)
+				d.remove(r.c.path, session)
 			case transient(r.err):
 				d.removeGUID(parent, guid, session)
 			}
 		}()
-		return "", ctx.Err()
+		return created{}, ctx.Err()
 	}
 }
 

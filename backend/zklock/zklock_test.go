@@ -78,7 +78,7 @@ func TestStandalone(t *testing.T) {
 			Fair:      true,
 		})
 	})
-	t.Run("WaitersWatchOnlyTheirPredecessor", func(t *testing.T) { testNoHerd(t, z, open) })
+	t.Run("WaitersWatchOnlyNodesJustAhead", func(t *testing.T) { testNoHerd(t, z, open) })
 	t.Run("PausedServerExpiresSessionAndNextTokenIsHigher", func(t *testing.T) { testPausedServer(t, z, open) })
 	t.Run("ExpiredSessionClosesLostWhenHolderReconnects", func(t *testing.T) { testServerEndsSession(t, z, open) })
 	t.Run("ShortDisconnectionKeepsLease", func(t *testing.T) { testShortDisconnectKeepsLease(t, z, open) })
