@@ -17,12 +17,24 @@ import (
 // on one connection, and hand-offs of one lock between 8 workers, each with
 // its own connection. The two run in alternating rounds within each
 // benchmark, so that a change in the machine's load affects both alike; it
-// reports the grants/s of each and their ratio (dlock/zk.Lock).
+// reports the grants/s of each and their ratio (dlock/zk.Lock). It runs
+// against a server that syncs its log to disk before acknowledging a write
+// (ZooKeeper's default: the disk dominates), and against one that does not
+// (forceSync=no: the client's round trips dominate).
 //
 //	go test ./backend/zklock -run '^$' -bench Lock -benchtime 400x
 func BenchmarkLock(b *testing.B) {
-	z := testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{})
-	addrs := z.Addrs()
+	for _, mode := range []struct {
+		name   string
+		noSync bool
+	}{{"fsync", false}, {"nosync", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			benchmarkLock(b, testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{NoSync: mode.noSync}).Addrs())
+		})
+	}
+}
+
+func benchmarkLock(b *testing.B, addrs []string) {
 	newDlock := func(b *testing.B) *dlock.Client {
 		d := openURL(b, zkURL(addrs, "/bench", ""))
 		return dlock.New(d, dlock.WithTTL(d.Capabilities().MinTTL))

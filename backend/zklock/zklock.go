@@ -9,11 +9,25 @@
 // "_c_<guid>-lock-<sequence>" holding the requester's metadata
 // (Request.Holder, shown by Inspect). The child with the lowest sequence
 // holds the lock; the others wait in sequence order, so grants are FIFO
-// (Capabilities.Fair). Each waiter watches only the child just ahead of it,
-// so a release wakes one client, not the whole queue. When that
-// predecessor was the only child ahead, its deletion makes the waiter the
-// holder without another round trip; otherwise (a waiter ahead gave up)
-// the waiter lists the queue again.
+// (Capabilities.Fair).
+//
+// The create goes in one transaction with an empty write to the parent:
+// the parent's stat that this write returns tells how many children the
+// parent has — one means the new node is alone and holds the lock, so an
+// uncontended lock is a single round trip — and carries the transaction's
+// zxid, the new node's czxid (go-zookeeper returns neither the stat nor the
+// zxid of a plain create).
+//
+// A waiter watches the node just ahead of it, and, from third place back,
+// also the node ahead of that one; nobody watches the parent. When the node
+// just ahead goes and it was the only one ahead (no lower node can appear),
+// the waiter holds the lock without another round trip. When the node two
+// places ahead goes, the waiter's predecessor has most likely just been
+// granted the lock: the waiter lists the queue then, while the predecessor
+// holds, so that the predecessor's release is its turn at once. A deletion
+// therefore wakes at most two waiters, never the whole queue (no herd), and
+// a hand-off under contention costs the release's write and one watch
+// event.
 //
 // The "_c_<guid>-" prefix is Curator's protected mode: if the connection
 // drops before the reply to a create arrives, the client cannot know

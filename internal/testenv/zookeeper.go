@@ -38,6 +38,10 @@ type ZooKeeperOptions struct {
 	// (znode.container.checkIntervalMs). Default 500ms; ZooKeeper's own
 	// default is a minute.
 	ContainerCheck time.Duration
+	// NoSync turns off the fsync of the transaction log before each write
+	// is acknowledged (forceSync=no): unsafe for data, but it takes the
+	// disk out of benchmarks of client round trips.
+	NoSync bool
 }
 
 // ZooKeeper is a ZooKeeper deployment started for a test: one standalone
@@ -127,6 +131,9 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 		// the four-letter words tests use to find the leader.
 		cfg.WriteString("maxSessionTimeout=120000\nmaxClientCnxns=0\nadmin.enableServer=false\n")
 		cfg.WriteString("4lw.commands.whitelist=srvr,ruok,stat,mntr,cons,wchp,wchc\nautopurge.purgeInterval=0\n")
+		if opts.NoSync {
+			cfg.WriteString("forceSync=no\n")
+		}
 		if n > 1 {
 			for j, p := range ps {
 				fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p.peer, p.election)
