@@ -28,7 +28,7 @@ const (
 var errVanished = errors.New("zklock: the queued node vanished")
 
 // Acquire queues an ephemeral sequential node under the name's parent and
-// waits, watching only its predecessor, until it is the lowest. A
+// waits, watching only the nodes just ahead, until it is the lowest. A
 // non-waiting Acquire lists the queue first and does not queue at all when
 // it is not empty.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
