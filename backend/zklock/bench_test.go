@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,12 +48,13 @@ func benchmarkLock(b *testing.B, addrs []string) {
 		b.Cleanup(conn.Close)
 		return conn
 	}
+	ctx := ctxT(b, 10*time.Minute)
 	dlockOne := func(b *testing.B, m *dlock.Mutex) {
-		l, err := m.Lock(ctxT(b, time.Minute))
+		l, err := m.Lock(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := l.Unlock(ctxT(b, time.Minute)); err != nil {
+		if err := l.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -70,7 +72,7 @@ func benchmarkLock(b *testing.B, addrs []string) {
 		lk := zk.NewLock(newZK(b), "/zk-bench/uncontended", zk.WorldACL(zk.PermAll))
 		dlockOne(b, m) // create the parents
 		zkOne(b, lk)
-		alternate(b, 10,
+		alternate(b, 1,
 			func(n int) {
 				for range n {
 					dlockOne(b, m)
@@ -98,25 +100,39 @@ func benchmarkLock(b *testing.B, addrs []string) {
 
 // alternate runs b.N grants of each of dlock and zk.Lock, in alternating
 // rounds of up to round grants, and reports the rate of each and their
-// ratio.
+// ratio (dlock/zk.Lock). Rates are taken from the median round, since a
+// busy machine stalls some rounds for far longer than a grant takes; the
+// ratio of the mean rates is reported too.
 func alternate(b *testing.B, round int, dlockRun, zkRun func(n int)) {
+	var dRounds, zRounds []time.Duration
 	var td, tz time.Duration
 	b.ResetTimer()
 	for done := 0; done < b.N; done += round {
 		n := min(round, b.N-done)
 		s := time.Now()
 		dlockRun(n)
-		td += time.Since(s)
+		d := time.Since(s)
 		s = time.Now()
 		zkRun(n)
-		tz += time.Since(s)
+		z := time.Since(s)
+		td, tz = td+d, tz+z
+		if n == round {
+			dRounds, zRounds = append(dRounds, d), append(zRounds, z)
+		}
 	}
 	b.StopTimer()
-	rd, rz := float64(b.N)/td.Seconds(), float64(b.N)/tz.Seconds()
+	if len(dRounds) == 0 {
+		return
+	}
+	slices.Sort(dRounds)
+	slices.Sort(zRounds)
+	rd := float64(round) / dRounds[len(dRounds)/2].Seconds()
+	rz := float64(round) / zRounds[len(zRounds)/2].Seconds()
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(rd, "dlock-grants/s")
 	b.ReportMetric(rz, "zk.Lock-grants/s")
 	b.ReportMetric(rd/rz, "ratio")
+	b.ReportMetric(tz.Seconds()/td.Seconds(), "mean-ratio")
 }
 
 // contend has workers take turns through one lock until n grants in all.

@@ -59,8 +59,9 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 
 // testNoHerd queues five waiters and asks the server who watches what:
 // nobody may watch the queue's parent (a children watch wakes everyone on
-// every change), and each lock node is watched by its owner and at most
-// the two waiters behind it, so that a release wakes two waiters at most.
+// every change), and each lock node is watched by at most the two waiters
+// behind it (and its owner, once its lease was renewed), so that a release
+// wakes two waiters at most.
 func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	const waiters = 5
 	d := open(t, "/herd")
@@ -86,13 +87,13 @@ func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	}
 	parent := d.lockPath(name)
 	// Watches are set right after a waiter shows in the queue: wait until
-	// every node but the last is watched by someone besides its owner.
+	// every node but the last is watched.
 	var watched map[string]int
 	waitFor(10*time.Second, func() bool {
 		watched = watchesByPath(t, z.Servers[0])
 		n := 0
 		for p, c := range watched {
-			if strings.HasPrefix(p, parent+"/") && c >= 2 {
+			if strings.HasPrefix(p, parent+"/") && c >= 1 {
 				n++
 			}
 		}
@@ -106,12 +107,12 @@ func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
 		case strings.HasPrefix(p, parent+"/"):
 			nodes++
 			if sessions > 3 {
-				t.Errorf("%s is watched by %d sessions; want its owner and at most the two waiters behind it", p, sessions)
+				t.Errorf("%s is watched by %d sessions; want at most the two waiters behind it and its owner", p, sessions)
 			}
 		}
 	}
-	if nodes != waiters+1 {
-		t.Errorf("%d lock nodes watched, want %d\n%v", nodes, waiters+1, watched)
+	if nodes < waiters {
+		t.Errorf("%d lock nodes watched, want at least %d (all but the last waiter's)\n%v", nodes, waiters, watched)
 	}
 	mustUnlock(t, l)
 	for range waiters {
@@ -208,6 +209,10 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	held := driver.Held{Name: name, Owner: strings.Repeat("e", 32), Token: g.Token, Handle: g.Handle}
+	if err := d.Extend(ctxT(t, 30*time.Second), held, time.Hour); err != nil { // a renewal: the holder watches its node from now on
+		t.Fatal(err)
+	}
 	p.Block()
 	other := client(t, open(t, "/faults"))
 	l2 := mustLock(t, other, name) // granted once the server expired the session
@@ -225,7 +230,6 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lost not closed 30s after the holder reconnected to learn its session expired")
 	}
-	held := driver.Held{Name: name, Owner: strings.Repeat("e", 32), Token: g.Token, Handle: g.Handle}
 	if err := d.Extend(ctxT(t, 30*time.Second), held, time.Hour); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Extend after the session expired: %v, want ErrLeaseLost", err)
 	}

@@ -103,7 +103,7 @@ func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lock
 	}
 	n := &lockNode{
 		d: d, path: c.path, name: c.path[len(parent)+1:], parent: parent, session: c.session, czxid: c.czxid,
-		vanished: make(chan struct{}), retired: make(chan struct{}), held: make(chan struct{}),
+		vanished: make(chan struct{}), retired: make(chan struct{}), held: make(chan struct{}), watchNow: make(chan struct{}),
 	}
 	if n.czxid == 0 {
 		// Found after a lost reply: read its zxid and session.
@@ -280,6 +280,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, _ time.Duration) err
 	if !n.confirm(sent) {
 		return fmt.Errorf("%w: %q: the lease ran out before this renewal", driver.ErrLeaseLost, h.Name)
 	}
+	n.watch()
 	return nil
 }
 
@@ -325,11 +326,12 @@ type lockNode struct {
 	parent, name, path   string
 	session, czxid       int64
 	vanishOnce, retireOn sync.Once
-	holdOnce             sync.Once
+	holdOnce, watchOnce  sync.Once
 
 	vanished chan struct{} // closed when the node is gone or no longer ours (Grant.Lost)
 	retired  chan struct{} // closed when the node must be deleted
 	held     chan struct{} // closed when granted: the keeper minds the lease deadline
+	watchNow chan struct{} // closed when the keeper should watch the node
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the last round trip that proved the lease
@@ -418,13 +420,21 @@ func (n *lockNode) isVanished() bool {
 	}
 }
 
+// watch asks the keeper to watch the node, if it does not yet.
+func (n *lockNode) watch() { n.watchOnce.Do(func() { close(n.watchNow) }) }
+
 // retire asks the keeper to delete the node.
 func (n *lockNode) retire() { n.retireOn.Do(func() { close(n.retired) }) }
 
-// keep watches the node until it is gone: a deletion (release, Break) or the
-// end of the session closes vanished; a retirement, or a lease whose
-// deadline passed without a confirmed renewal (its holder has been told it
-// lost the lock, and will not release it), deletes it.
+// keep minds the node until it is gone. From the lease's first renewal on,
+// it watches the node: a deletion (Break) or the end of the session then
+// closes vanished at once. (Until then the renewal, a third of the lease
+// after the grant, is what notices; not watching earlier saves every grant
+// a request — an uncontended lock is one round trip — and a waiter learns
+// that its node went with its session from the watch on its predecessor.)
+// A retirement, or a lease whose deadline passed without a confirmed
+// renewal (its holder has been told it lost the lock, and will not release
+// it), deletes the node.
 func (n *lockNode) keep() {
 	var watch <-chan zk.Event
 	arm := func() bool {
@@ -441,13 +451,16 @@ func (n *lockNode) keep() {
 		watch = w
 		return true
 	}
-	if !arm() {
-		return
-	}
+	watchNow := n.watchNow
 	var expire <-chan time.Time
 	held := n.held
 	for {
 		select {
+		case <-watchNow:
+			watchNow = nil
+			if !arm() {
+				return
+			}
 		case ev := <-watch:
 			if n.isReleasing() {
 				return

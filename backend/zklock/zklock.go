@@ -79,8 +79,10 @@
 // for the session timeout, measured by the server's clock, and deletes the
 // session's nodes. The driver uses one session (its connection) for all its
 // locks; when ZooKeeper expires it, every lease of the driver is lost: the
-// watch each holder keeps on its own node reports it and Grant.Lost closes
-// (go-zookeeper then opens a new session for later calls).
+// watch each holder keeps on its own node (from the lease's first renewal
+// on; the renewal itself checks the node before that) reports it and
+// Grant.Lost closes (go-zookeeper then opens a new session for later
+// calls).
 //
 // A client cannot see its session expire while it is cut off from the
 // servers, so the lease is also bounded in time: any reply to a request
@@ -137,7 +139,8 @@
 //     their deadlines.
 //   - Break deletes the holder's node (it needs the delete permission on
 //     the parent: with digest auth, the same identity); the holder's watch
-//     sees the deletion and Grant.Lost closes at once.
+//     sees the deletion and Grant.Lost closes at once (in the first third of
+//     a lease, at its first renewal).
 //
 // Capabilities.LockDelay is false: the recipe does not record whether the
 // previous holder released or was lost, so WithLockDelay waits after
