@@ -237,6 +237,9 @@ func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 		sent := time.Now()
 		if err := d.check(ctx, n); err != nil {
 			n.retire()
+			if errors.Is(err, driver.ErrLeaseLost) {
+				return driver.Grant{}, errVanished // queue again
+			}
 			return driver.Grant{}, err
 		}
 		since = sent
