@@ -103,7 +103,7 @@ func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lock
 	}
 	n := &lockNode{
 		d: d, path: c.path, name: c.path[len(parent)+1:], parent: parent, session: c.session, czxid: c.czxid,
-		vanished: make(chan struct{}), retired: make(chan struct{}), held: make(chan struct{}), watchNow: make(chan struct{}),
+		vanished: make(chan struct{}), retired: make(chan struct{}), held: make(chan struct{}), watchNow: make(chan struct{}), finished: make(chan struct{}),
 	}
 	if n.czxid == 0 {
 		// Found after a lost reply: read its zxid and session.
@@ -306,6 +306,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 		case err == nil, errors.Is(err, zk.ErrNoNode) && retried:
 			// (NoNode after an attempt whose reply was lost: that attempt
 			// deleted it, or it went with the session; either way it is gone.)
+			n.finish()
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
 			n.vanish()
@@ -330,11 +331,13 @@ type lockNode struct {
 	session, czxid       int64
 	vanishOnce, retireOn sync.Once
 	holdOnce, watchOnce  sync.Once
+	finishOnce           sync.Once
 
 	vanished chan struct{} // closed when the node is gone or no longer ours (Grant.Lost)
 	retired  chan struct{} // closed when the node must be deleted
 	held     chan struct{} // closed when granted: the keeper minds the lease deadline
 	watchNow chan struct{} // closed when the keeper should watch the node
+	finished chan struct{} // closed when its owner deleted the node
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the last round trip that proved the lease
@@ -411,8 +414,13 @@ func (n *lockNode) drop(ctx context.Context) {
 	n.release()
 	if _, err := roundTrip(ctx, n.d, func() (struct{}, error) { return struct{}{}, n.d.conn.Delete(n.path, -1) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		n.retire()
+		return
 	}
+	n.finish()
 }
+
+// finish tells the keeper that the node is gone and nothing is left to mind.
+func (n *lockNode) finish() { n.finishOnce.Do(func() { close(n.finished) }) }
 
 func (n *lockNode) isVanished() bool {
 	select {
@@ -492,6 +500,8 @@ func (n *lockNode) keep() {
 			return
 		case <-n.retired:
 			n.d.remove(n.path, n.session)
+			return
+		case <-n.finished:
 			return
 		case <-n.d.closed:
 			return
