@@ -20,17 +20,27 @@ import (
 // benchmark, so that a change in the machine's load affects both alike; it
 // reports the grants/s of each and their ratio (dlock/zk.Lock). It runs
 // against a server that syncs its log to disk before acknowledging a write
-// (ZooKeeper's default: the disk dominates), and against one that does not
-// (forceSync=no: the client's round trips dominate).
+// (ZooKeeper's default: on this loopback setup the disk dominates), against
+// one that does not (forceSync=no: the server's and clients' CPU
+// dominates), and against that one through a proxy that adds half a
+// millisecond each way, as a network between machines does (the round trips
+// dominate).
 //
-//	go test ./backend/zklock -run '^$' -bench Lock -benchtime 400x
+//	go test ./backend/zklock -run '^$' -bench Lock -benchtime 800x
 func BenchmarkLock(b *testing.B) {
 	for _, mode := range []struct {
 		name   string
 		noSync bool
-	}{{"fsync", false}, {"nosync", true}} {
+		delay  time.Duration
+	}{{"fsync", false, 0}, {"nosync", true, 0}, {"nosync-1ms-rtt", true, 500 * time.Microsecond}} {
 		b.Run(mode.name, func(b *testing.B) {
-			benchmarkLock(b, testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{NoSync: mode.noSync}).Addrs())
+			addrs := testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{NoSync: mode.noSync}).Addrs()
+			if mode.delay > 0 {
+				p := testenv.NewProxy(b, addrs[0])
+				p.SetDelay(mode.delay)
+				addrs = []string{p.Addr()}
+			}
+			benchmarkLock(b, addrs)
 		})
 	}
 }
