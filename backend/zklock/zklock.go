@@ -44,8 +44,11 @@
 // deletes a container once its last child is gone (every
 // znode.container.checkIntervalMs, one minute by default), so lock names do
 // not accumulate empty parents. A create that races with that deletion
-// fails with NoNode and is retried after re-creating the parent. The root
-// (and the path leading to it) are ordinary persistent nodes.
+// fails with NoNode and is retried after re-creating the parent. (The server
+// keeps a container that never had a child; that happens only when every
+// create under a new parent failed, and the next use of the name clears
+// it.) The root (and the path leading to it) are ordinary persistent
+// nodes, with the ACL of the driver that creates them first.
 //
 // # Names
 //
