@@ -2,4 +2,4 @@ module github.com/dlock/dlock
 
 go 1.26
 
-require github.com/go-zookeeper/zk v1.0.4 // indirect
+require github.com/go-zookeeper/zk v1.0.4
