@@ -250,17 +250,19 @@ func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open open
 	holder := client(t, openURL(t, zkURL([]string{p.Addr()}, "/faults", "session-timeout="+testSession.String())))
 	name := "short-disconnect"
 	l := mustLock(t, holder, name)
-	for range 3 {
-		p.Cut()
-		time.Sleep(200 * time.Millisecond)
+	// A closed connection (go-zookeeper redials after about a second),
+	// then a silent one.
+	p.Cut()
+	cut := time.Now()
+	if !waitFor(2*l.TTL()+10*time.Second, func() bool { return renewedSince(l, cut) }) {
+		t.Fatalf("no renewal confirmed after the connection was closed; lease: %v", l.Err())
 	}
 	p.Block()
 	time.Sleep(l.TTL() / 4)
 	p.Unblock()
 	unblocked := time.Now()
-	// A renewal sent after the reconnection must have been confirmed.
 	if !waitFor(2*l.TTL()+10*time.Second, func() bool { return renewedSince(l, unblocked) }) {
-		t.Fatalf("no renewal confirmed after the reconnection; lease: %v", l.Err())
+		t.Fatalf("no renewal confirmed after the silence; lease: %v", l.Err())
 	}
 	select {
 	case <-l.Done():
