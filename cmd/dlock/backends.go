@@ -5,4 +5,5 @@ import (
 	_ "github.com/dlock/dlock/backend/memlock"
 	_ "github.com/dlock/dlock/backend/mysqllock"
 	_ "github.com/dlock/dlock/backend/pglock"
+	_ "github.com/dlock/dlock/backend/zklock"
 )
