@@ -144,7 +144,7 @@ func report(env *cmdEnv, err error) int {
 // oneLine flattens an error message for a one-line report, and drops the
 // "dlock: " prefix of the library's errors, which the command name repeats.
 func oneLine(err error) string {
-	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	msg := strings.NewReplacer("\n\t", "; ", "\n", "; ", "\t", " ").Replace(strings.TrimSpace(err.Error()))
 	msg = strings.ReplaceAll(msg, ": dlock: ", ": ")
 	return strings.TrimPrefix(msg, "dlock: ")
 }
