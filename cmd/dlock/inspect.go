@@ -78,7 +78,11 @@ func inspectCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	fmt.Fprintf(t, "waiters\t%d\n", len(info.Waiters))
 	for i, w := range info.Waiters {
-		fmt.Fprintf(t, "  %d.\t%s, waiting since %s\n", i+1, holderText(w), ago(w.AcquiredAt, now))
+		waiting := ""
+		if !w.AcquiredAt.IsZero() {
+			waiting = fmt.Sprintf(", waiting for %v", round(now.Sub(w.AcquiredAt)))
+		}
+		fmt.Fprintf(t, "  %d.\t%s%s\n", i+1, holderText(w), waiting)
 	}
 	return t.Flush()
 }
