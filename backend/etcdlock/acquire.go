@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock/dlock/driver"
@@ -17,15 +18,27 @@ import (
 // lowest create revision under the name's prefix: the algorithm of etcd's
 // concurrency.Mutex. The token is the key's create revision.
 //
-// A waiter watches only the key directly ahead of it (no thundering herd),
-// and keeps its lease alive while it waits.
+// A waiter watches only the two keys directly ahead of it (no thundering
+// herd), and keeps its lease alive while it waits.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	sec := ttlSeconds(req.TTL)
+	key := d.lockKey(req.Name, req.Owner)
+	for attempt := 0; ; attempt++ {
+		g, err := d.acquire(ctx, req, sec, key)
+		// A pooled lease can have been revoked by someone else (etcdctl
+		// lease revoke): take a fresh one.
+		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue
+		}
+		return g, err
+	}
+}
+
+func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64, key string) (driver.Grant, error) {
 	l, err := d.getLease(ctx, sec)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	key := d.lockKey(req.Name, req.Owner)
 	pfx := d.namePrefix(req.Name)
 	put := clientv3.OpPut(key, string(req.Holder), clientv3.WithLease(l.id))
 	txn := d.cli.Txn(ctx)
@@ -38,6 +51,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).Then(put)
 	}
 	resp, err := txn.Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return driver.Grant{}, err // nothing was put
+	}
 	if err != nil {
 		// The put may have been applied before the error: take it back.
 		d.abandon(key, l, sec)
@@ -118,8 +134,12 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 			continue
 		}
 		failures = 0
-		if near.gone || (next != nil && next.gone) {
-			continue // a key ahead went away before its watch began
+		if gone := goneWatch(near, next); gone != nil {
+			// A key ahead went away before its watch began: drop the
+			// watch and read again, from a state at least that recent.
+			atLeast = max(atLeast, gone.goneAt)
+			near, next = dropWatch(near, gone), dropWatch(next, gone)
+			continue
 		}
 		n := len(ahead) // keys ahead: 1, 2, or 3 meaning "3 or more"
 
@@ -163,6 +183,25 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 			}
 		}
 	}
+}
+
+// goneWatch returns the first of ws whose key was gone when it began.
+func goneWatch(ws ...*syncedWatch) *syncedWatch {
+	for _, w := range ws {
+		if w != nil && w.gone {
+			return w
+		}
+	}
+	return nil
+}
+
+// dropWatch cancels w and returns nil if it is gone, else returns w.
+func dropWatch(w, gone *syncedWatch) *syncedWatch {
+	if w == gone {
+		w.cancel()
+		return nil
+	}
+	return w
 }
 
 // watchAhead makes near watch ahead[0] and next watch ahead[1] (if any),

@@ -211,3 +211,41 @@ func TestListFindsNamesByPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedLeaseIsReplaced revokes, behind the driver's back, the lease
+// it keeps from a released lock for reuse: the next Lock takes a new one.
+func TestRevokedLeaseIsReplaced(t *testing.T) {
+	srv := startServer(t)
+	ctx := testContext(t)
+	c := newLocker(t, srv.Endpoints())
+	l, err := c.Mutex("revoked").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw := newClient(t, srv.Endpoints())
+	leases, err := raw.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases.Leases) == 0 {
+		t.Fatal("no lease kept after the release")
+	}
+	for _, ls := range leases.Leases {
+		if _, err := raw.Revoke(ctx, ls.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l2, err := c.Mutex("revoked").Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after the kept lease was revoked: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	if err := l2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -32,7 +32,8 @@ type syncedWatch struct {
 	createRev int64
 	ch        clientv3.WatchChan
 	cancel    context.CancelFunc
-	gone      bool // the key was already gone (or replaced) when the watch began
+	gone      bool  // the key was already gone (or replaced) when the watch began
+	goneAt    int64 // the revision of the read that found it gone
 }
 
 // watchDeletion watches key, which a read at revision seenRev found with
@@ -65,7 +66,9 @@ func (d *Driver) watchDeletion(ctx context.Context, key string, createRev, seenR
 		cancel()
 		return nil, err
 	}
-	w.gone = len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+		w.gone, w.goneAt = true, resp.Header.Revision
+	}
 	return w, nil
 }
 
@@ -102,7 +105,8 @@ type keyWatch struct {
 // grant. Only a Break in the first 100 ms of a grant is reported late —
 // and Extend checks the key as well.
 func (d *Driver) watchKey(key string, rev int64) *keyWatch {
-	ctx, cancel := context.WithCancel(context.Background())
+	// Closing the client ends the watch too.
+	ctx, cancel := context.WithCancel(d.cli.Ctx())
 	kw := &keyWatch{gone: make(chan struct{}), cancel: cancel}
 	go func() {
 		from := rev + 1
