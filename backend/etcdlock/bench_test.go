@@ -22,6 +22,8 @@ import (
 // concurrency.Mutex reuses one session, as its users do).
 // Contended: 8 clients, each with its own etcd connection, take turns on
 // one name, holding it 1 ms each time; grants/s is the hand-off rate.
+// Ratio: both, in alternating rounds; contended-x and uncontended-x are
+// dlock's rate over concurrency.Mutex's (run it with -benchtime 10x).
 
 const (
 	benchClients = 8
@@ -29,93 +31,146 @@ const (
 	benchTTL     = 10 * time.Second
 )
 
-func BenchmarkEtcd(b *testing.B) {
-	srv := startServer(b)
-	eps := srv.Endpoints()
+// locker takes the lock and returns the function that releases it.
+type locker func(context.Context) (unlock func(), err error)
 
-	b.Run("Uncontended/dlock", func(b *testing.B) {
-		ctx := context.Background()
-		m := newLocker(b, eps, dlock.WithTTL(benchTTL)).Mutex("bench/uncontended/dlock")
-		b.ResetTimer()
-		for b.Loop() {
+func dlockLockers(b *testing.B, eps []string, name string, n int) []locker {
+	ls := make([]locker, n)
+	for i := range ls {
+		m := newLocker(b, eps, dlock.WithTTL(benchTTL)).Mutex(name)
+		ls[i] = func(ctx context.Context) (func(), error) {
 			l, err := m.Lock(ctx)
 			if err != nil {
-				b.Fatal(err)
+				return nil, err
 			}
-			if err := l.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
+			return func() { _ = l.Unlock(ctx) }, nil
 		}
-	})
-	b.Run("Uncontended/concurrency.Mutex", func(b *testing.B) {
-		ctx := context.Background()
+	}
+	return ls
+}
+
+func mutexLockers(b *testing.B, eps []string, name string, n int) []locker {
+	ls := make([]locker, n)
+	for i := range ls {
 		s, err := concurrency.NewSession(newClient(b, eps), concurrency.WithTTL(int(benchTTL/time.Second)))
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer s.Close()
-		m := concurrency.NewMutex(s, "bench/uncontended/mutex")
-		b.ResetTimer()
-		for b.Loop() {
+		b.Cleanup(func() { _ = s.Close() })
+		m := concurrency.NewMutex(s, name)
+		ls[i] = func(ctx context.Context) (func(), error) {
 			if err := m.Lock(ctx); err != nil {
-				b.Fatal(err)
+				return nil, err
 			}
-			if err := m.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
+			return func() { _ = m.Unlock(ctx) }, nil
 		}
-	})
+	}
+	return ls
+}
 
-	b.Run("Contended/dlock", func(b *testing.B) {
-		ms := make([]func(context.Context) (func(), error), benchClients)
-		for i := range ms {
-			m := newLocker(b, eps, dlock.WithTTL(benchTTL)).Mutex("bench/contended/dlock")
-			ms[i] = func(ctx context.Context) (func(), error) {
-				l, err := m.Lock(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return func() { _ = l.Unlock(ctx) }, nil
-			}
-		}
-		runContended(b, ms)
-	})
-	b.Run("Contended/concurrency.Mutex", func(b *testing.B) {
-		ms := make([]func(context.Context) (func(), error), benchClients)
-		for i := range ms {
-			s, err := concurrency.NewSession(newClient(b, eps), concurrency.WithTTL(int(benchTTL/time.Second)))
+func BenchmarkEtcd(b *testing.B) {
+	srv := startServer(b)
+	eps := srv.Endpoints()
+
+	uncontended := func(b *testing.B, lock locker) {
+		ctx := context.Background()
+		for b.Loop() {
+			unlock, err := lock(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { _ = s.Close() })
-			m := concurrency.NewMutex(s, "bench/contended/mutex")
-			ms[i] = func(ctx context.Context) (func(), error) {
-				if err := m.Lock(ctx); err != nil {
-					return nil, err
+			unlock()
+		}
+	}
+	b.Run("Uncontended/dlock", func(b *testing.B) {
+		uncontended(b, dlockLockers(b, eps, "bench/uncontended/dlock", 1)[0])
+	})
+	b.Run("Uncontended/concurrency.Mutex", func(b *testing.B) {
+		uncontended(b, mutexLockers(b, eps, "bench/uncontended/mutex", 1)[0])
+	})
+
+	contended := func(b *testing.B, ls []locker) {
+		b.ResetTimer()
+		grants, elapsed, err := contend(ls, b.N, 0)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(grants)/elapsed.Seconds(), "grants/s")
+	}
+	b.Run("Contended/dlock", func(b *testing.B) {
+		contended(b, dlockLockers(b, eps, "bench/contended/dlock", benchClients))
+	})
+	b.Run("Contended/concurrency.Mutex", func(b *testing.B) {
+		contended(b, mutexLockers(b, eps, "bench/contended/mutex", benchClients))
+	})
+
+	// The ratios, measured in alternating rounds of a second each, so that
+	// a machine whose load drifts during the run affects both sides alike.
+	// Each iteration is one round of each.
+	b.Run("Ratio", func(b *testing.B) {
+		ours := dlockLockers(b, eps, "bench/ratio/dlock", benchClients)
+		theirs := mutexLockers(b, eps, "bench/ratio/mutex", benchClients)
+		const round = time.Second
+		var sum [4]struct {
+			n int
+			d time.Duration
+		}
+		for b.Loop() {
+			for i, ls := range [][]locker{ours, theirs} {
+				n, d, err := contend(ls, 0, round)
+				if err != nil {
+					b.Fatal(err)
 				}
-				return func() { _ = m.Unlock(ctx) }, nil
+				sum[i].n += n
+				sum[i].d += d
+				n, d, err = contend(ls[:1], 0, round/4)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sum[2+i].n += n
+				sum[2+i].d += d
 			}
 		}
-		runContended(b, ms)
+		rate := func(i int) float64 { return float64(sum[i].n) / sum[i].d.Seconds() }
+		b.ReportMetric(rate(0), "dlock-contended-grants/s")
+		b.ReportMetric(rate(1), "mutex-contended-grants/s")
+		b.ReportMetric(rate(0)/rate(1), "contended-x")
+		b.ReportMetric(rate(2)/rate(3), "uncontended-x")
 	})
 }
 
-// runContended has every locker take the lock in turn, holding it
-// benchHold, until b.N grants in all, and reports grants per second.
-func runContended(b *testing.B, lockers []func(context.Context) (func(), error)) {
+// contend has every locker take the lock in turn, holding it benchHold
+// each time, until n grants in all (n > 0) or for the duration d, and
+// returns the grants and the time they took. With one locker it measures
+// uncontended lock and unlock.
+func contend(lockers []locker, n int, d time.Duration) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	hold := benchHold
+	if len(lockers) == 1 {
+		hold = 0
+	}
 	var grants atomic.Int64
 	var holders atomic.Int32
 	var wg sync.WaitGroup
 	errs := make(chan error, len(lockers))
-	b.ResetTimer()
 	start := time.Now()
+	more := func() bool {
+		if n > 0 {
+			return grants.Add(1) <= int64(n)
+		}
+		if time.Since(start) >= d {
+			return false
+		}
+		grants.Add(1)
+		return true
+	}
 	for _, lock := range lockers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for grants.Add(1) <= int64(b.N) {
+			for more() {
 				unlock, err := lock(ctx)
 				if err != nil {
 					errs <- err
@@ -124,7 +179,7 @@ func runContended(b *testing.B, lockers []func(context.Context) (func(), error))
 				if holders.Add(1) != 1 {
 					errs <- errOverlap
 				}
-				time.Sleep(benchHold)
+				time.Sleep(hold)
 				holders.Add(-1)
 				unlock()
 			}
@@ -132,12 +187,12 @@ func runContended(b *testing.B, lockers []func(context.Context) (func(), error))
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	b.StopTimer()
 	close(errs)
-	for err := range errs {
-		b.Fatal(err)
+	got := int(grants.Load())
+	if n > 0 {
+		got = n
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "grants/s")
+	return got, elapsed, <-errs
 }
 
 var errOverlap = errorString("two holders at once")
