@@ -40,7 +40,7 @@ type syncedWatch struct {
 // create revision createRev, for its deletion. It returns once the watch is
 // established; w.gone reports that the key is already gone.
 func (d *Driver) watchDeletion(ctx context.Context, key string, createRev, seenRev int64) (*syncedWatch, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(d.watchCtx(ctx))
 	w := &syncedWatch{key: key, createRev: createRev, cancel: cancel}
 	w.ch = d.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	var created clientv3.WatchResponse
@@ -92,23 +92,27 @@ func deletion(wr clientv3.WatchResponse, ok bool) (rev int64, broken bool) {
 type keyWatch struct {
 	gone   chan struct{}
 	cancel context.CancelFunc
+	timer  *time.Timer
 
 	mu      sync.Mutex
 	stopped bool
 }
 
+// keyWatchDelay is how long a key lives before its watch begins.
+const keyWatchDelay = 50 * time.Millisecond
+
 // watchKey watches our own key, created at revision rev, until stop.
 //
-// This watch starts at rev+1, in the past by the time it reaches the
-// server, so it may be caught up by etcd's 100 ms loop before it is live:
-// it never misses the deletion, and this way it costs no extra read per
-// grant. Only a Break in the first 100 ms of a grant is reported late —
-// and Extend checks the key as well.
+// The watch begins keyWatchDelay after the key was created, from revision
+// rev+1, so it misses nothing: a lock held for less than that (the common
+// case under contention) costs no watch at all. Starting in the past, the
+// watch may wait for etcd's 100 ms catch-up loop before it is live, so a
+// Break is reported within about 150 ms — and Extend checks the key too.
 func (d *Driver) watchKey(key string, rev int64) *keyWatch {
 	// Closing the client ends the watch too.
-	ctx, cancel := context.WithCancel(d.cli.Ctx())
+	ctx, cancel := context.WithCancel(d.watchCtx(d.cli.Ctx()))
 	kw := &keyWatch{gone: make(chan struct{}), cancel: cancel}
-	go func() {
+	kw.timer = time.AfterFunc(keyWatchDelay, func() {
 		from := rev + 1
 		for failures := 0; ctx.Err() == nil; {
 			wch := d.cli.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
@@ -143,7 +147,7 @@ func (d *Driver) watchKey(key string, rev int64) *keyWatch {
 				from = resp.Header.Revision + 1
 			}
 		}
-	}()
+	})
 	return kw
 }
 
@@ -163,5 +167,6 @@ func (kw *keyWatch) stop() {
 	kw.mu.Lock()
 	kw.stopped = true
 	kw.mu.Unlock()
+	kw.timer.Stop()
 	kw.cancel()
 }
