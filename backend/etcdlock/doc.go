@@ -15,7 +15,7 @@
 // create revision holds the lock; the others wait in the order they
 // arrived, so waiting is always fair (FIFO). A waiter watches only the keys
 // directly ahead of it — the nearest and the one before that — so a release
-// wakes one waiter, not the whole queue, and the next holder learns of its
+// reaches at most two waiters, not the whole queue, and the next holder learns of its
 // grant from the release's watch event alone, with no further read. The
 // watches start at the server's current revision, so etcd pushes the event
 // the moment the release commits (see watch.go for why concurrency.Mutex is
