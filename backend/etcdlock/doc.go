@@ -14,9 +14,10 @@
 // attached to that lease and reads the lowest key. The key with the lowest
 // create revision holds the lock; the others wait in the order they
 // arrived, so waiting is always fair (FIFO). A waiter watches only the keys
-// directly ahead of it — the nearest and the one before that — so a release
-// reaches at most two waiters, not the whole queue, and the next holder learns of its
-// grant from the release's watch event alone, with no further read. The
+// directly ahead of it — the nearest and the one before that — so a
+// release reaches at most two waiters, not the whole queue, and the next
+// holder learns of its grant from the release's watch event alone, with no
+// further read. The
 // watches start at the server's current revision, so etcd pushes the event
 // the moment the release commits (see watch.go for why concurrency.Mutex is
 // slower there), and all watches of a driver share one gRPC stream. A
