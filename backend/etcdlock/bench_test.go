@@ -25,8 +25,15 @@ import (
 // concurrency.Mutex reuses one session, as its users do).
 // Contended: 8 clients, each with its own etcd connection, take turns on
 // one name, holding it 1 ms each time; grants/s is the hand-off rate.
-// Ratio: both, in alternating rounds; contended-x and uncontended-x are
-// dlock's rate over concurrency.Mutex's (run it with -benchtime 10x).
+// Ratio: both, in alternating rounds of a second; contended-x and
+// uncontended-x are dlock's rate over concurrency.Mutex's, and cpu-µs/grant
+// the process's CPU time per contended grant:
+//
+//	go test -run '^$' -bench Etcd/Ratio -benchtime 8x ./backend/etcdlock/
+//
+// On a shared machine, hand-off rates follow the disk's sync latency (a
+// hand-off is a commit); DLOCK_BENCH_DIR=/dev/shm puts the server's data on
+// a tmpfs to take that out of the comparison.
 
 const (
 	benchClients = 8
