@@ -157,7 +157,7 @@ func BenchmarkEtcd(b *testing.B) {
 				}
 				sum[i].n += n
 				sum[i].d += d
-				n, d, err = contend(ls[:1], 0, round/4)
+				n, d, err = contend(ls[:1], 0, round/2)
 				if err != nil {
 					b.Fatal(err)
 				}
