@@ -102,4 +102,3 @@ func CheckDurable(ctx context.Context, rdb redis.UniversalClient, where string) 
 	}
 	return nil
 }
-

@@ -13,7 +13,7 @@
 //	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <holder>"; "" -> name
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
 //
-// tag is the first 128 bits of SHA-256(name) in hex. A lock name is any
+// tag is driver.NameHash(name): the first 128 bits of SHA-256(name) in hex. A lock name is any
 // UTF-8 string of up to 1024 bytes, including "{", "}" and NUL, none of
 // which may appear in a hash tag; the hash maps each name to a fixed-size
 // tag, collision-free for practical purposes (a collision among 2^64 names
@@ -23,9 +23,7 @@ package redisscript
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -34,6 +32,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/driver"
 )
 
 var (
@@ -85,8 +85,7 @@ type Keys struct {
 
 // KeysFor returns the keys of lock name under prefix.
 func KeysFor(prefix, name string) Keys {
-	sum := sha256.Sum256([]byte(name))
-	base := prefix + ":{" + hex.EncodeToString(sum[:16]) + "}:"
+	base := prefix + ":{" + driver.NameHash(name) + "}:"
 	return Keys{
 		Name: name, Lock: base + "lock", Fence: base + "fence", Queue: base + "queue",
 		Waiters: base + "waiters", Channel: base + "wake",
