@@ -292,7 +292,7 @@ func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([
 	case *redis.Client:
 		err = scan(ctx, c)
 	default:
-		return nil, fmt.Errorf("List needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+		return nil, fmt.Errorf("listing locks needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
 	}
 	return names, err
 }
