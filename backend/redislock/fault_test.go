@@ -1,0 +1,152 @@
+package redislock_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	_ "github.com/dlock/dlock/backend/redislock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// A Redis without persistence forgets its fence counters when it restarts:
+// tokens start again at 1. The package documentation says so, and that is
+// why Capabilities().DurableFencing is false unless declared.
+func TestRestartWithoutPersistenceRestartsTokens(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := open(t, "redis://"+srv.Addr)
+	if c.Capabilities().DurableFencing {
+		t.Fatal("DurableFencing claimed by default")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last uint64
+	for range 3 {
+		l, err := c.Mutex("k").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Restart()
+	l, err := c.Mutex("k").Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock after restart: %v", err)
+	}
+	defer l.Unlock(ctx)
+	if l.Token() != 1 {
+		t.Errorf("token after a restart without persistence = %d (before: %d); the documented behaviour is a restart at 1", l.Token(), last)
+	}
+}
+
+// The environment of a fair waiter run as a child process, so that it can
+// be killed for real.
+const envFairWaiter = "REDISLOCK_TEST_FAIR_WAITER_URL"
+
+func init() {
+	if u := os.Getenv(envFairWaiter); u != "" {
+		os.Exit(fairWaiter(u))
+	}
+}
+
+func fairWaiter(u string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dlock.Open(ctx, u)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 2
+	}
+	fmt.Println("WAITING")
+	l, err := c.Mutex("fair/killed", dlock.WithFair()).Lock(ctx)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 2
+	}
+	fmt.Println("ACQUIRED", l.Token())
+	return 0
+}
+
+func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		in, err := c.Inspect(ctx, name)
+		if err == nil && len(in.Waiters) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect(%q): %d waiters, %v; want %d", name, len(in.Waiters), err, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A fair waiter that is killed stops renewing its place in the queue; it
+// is dropped when it reaches the head, so the waiter behind it is granted
+// the lock and nothing of the dead one remains.
+func TestKilledFairWaiterDoesNotBlockQueue(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	u := "redis://" + srv.Addr + "?waiter_ttl=600ms"
+	c := open(t, u, dlock.WithFair(), dlock.WithTTL(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const name = "fair/killed"
+	holder, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), envFairWaiter+"="+u)
+	out, _ := child.StdoutPipe()
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "WAITING" {
+		t.Fatalf("waiter process: %q", lines.Text())
+	}
+	waitWaiters(t, c, name, 1)
+
+	got := make(chan error, 1)
+	var next *dlock.Lease
+	go func() {
+		var err error
+		next, err = c.Mutex(name).Lock(ctx)
+		got <- err
+	}()
+	waitWaiters(t, c, name, 2) // behind the child
+
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	released := time.Now()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter behind a killed waiter: %v", err)
+	}
+	t.Logf("granted %v after the release, past a killed waiter (waiter TTL 600ms)", time.Since(released).Round(time.Millisecond))
+	defer next.Unlock(ctx)
+	if next.Token() <= holder.Token() {
+		t.Errorf("token %d, want > %d", next.Token(), holder.Token())
+	}
+	in, err := c.Inspect(ctx, name)
+	if err != nil || len(in.Waiters) != 0 {
+		t.Errorf("after the grant: waiters %v, %v; want none", in.Waiters, err)
+	}
+}
