@@ -44,25 +44,21 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 
 	heartbeat := d.waiterTTL / 3
 	for {
-		done := make(chan attempt, 1)
-		go func() {
-			// Detached from ctx, so that its outcome is always known.
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
-			defer cancel()
-			a := attempt{sent: time.Now()}
-			a.granted, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL)
-			done <- a
-		}()
-		var a attempt
-		select {
-		case a = <-done:
-		case <-ctx.Done():
-			d.giveUp(ctx, k, req.Owner, done)
+		// The attempt runs detached from ctx, so that its outcome is always
+		// known; it is one round trip, after which a cancelled ctx is seen.
+		// (It runs on this goroutine: a hand-off to another would delay
+		// every grant.)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
+		a := attempt{sent: time.Now()}
+		a.granted, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL)
+		cancel()
+		if ctx.Err() != nil {
+			d.giveUp(ctx, k, req.Owner, a)
 			return driver.Grant{}, ctx.Err()
 		}
 		switch {
 		case a.err != nil:
-			d.giveUp(ctx, k, req.Owner, settled())
+			d.giveUp(ctx, k, req.Owner, a)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
 		case a.granted:
 			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
@@ -75,7 +71,7 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			d.giveUp(ctx, k, req.Owner, settled())
+			d.giveUp(ctx, k, req.Owner, attempt{})
 			return driver.Grant{}, ctx.Err()
 		case <-wake:
 		case <-timer.C:
@@ -84,35 +80,17 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 	}
 }
 
-// giveUp takes the owner out of the queue once the attempt on done has
-// finished — or releases the lock that attempt was granted — and waits a
-// little for that, so that a cancelled Lock normally returns with nothing
-// left behind. (If Redis cannot be reached, the place expires after the
-// waiter TTL, and a lock after its TTL.)
-func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string, done <-chan attempt) {
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		a := <-done
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
-		defer cancel()
-		if a.granted {
-			_, _ = k.Release(cctx, d.rdb, owner)
-		} else {
-			_ = k.LeaveQueue(cctx, d.rdb, owner)
-		}
-	}()
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-finished:
-	case <-t.C:
+// giveUp takes the owner out of the queue — or releases the lock its last
+// attempt was granted — so that a cancelled Lock leaves nothing behind. If
+// Redis cannot be reached, the place expires after the waiter TTL, and a
+// lock after its TTL.
+func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string, a attempt) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if a.granted || a.err != nil { // an attempt that failed may still have been granted
+		_, _ = k.Release(cctx, d.rdb, owner)
 	}
-}
-
-// settled is a done channel for giveUp when no attempt is in flight.
-func settled() <-chan attempt {
-	c := make(chan attempt, 1)
-	c <- attempt{}
-	return c
+	if !a.granted {
+		_ = k.LeaveQueue(cctx, d.rdb, owner)
+	}
 }

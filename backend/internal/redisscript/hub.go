@@ -2,7 +2,9 @@ package redisscript
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -101,13 +103,42 @@ func (h *Hub) connect(ctx context.Context, channel string) error {
 		return err
 	}
 	h.ps = ps
-	go h.dispatch(ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+	go h.receive(ps)
 	go h.linger()
 	return nil
 }
 
-func (h *Hub) dispatch(msgs <-chan any) {
-	for m := range msgs {
+// pingEvery is how long the pub/sub connection may stay silent before it
+// is pinged, so that a broken connection is noticed and re-established
+// (go-redis then subscribes its channels again).
+const pingEvery = 5 * time.Second
+
+// receive reads the pub/sub connection itself — not through go-redis's
+// Channel, which would add a goroutine hop to every wake-up.
+func (h *Hub) receive(ps *redis.PubSub) {
+	ctx := context.Background()
+	failures := 0
+	for {
+		m, err := ps.ReceiveTimeout(ctx, pingEvery)
+		if err != nil {
+			select {
+			case <-h.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = ps.Ping(ctx)
+				continue
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			failures++
+			time.Sleep(min(time.Duration(failures)*50*time.Millisecond, time.Second))
+			continue
+		}
+		failures = 0
 		h.mu.Lock()
 		switch m := m.(type) {
 		case *redis.Subscription:
