@@ -11,7 +11,7 @@
 -- Returns {1, token} when granted, {0, pttl} when not.
 local lock, fence, queue, waiters, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
-local head = live_head(queue, waiters)
+local head, now = live_head(queue, waiters, owner)
 local pttl = redis.call('PTTL', lock)
 if pttl == -2 then
   if not head or head == owner then
@@ -28,7 +28,7 @@ if pttl == -2 then
 end
 if ARGV[5] == '1' then
   local wttl = tonumber(ARGV[6])
-  if redis.call('HSET', waiters, owner, (now_ms() + wttl) .. ' ' .. ARGV[4]) == 1 then
+  if redis.call('HSET', waiters, owner, ((now or now_ms()) + wttl) .. ' ' .. ARGV[4]) == 1 then
     redis.call('RPUSH', queue, owner)
     redis.call('HSET', waiters, '', ARGV[3]) -- the name, for List
   end

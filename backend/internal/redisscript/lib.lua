@@ -16,20 +16,21 @@ local function now_ms()
 end
 
 -- live_head drops dead waiters from the head of the queue and returns the
--- first live one, or false when the queue is empty. It reads the clock only
--- when there is a queue.
-local function live_head(queue, waiters)
+-- first live one (or false when the queue is empty), and the time if it
+-- had to read the clock. The caller's own entry needs no check: it is
+-- making this call.
+local function live_head(queue, waiters, caller)
   local head = redis.call('LINDEX', queue, 0)
   local now
-  while head do
+  while head and head ~= caller do
     now = now or now_ms()
     local v = redis.call('HGET', waiters, head)
-    if v and tonumber(string.match(v, '^(%d+)')) > now then return head end
+    if v and tonumber(string.match(v, '^(%d+)')) > now then break end
     redis.call('LPOP', queue)
     if v then redis.call('HDEL', waiters, head) end
     head = redis.call('LINDEX', queue, 0)
   end
-  return false
+  return head or false, now
 end
 
 -- wake_next tells the waiters that the lock is free: the first live queued
