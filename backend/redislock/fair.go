@@ -11,7 +11,7 @@ import (
 // attempt is the outcome of one fair_acquire.lua call.
 type attempt struct {
 	sent    time.Time
-	granted bool
+	outcome int   // redisscript.NotGranted, Granted or HandedOff
 	n       int64 // the token, or the holder's PTTL in ms
 	err     error
 }
@@ -26,11 +26,11 @@ type attempt struct {
 func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	k := d.keys(req.Name)
 	if !req.Wait {
-		ok, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL)
+		o, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "")
 		switch {
 		case err != nil:
 			return driver.Grant{}, d.unavailable(ctx, err)
-		case !ok:
+		case o == redisscript.NotGranted:
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 		return driver.Grant{Token: uint64(n)}, nil
@@ -43,6 +43,12 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 	defer stop()
 
 	heartbeat := d.waiterTTL / 3
+	// The send time of the last attempt that found the lock held: a
+	// hand-off to this owner happened after it.
+	var notGrantedAt time.Time
+	handedOff := func(token uint64) (driver.Grant, error) {
+		return driver.Grant{Token: token, Since: notGrantedAt}, nil
+	}
 	for {
 		// The attempt runs detached from ctx, so that its outcome is always
 		// known; it is one round trip, after which a cancelled ctx is seen.
@@ -50,19 +56,22 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 		// every grant.)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
 		a := attempt{sent: time.Now()}
-		a.granted, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL)
+		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc)
 		cancel()
 		if ctx.Err() != nil {
-			d.giveUp(ctx, k, req.Owner, a)
+			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, ctx.Err()
 		}
 		switch {
 		case a.err != nil:
-			d.giveUp(ctx, k, req.Owner, a)
+			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
-		case a.granted:
+		case a.outcome == redisscript.Granted:
 			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
+		case a.outcome == redisscript.HandedOff:
+			return handedOff(uint64(a.n))
 		}
+		notGrantedAt = a.sent
 		wait := heartbeat
 		if left := time.Duration(a.n) * time.Millisecond; a.n > 0 && left < wait {
 			wait = left + time.Millisecond // an expiry publishes nothing: look then
@@ -71,26 +80,25 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			d.giveUp(ctx, k, req.Owner, attempt{})
+			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, ctx.Err()
 		case <-wake:
+			if token, ok := d.hub.TakeHandoff(req.Owner); ok {
+				timer.Stop()
+				return handedOff(token)
+			}
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 }
 
-// giveUp takes the owner out of the queue — or releases the lock its last
-// attempt was granted — so that a cancelled Lock leaves nothing behind. If
-// Redis cannot be reached, the place expires after the waiter TTL, and a
-// lock after its TTL.
-func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string, a attempt) {
+// giveUp takes the owner out of the queue, passing on a lock that was
+// granted or handed to it meanwhile, so that a cancelled Lock leaves
+// nothing behind. If Redis cannot be reached, the place expires after the
+// waiter TTL, and a lock after its TTL.
+func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if a.granted || a.err != nil { // an attempt that failed may still have been granted
-		_, _ = k.Release(cctx, d.rdb, owner)
-	}
-	if !a.granted {
-		_ = k.LeaveQueue(cctx, d.rdb, owner)
-	}
+	_ = k.LeaveQueue(cctx, d.rdb, owner, d.proc != "")
 }

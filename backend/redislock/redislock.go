@@ -26,13 +26,31 @@
 //
 // With dlock.WithFair, waiters are granted in arrival order: each waiter has
 // a place in a FIFO list in Redis, and the lock is granted only to the
-// first live waiter; the release publishes that waiter's owner key, so only
-// it wakes. An attempt is still one round trip, and it doubles as the
+// first live waiter. An attempt is one round trip, and it doubles as the
 // waiter's heartbeat: a waiter whose heartbeat stops for the waiter TTL
 // (killed, cut off) is dropped as soon as it reaches the head of the list,
-// and a waiter whose context ends removes itself at once. Plain and fair
-// acquires of one name may be mixed; a plain acquire then ignores the
-// queue.
+// and a waiter whose context ends removes itself before Lock returns
+// (after the round trip in flight, if any).
+//
+// A release hands the lock over: the release script itself grants it to
+// the first live waiter (new token, the waiter's TTL) and publishes the
+// token on that waiter's process channel — one channel per driver, on the
+// shared pub/sub connection. The waiter needs no request of its own, so a
+// contended lock changes hands in one round trip, not two. PUBLISH returns
+// how many subscribers received the message; when that is 0 the waiter's
+// process is gone (its connection closed when it died), and the script
+// takes the lock back and serves the next waiter — a killed waiter never
+// holds up the queue. The lease of a handed-over grant is counted from the
+// send time of the waiter's last attempt that found the lock held, which
+// is earlier than the hand-off, so the lease deadline stays conservative.
+// A waiter that is frozen (SIGSTOP) or cut off while its connection stays
+// open can be handed the lock; it then holds it, unrenewed, for one TTL, as
+// a frozen holder would. On Redis Cluster, where PUBLISH counts one node's
+// subscribers only, there is no hand-off: the release publishes the first
+// waiter's owner key on the lock's channel, and that waiter tries.
+//
+// Plain and fair acquires of one name may be mixed; a plain acquire
+// ignores the queue, and a release serves the queue first.
 //
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
@@ -86,6 +104,8 @@ package redislock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -112,8 +132,15 @@ type Driver struct {
 	prefix    string
 	waiterTTL time.Duration
 	durable   bool
-	err       error // an invalid option, returned by every call
+	err       error  // an invalid option, returned by every call
+	proc      string // this driver's channel for fair hand-offs; "" on a cluster
 	hub       *redisscript.Hub
+}
+
+func randomHex() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // Option configures a Driver.
@@ -146,7 +173,12 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 	} else if d.waiterTTL < 3*MinTTL {
 		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", driver.ErrUnsupported, d.waiterTTL, 3*MinTTL)
 	}
-	d.hub = redisscript.NewHub(rdb)
+	if _, single := rdb.(*redis.Client); single {
+		// Hand-offs need PUBLISH to count this process's subscription,
+		// which a cluster node does only for its own clients.
+		d.proc = d.prefix + ":proc:" + randomHex()
+	}
+	d.hub = redisscript.NewHub(rdb, d.proc)
 	return d
 }
 
@@ -210,9 +242,11 @@ func (d *Driver) subscribe(ctx context.Context, name, owner string, wake chan st
 	if err != nil {
 		return nil, d.unavailable(ctx, err)
 	}
-	if err := redisscript.WaitReady(ctx, subscribeTimeout, ready); err != nil {
-		stop()
-		return nil, d.unavailable(ctx, err)
+	for _, r := range []<-chan struct{}{ready, d.hub.ProcReady()} {
+		if err := redisscript.WaitReady(ctx, subscribeTimeout, r); err != nil {
+			stop()
+			return nil, d.unavailable(ctx, err)
+		}
 	}
 	return stop, nil
 }
@@ -232,7 +266,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 // Release frees the lock if it is still the owner's, and wakes the next
 // waiter.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
-	ok, err := d.keys(h.Name).Release(ctx, d.rdb, h.Owner)
+	ok, err := d.keys(h.Name).Release(ctx, d.rdb, h.Owner, d.proc != "")
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -296,7 +330,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	if d.err != nil {
 		return d.err
 	}
-	ok, err := d.keys(name).Break(ctx, d.rdb)
+	ok, err := d.keys(name).Break(ctx, d.rdb, d.proc != "")
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
