@@ -77,8 +77,9 @@
 // Open checks against CONFIG GET where the server allows it.
 //
 // Crash of a holder: its lock frees when its TTL runs out (there are no
-// sessions). Crash of a waiter: its place in a fair queue is dropped after
-// the waiter TTL (WithWaiterTTL, default 2s). Restart of Redis without
+// sessions). Crash of a fair waiter: a release skips it at once (its
+// process channel has no subscriber any more), and its place is dropped
+// after the waiter TTL (WithWaiterTTL, default 2s) in any case. Restart of Redis without
 // persistence: every lock is free at once — two holders may then believe
 // they hold the lock until the old one's next renewal fails (within a third
 // of its TTL), and tokens restart from 1: a resource that checks tokens
