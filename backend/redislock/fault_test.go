@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock/dlock"
 	_ "github.com/dlock/dlock/backend/redislock"
 	"github.com/dlock/dlock/internal/testenv"
@@ -91,13 +93,27 @@ func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) {
 	}
 }
 
-// A fair waiter that is killed stops renewing its place in the queue; it
-// is dropped when it reaches the head, so the waiter behind it is granted
-// the lock and nothing of the dead one remains.
+// procChannels counts the subscribed process channels of fair waiters'
+// drivers, to see when the server has noticed a process's death.
+func procChannels(t *testing.T, addr string) int {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	chans, err := rdb.PubSubChannels(context.Background(), "dlock:proc:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(chans)
+}
+
+// A fair waiter that is killed is skipped by the next release: its process
+// no longer receives on its channel. The waiter TTL and the lease TTL are
+// both far longer than the waiting waiter's context, so the grant cannot
+// have come from either expiring.
 func TestKilledFairWaiterDoesNotBlockQueue(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	u := "redis://" + srv.Addr + "?waiter_ttl=600ms"
-	c := open(t, u, dlock.WithFair(), dlock.WithTTL(5*time.Second))
+	u := "redis://" + srv.Addr + "?waiter_ttl=1m"
+	c := open(t, u, dlock.WithFair(), dlock.WithTTL(time.Minute))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const name = "fair/killed"
@@ -123,16 +139,24 @@ func TestKilledFairWaiterDoesNotBlockQueue(t *testing.T) {
 	got := make(chan error, 1)
 	var next *dlock.Lease
 	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second) // < waiter TTL and lease TTL
+		defer cancel()
 		var err error
-		next, err = c.Mutex(name).Lock(ctx)
+		next, err = c.Mutex(name).Lock(wctx)
 		got <- err
 	}()
 	waitWaiters(t, c, name, 2) // behind the child
 
+	procs := procChannels(t, srv.Addr)
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
+	for deadline := time.Now().Add(20 * time.Second); procChannels(t, srv.Addr) != procs-1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not notice the waiter process's death")
+		}
+	}
 	released := time.Now()
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -140,7 +164,7 @@ func TestKilledFairWaiterDoesNotBlockQueue(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("waiter behind a killed waiter: %v", err)
 	}
-	t.Logf("granted %v after the release, past a killed waiter (waiter TTL 600ms)", time.Since(released).Round(time.Millisecond))
+	t.Logf("granted %v after the release, past a killed waiter", time.Since(released).Round(time.Millisecond))
 	defer next.Unlock(ctx)
 	if next.Token() <= holder.Token() {
 		t.Errorf("token %d, want > %d", next.Token(), holder.Token())
