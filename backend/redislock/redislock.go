@@ -135,6 +135,7 @@ type Driver struct {
 	durable   bool
 	err       error  // an invalid option, returned by every call
 	proc      string // this driver's channel for fair hand-offs; "" on a cluster
+	noHandoff bool   // tests: behave as on a cluster
 	hub       *redisscript.Hub
 }
 
@@ -174,7 +175,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 	} else if d.waiterTTL < 3*MinTTL {
 		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", driver.ErrUnsupported, d.waiterTTL, 3*MinTTL)
 	}
-	if _, single := rdb.(*redis.Client); single {
+	if _, single := rdb.(*redis.Client); single && !d.noHandoff {
 		// Hand-offs need PUBLISH to count this process's subscription,
 		// which a cluster node does only for its own clients.
 		d.proc = d.prefix + ":proc:" + randomHex()

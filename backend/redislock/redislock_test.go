@@ -56,6 +56,11 @@ func TestConformanceFair(t *testing.T) {
 	dlocktest.Run(t, harness(testenv.StartRedis(t), true, redislock.WithWaiterTTL(600*time.Millisecond)))
 }
 
+// As on Redis Cluster, where releases cannot hand the lock over.
+func TestConformanceFairWithoutHandoff(t *testing.T) {
+	dlocktest.Run(t, harness(testenv.StartRedis(t), true, redislock.WithWaiterTTL(600*time.Millisecond), redislock.WithoutHandoff()))
+}
+
 // With appendonly and appendfsync always, a declared durable fencing holds
 // across a restart of the server; the suite checks it with Restart.
 func TestConformanceDurableFencing(t *testing.T) {
