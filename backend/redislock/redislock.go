@@ -113,6 +113,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
@@ -171,9 +172,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 	}
 	d.where = describe(rdb)
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
-		d.err = fmt.Errorf("%w: redislock: %v", driver.ErrUnsupported, err)
+		d.err = fmt.Errorf("%w: redislock: %v", dlock.ErrInvalidOption, err)
 	} else if d.waiterTTL < 3*MinTTL {
-		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", driver.ErrUnsupported, d.waiterTTL, 3*MinTTL)
+		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", dlock.ErrInvalidOption, d.waiterTTL, 3*MinTTL)
 	}
 	if _, single := rdb.(*redis.Client); single && !d.noHandoff {
 		// Hand-offs need PUBLISH to count this process's subscription,

@@ -109,3 +109,20 @@ func TestPasswordAndACLUser(t *testing.T) {
 		t.Logf("Open(%s): %v", dlock.Redact(u), err)
 	}
 }
+
+func TestOpenRejectsUnfoundedOrBadOptions(t *testing.T) {
+	srv := testenv.StartRedis(t) // no persistence
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, q := range []string{"durable_fencing=true", "durable_fencing=maybe", "waiter_ttl=soon", "waiter_ttl=1ms", "prefix=a{b"} {
+		c, err := dlock.Open(ctx, "redis://"+srv.Addr+"?"+q)
+		if err == nil {
+			c.Close()
+		}
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("Open(?%s) = %v, want ErrInvalidOption", q, err)
+			continue
+		}
+		t.Logf("?%s: %v", q, err)
+	}
+}

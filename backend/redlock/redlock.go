@@ -105,6 +105,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
@@ -160,9 +161,9 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 		d.nodes = append(d.nodes, &node{rdb: rdb, where: where, hub: redisscript.NewHub(rdb, "")})
 	}
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
-		d.err = fmt.Errorf("%w: redlock: %v", driver.ErrUnsupported, err)
+		d.err = fmt.Errorf("%w: redlock: %v", dlock.ErrInvalidOption, err)
 	} else if len(nodes) == 0 {
-		d.err = fmt.Errorf("%w: redlock: no nodes", driver.ErrUnsupported)
+		d.err = fmt.Errorf("%w: redlock: no nodes", dlock.ErrInvalidOption)
 	}
 	return d
 }
