@@ -16,17 +16,19 @@ type attempt struct {
 	err     error
 }
 
-// acquireFair waits its turn in the name's FIFO queue. Every attempt is
+// acquireQueued waits its turn in the name's FIFO queue (a plain Lock
+// first tries to take the lock outright, as an unfair mutex lets an
+// arriving goroutine do). Every attempt is
 // one round trip that either grants the lock (this owner is the first live
 // waiter and the lock is free) or renews the owner's place in the queue;
 // attempts run when the previous holder's release names this owner, when
 // the holder's lease would have expired, and every third of the waiter TTL
 // as the heartbeat. When ctx ends, the owner leaves the queue (or gives
 // back a grant that raced with the cancellation) before Acquire returns.
-func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Grant, error) {
+func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	k := d.keys(req.Name)
 	if !req.Wait {
-		o, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "")
+		o, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", false)
 		switch {
 		case err != nil:
 			return driver.Grant{}, d.unavailable(ctx, err)
@@ -49,6 +51,7 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 	handedOff := func(token uint64) (driver.Grant, error) {
 		return driver.Grant{Token: token, Since: notGrantedAt}, nil
 	}
+	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
 		// The attempt runs detached from ctx, so that its outcome is always
 		// known; it is one round trip, after which a cancelled ctx is seen.
@@ -56,7 +59,8 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 		// every grant.)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
 		a := attempt{sent: time.Now()}
-		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc)
+		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc, barge)
+		barge = false
 		cancel()
 		if ctx.Err() != nil {
 			d.giveUp(ctx, k, req.Owner)

@@ -1,6 +1,7 @@
 // Package redislock is dlock's Redis backend: a lease is a key set with a
 // TTL by one Lua script, its fencing token the next value of a per-name
-// counter, and a release wakes the waiters over pub/sub.
+// counter, and a release hands the lock to the next queued waiter and tells
+// it over pub/sub.
 //
 //	import _ "github.com/dlock/dlock/backend/redislock"
 //	c, err := dlock.Open(ctx, "redis://user:pass@localhost:6379/0")
@@ -18,19 +19,21 @@
 // scripts that act only if the lock still holds the caller's owner key (128
 // random bits). Release deletes the key and PUBLISHes on the name's channel.
 //
-// A waiter subscribes before its first attempt (so no release is missed)
-// and tries again when a release is published, or when the holder's PTTL
-// has run out (an expiry publishes nothing), or, as a safety net, after a
-// slow jittered poll. All waiters of a driver share one pub/sub connection,
-// and a release wakes one plain waiter per process, not all of them.
-//
-// With dlock.WithFair, waiters are granted in arrival order: each waiter has
-// a place in a FIFO list in Redis, and the lock is granted only to the
-// first live waiter. An attempt is one round trip, and it doubles as the
+// Waiting is a FIFO queue in Redis, for plain and fair locks alike: each
+// waiter has a place in a list, and the lock is granted only to the first
+// live waiter. An attempt is one round trip, and it doubles as the
 // waiter's heartbeat: a waiter whose heartbeat stops for the waiter TTL
 // (killed, cut off) is dropped as soon as it reaches the head of the list,
 // and a waiter whose context ends removes itself before Lock returns
-// (after the round trip in flight, if any).
+// (after the round trip in flight, if any). The difference between the
+// modes is arrival: a plain Lock first tries to take the lock outright, as
+// an unfair mutex lets an arriving goroutine do, and TryLock takes a free
+// lock whoever waits; with dlock.WithFair, an arrival never passes a live
+// waiter. (Waiting by retrying, as driver.AcquireByRetry does, would have
+// every process with a waiter try on every release — eight workers, seven
+// failed attempts per grant — and the releasing process, trying at once,
+// would win most of the time; the queue sends one message to one waiter,
+// and hands over in turn.)
 //
 // A release hands the lock over: the release script itself grants it to
 // the first live waiter (new token, the waiter's TTL) and publishes the
@@ -49,8 +52,9 @@
 // subscribers only, there is no hand-off: the release publishes the first
 // waiter's owner key on the lock's channel, and that waiter tries.
 //
-// Plain and fair acquires of one name may be mixed; a plain acquire
-// ignores the queue, and a release serves the queue first.
+// Waiters are woken only through the queue; a driver still implements
+// driver.Subscriber (the name's channel carries "" for releases with
+// nobody queued), for callers that wait by other means.
 //
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
@@ -77,7 +81,7 @@
 // Open checks against CONFIG GET where the server allows it.
 //
 // Crash of a holder: its lock frees when its TTL runs out (there are no
-// sessions). Crash of a fair waiter: a release skips it at once (its
+// sessions). Crash of a waiter: a release skips it at once (its
 // process channel has no subscriber any more), and its place is dropped
 // after the waiter TTL (WithWaiterTTL, default 2s) in any case. Restart of Redis without
 // persistence: every lock is free at once — two holders may then believe
@@ -211,10 +215,10 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	if d.err != nil {
 		return driver.Grant{}, d.err
 	}
-	if req.Fair {
-		return d.acquireFair(ctx, req)
+	if req.Fair || req.Wait {
+		return d.acquireQueued(ctx, req)
 	}
-	return driver.AcquireByRetry(ctx, req, d)
+	return driver.AcquireByRetry(ctx, req, d) // one plain attempt
 }
 
 // TryAcquire makes one plain attempt (driver.Retrier).

@@ -1,6 +1,7 @@
--- fair_acquire.lua: one attempt of a fair (FIFO) acquire, in one round
--- trip. The lock is granted only to the first live waiter of the queue (or
--- to anyone when nobody waits). A waiter that is not granted joins the
+-- fair_acquire.lua: one attempt of a queued acquire, in one round trip.
+-- The lock is granted only to the first live waiter of the queue (or to
+-- anyone when nobody waits) — except to a barging attempt (a plain Lock's
+-- first), which takes a free lock whoever waits. A waiter that is not granted joins the
 -- queue, or, when already in it, renews its entry: the same call is its
 -- heartbeat. A release may meanwhile have handed the lock to this owner
 -- (see wake_next); then the attempt reports that.
@@ -11,6 +12,7 @@
 -- ARGV[6] how long a waiter's entry lives without a heartbeat, in ms
 -- ARGV[7] the waiter's process channel, for hand-offs ("-": none)
 -- ARGV[8] "1" if releases hand the lock to the next waiter
+-- ARGV[9] "1" to take a free lock even if others are queued
 -- Returns {1, token} when granted now, {2, token} when it had been handed
 -- to this owner, {0, pttl} when not granted.
 local lock, fence, queue, waiters, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -21,8 +23,8 @@ if owned_by(v, owner) then
 end
 local head, now = live_head(queue, waiters, owner)
 if not v then
-  if not head or head == owner then
-    if head then
+  if not head or head == owner or ARGV[9] == '1' then
+    if head == owner then
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, owner)
     end

@@ -123,15 +123,16 @@ const (
 	HandedOff  = 2 // granted earlier, by a release that handed the lock over
 )
 
-// FairAcquire makes one attempt of a fair acquire; with wait it queues the
-// owner when not granted, or renews its place in the queue. waiterTTL is
-// how long the place lasts without another attempt. proc is the waiter's
+// FairAcquire makes one attempt of a queued acquire; with wait it queues
+// the owner when not granted, or renews its place in the queue. waiterTTL
+// is how long the place lasts without another attempt. With barge, a free
+// lock is taken even if others are queued. proc is the waiter's
 // process channel for hand-offs ("" if releases do not hand off). When
 // granted (Granted or HandedOff), n is the token; otherwise the holder's
 // PTTL in ms.
-func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration, proc string) (outcome int, n int64, err error) {
+func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration, proc string, barge bool) (outcome int, n int64, err error) {
 	v, err := fairAcquire.Run(ctx, rdb, k.queueKeys(),
-		owner, ms(ttl), k.Name, holder, flag(wait), ms(waiterTTL), cmp.Or(proc, "-"), flag(proc != "")).Slice()
+		owner, ms(ttl), k.Name, holder, flag(wait), ms(waiterTTL), cmp.Or(proc, "-"), flag(proc != ""), flag(barge)).Slice()
 	if err != nil {
 		return 0, 0, err
 	}
