@@ -79,10 +79,10 @@ func (h *Hub) ProcReady() <-chan struct{} {
 	if t := h.topics[h.proc]; h.proc != "" && t != nil {
 		return t.ready
 	}
-	c := make(chan struct{})
-	close(c)
-	return c
+	return closed
 }
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // TakeHandoff returns the token a release handed to owner, if one came.
 func (h *Hub) TakeHandoff(owner string) (uint64, bool) {
@@ -333,6 +333,11 @@ func (h *Hub) Close() error {
 // WaitReady waits until ready is closed (a subscription is confirmed), ctx
 // ends, or timeout passes.
 func WaitReady(ctx context.Context, timeout time.Duration, ready <-chan struct{}) error {
+	select {
+	case <-ready:
+		return nil // the usual case: the channel was subscribed before
+	default:
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
