@@ -48,8 +48,18 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// The send time of the last attempt that found the lock held: a
 	// hand-off to this owner happened after it.
 	var notGrantedAt time.Time
-	handedOff := func(token uint64) (driver.Grant, error) {
-		return driver.Grant{Token: token, Since: notGrantedAt}, nil
+	handedOff := func(token uint64) (driver.Grant, bool) {
+		if time.Since(notGrantedAt) < req.TTL/2 {
+			return driver.Grant{Token: token, Since: notGrantedAt}, true
+		}
+		// This waiter was held up (frozen, or cut off with its connection
+		// open) long enough for most of that lease to be gone: renew it
+		// before trusting it.
+		sent := time.Now()
+		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
+			return driver.Grant{}, false
+		}
+		return driver.Grant{Token: token, Since: sent}, true
 	}
 	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
@@ -73,7 +83,9 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		case a.outcome == redisscript.Granted:
 			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
 		case a.outcome == redisscript.HandedOff:
-			return handedOff(uint64(a.n))
+			if g, ok := handedOff(uint64(a.n)); ok {
+				return g, nil
+			}
 		}
 		notGrantedAt = a.sent
 		wait := heartbeat
@@ -88,8 +100,10 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			return driver.Grant{}, ctx.Err()
 		case <-wake:
 			if token, ok := d.hub.TakeHandoff(req.Owner); ok {
-				timer.Stop()
-				return handedOff(token)
+				if g, ok := handedOff(token); ok {
+					timer.Stop()
+					return g, nil
+				}
 			}
 		case <-timer.C:
 		}

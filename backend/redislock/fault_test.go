@@ -174,3 +174,60 @@ func TestKilledFairWaiterDoesNotBlockQueue(t *testing.T) {
 		t.Errorf("after the grant: waiters %v, %v; want none", in.Waiters, err)
 	}
 }
+
+// A waiter that is cut off while its connection stays open (here: a proxy
+// that holds its traffic back) cannot be told apart from a live one: a
+// release hands it the lock, which it cannot use. The package documents
+// that this holds up the queue for at most one lease TTL, after which the
+// lock expires and the next waiter is granted it.
+func TestCutOffWaiterIsHandedLockThatExpiresToNextWaiter(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	proxy := testenv.NewProxy(t, srv.Addr)
+	const ttl = time.Second
+	c := open(t, "redis://"+srv.Addr, dlock.WithTTL(ttl))
+	cutOff := open(t, "redis://"+proxy.Addr(), dlock.WithTTL(ttl))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const name = "queue/cut-off"
+	holder, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	cutOffDone := make(chan *dlock.Lease, 1)
+	go func() {
+		l, _ := cutOff.Mutex(name).Lock(cctx)
+		cutOffDone <- l
+	}()
+	waitWaiters(t, c, name, 1)
+	got := make(chan error, 1)
+	var next *dlock.Lease
+	go func() {
+		var err error
+		next, err = c.Mutex(name).Lock(ctx)
+		got <- err
+	}()
+	waitWaiters(t, c, name, 2)
+
+	proxy.Block()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter behind a cut-off waiter: %v", err)
+	}
+	defer next.Unlock(ctx)
+	// The cut-off waiter was handed a token in between.
+	if next.Token() < holder.Token()+2 {
+		t.Errorf("token %d after %d: the lock was not handed to the cut-off waiter first", next.Token(), holder.Token())
+	}
+	proxy.Unblock()
+	ccancel()
+	if l := <-cutOffDone; l != nil {
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Errorf("the cut-off waiter was given a lease (token %d) that it still believes it holds", l.Token())
+		}
+	}
+}
