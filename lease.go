@@ -29,6 +29,7 @@ type Lease struct {
 	mu       sync.Mutex
 	deadline time.Time // monotonic: after it, holding can no longer be proven
 	released bool      // Unlock was called
+	ended    bool      // Done is closed or closing
 	stop     chan struct{}
 }
 
@@ -100,6 +101,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	defer l.c.untrack(l)
 
 	if err := l.Err(); err != nil { // lost before Unlock
+		// The backend may still hold our entry (the client gave up first,
+		// by design): free it now rather than at its TTL. The release is
+		// owner-checked, so it can never free another owner's lock.
+		_ = l.c.d.Release(ctx, l.held())
 		return err
 	}
 	err := l.c.d.Release(ctx, l.held())
@@ -124,21 +129,28 @@ func (l *Lease) held() driver.Held {
 
 // end closes Done with cause, once; it reports whether this call ended it.
 func (l *Lease) end(cause error) bool {
-	if l.ctx.Err() != nil {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
 		return false
 	}
-	l.cancel(cause)
-	return true
-}
-
-// lose ends the lease as lost and tells the logger and hooks.
-func (l *Lease) lose(cause error) error {
-	if l.end(cause) {
+	l.ended = true
+	l.mu.Unlock()
+	if errors.Is(cause, ErrLeaseLost) {
+		// Tell the logger and hooks before Done closes, so whoever waits on
+		// Done sees the hooks' effects.
 		l.o.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
 		if h := l.o.hooks.Lost; h != nil {
 			h(l.name, l.token, cause)
 		}
 	}
+	l.cancel(cause)
+	return true
+}
+
+// lose ends the lease as lost; cause wraps ErrLeaseLost.
+func (l *Lease) lose(cause error) error {
+	l.end(cause)
 	return l.Err()
 }
 
@@ -169,7 +181,9 @@ func (l *Lease) renewLoop(backendLost <-chan struct{}) {
 	}
 	results := make(chan result, 1)
 	inFlight := false
-	renew := time.NewTimer(every)
+	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
+	// begun a while ago), then TTL/3 after each confirmed renewal.
+	renew := time.NewTimer(max(time.Until(l.acquired.Add(every)), 0))
 	defer renew.Stop()
 	l.mu.Lock()
 	expire := time.NewTimer(time.Until(l.deadline))

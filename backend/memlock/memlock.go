@@ -1,0 +1,349 @@
+// Package memlock is an in-process dlock backend: lock state in a map,
+// waiters woken by channels, expiry by timers. It exists for unit tests of
+// code that uses dlock and for examples; it excludes goroutines of one
+// process only.
+//
+// It keeps the whole contract otherwise: leases expire after their TTL on
+// the Server's clock, tokens strictly increase per name (for the life of
+// the Server: nothing is durable), Break works, fair waiting is FIFO, and a
+// grant whose predecessor expired or was broken is marked Recovered (so
+// WithLockDelay applies).
+//
+// URL: mem:// or mem://NAME — every Open of the same NAME in one process
+// shares one Server.
+//
+// For tests of lease-loss handling, Driver.SetPartitioned makes one client
+// behave as if cut off from the server.
+package memlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+func init() {
+	dlock.Register("mem", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
+		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+			return nil, fmt.Errorf("%w: mem URL %q: only mem:// or mem://NAME is allowed", dlock.ErrInvalidOption, u.Redacted())
+		}
+		return New(Named(u.Host)), nil
+	})
+}
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Server{}
+)
+
+// Named returns the process-wide Server called name, creating it on first
+// use.
+func Named(name string) *Server {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	s, ok := named[name]
+	if !ok {
+		s = NewServer()
+		named[name] = s
+	}
+	return s
+}
+
+// Server holds the lock state that its Drivers share, like an engine. The
+// state of a name is kept after release, for its token.
+type Server struct {
+	mu    sync.Mutex
+	locks map[string]*lockState
+}
+
+type lockState struct {
+	token     uint64 // last token granted
+	holder    *holding
+	queue     []*waiter     // fair waiters, in arrival order
+	changed   chan struct{} // closed and replaced when the lock frees
+	recovered bool          // the lock last ended without a release
+}
+
+type holding struct {
+	owner   string
+	token   uint64
+	meta    []byte
+	expires time.Time
+	timer   *time.Timer
+	lost    chan struct{} // closed when broken or expired
+}
+
+type waiter struct {
+	req     driver.Request
+	granted chan driver.Grant // buffered; receives the hand-off
+}
+
+// NewServer returns an empty Server.
+func NewServer() *Server { return &Server{locks: map[string]*lockState{}} }
+
+func (s *Server) state(name string) *lockState {
+	st, ok := s.locks[name]
+	if !ok {
+		st = &lockState{changed: make(chan struct{})}
+		s.locks[name] = st
+	}
+	return st
+}
+
+// free ends the current holding (released says how) and hands the lock to
+// the head of the fair queue, or wakes the unfair waiters. s.mu is held.
+func (s *Server) free(name string, st *lockState, released bool) {
+	if h := st.holder; h != nil {
+		h.timer.Stop()
+		if !released {
+			close(h.lost)
+		}
+		st.holder = nil
+	}
+	st.recovered = !released
+	if len(st.queue) > 0 {
+		w := st.queue[0]
+		st.queue = st.queue[1:]
+		w.granted <- s.grant(name, st, w.req)
+		return
+	}
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+// grant makes req the holder. s.mu is held.
+func (s *Server) grant(name string, st *lockState, req driver.Request) driver.Grant {
+	st.token++
+	h := &holding{owner: req.Owner, token: st.token, meta: req.Holder, expires: time.Now().Add(req.TTL), lost: make(chan struct{})}
+	h.timer = time.AfterFunc(req.TTL, func() { s.expire(name, h) })
+	st.holder = h
+	g := driver.Grant{Token: h.token, Since: time.Now(), Lost: h.lost, Recovered: st.recovered}
+	st.recovered = false
+	return g
+}
+
+func (s *Server) expire(name string, h *holding) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.locks[name]; st != nil && st.holder == h {
+		s.free(name, st, false)
+	}
+}
+
+// Driver is one client of a Server.
+type Driver struct {
+	s *Server
+
+	mu          sync.Mutex
+	partitioned chan struct{} // non-nil while partitioned; closed on heal
+	closed      bool
+}
+
+// New returns a client of s.
+func New(s *Server) *Driver { return &Driver{s: s} }
+
+// SetPartitioned makes every call of this client block until its context
+// ends (and fail with ErrUnavailable), as if the network to the server were
+// cut, until SetPartitioned(false).
+func (d *Driver) SetPartitioned(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case on && d.partitioned == nil:
+		d.partitioned = make(chan struct{})
+	case !on && d.partitioned != nil:
+		close(d.partitioned)
+		d.partitioned = nil
+	}
+}
+
+// reach waits out a partition; it fails if ctx ends first or d is closed.
+func (d *Driver) reach(ctx context.Context) error {
+	d.mu.Lock()
+	p, closed := d.partitioned, d.closed
+	d.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%w: memlock client closed", driver.ErrUnavailable)
+	}
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: partitioned: %w", driver.ErrUnavailable, ctx.Err())
+	}
+}
+
+// Capabilities implements driver.Driver.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fair: true, LockDelay: true, MinTTL: time.Millisecond, InProcess: true}
+}
+
+// Acquire implements driver.Driver.
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if err := d.reach(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	s := d.s
+	for {
+		s.mu.Lock()
+		st := s.state(req.Name)
+		if st.holder == nil && len(st.queue) == 0 {
+			g := s.grant(req.Name, st, req)
+			s.mu.Unlock()
+			return g, nil
+		}
+		if !req.Wait {
+			s.mu.Unlock()
+			return driver.Grant{}, driver.ErrNotAcquired
+		}
+		if req.Fair {
+			w := &waiter{req: req, granted: make(chan driver.Grant, 1)}
+			st.queue = append(st.queue, w)
+			s.mu.Unlock()
+			return d.awaitTurn(ctx, req, w)
+		}
+		changed := st.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+}
+
+// awaitTurn waits for a fair hand-off; a waiter that gives up leaves the
+// queue, or passes on a grant that raced with its giving up.
+func (d *Driver) awaitTurn(ctx context.Context, req driver.Request, w *waiter) (driver.Grant, error) {
+	s := d.s
+	select {
+	case g := <-w.granted:
+		return g, nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-w.granted: // granted just now: give it back
+		if st := s.locks[req.Name]; st != nil && st.holder != nil && st.holder.owner == req.Owner {
+			s.free(req.Name, st, true)
+		}
+	default:
+		if st := s.locks[req.Name]; st != nil {
+			for i, q := range st.queue {
+				if q == w {
+					st.queue = append(st.queue[:i], st.queue[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+	return driver.Grant{}, ctx.Err()
+}
+
+// Extend implements driver.Driver.
+func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	if err := d.reach(ctx); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.locks[h.Name]
+	if st == nil || st.holder == nil || st.holder.owner != h.Owner {
+		return driver.ErrLeaseLost
+	}
+	st.holder.expires = time.Now().Add(ttl)
+	st.holder.timer.Reset(ttl)
+	return nil
+}
+
+// Release implements driver.Driver.
+func (d *Driver) Release(ctx context.Context, h driver.Held) error {
+	if err := d.reach(ctx); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.locks[h.Name]
+	if st == nil || st.holder == nil || st.holder.owner != h.Owner {
+		return driver.ErrLeaseLost
+	}
+	s.free(h.Name, st, true)
+	return nil
+}
+
+func info(name string, st *lockState) driver.Info {
+	in := driver.Info{Name: name}
+	if h := st.holder; h != nil {
+		in.Held, in.Token, in.Holder = true, h.token, h.meta
+		in.ExpiresIn = max(time.Until(h.expires), 0)
+	}
+	for _, w := range st.queue {
+		in.Waiters = append(in.Waiters, w.req.Holder)
+	}
+	return in
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	if err := d.reach(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	if st := d.s.locks[name]; st != nil {
+		return info(name, st), nil
+	}
+	return driver.Info{Name: name}, nil
+}
+
+// List implements driver.Driver.
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := d.reach(ctx); err != nil {
+		return nil, err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	var out []driver.Info
+	for name, st := range d.s.locks {
+		if strings.HasPrefix(name, prefix) && (st.holder != nil || len(st.queue) > 0) {
+			out = append(out, info(name, st))
+		}
+	}
+	return out, nil
+}
+
+// Break implements driver.Driver.
+func (d *Driver) Break(ctx context.Context, name string) error {
+	if err := d.reach(ctx); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.locks[name]
+	if st == nil || st.holder == nil {
+		return driver.ErrNotHeld
+	}
+	s.free(name, st, false)
+	return nil
+}
+
+// Close implements driver.Driver.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	return nil
+}

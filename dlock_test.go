@@ -1,0 +1,244 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/memlock"
+	"github.com/dlock/dlock/driver"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestPartitionedHolderSeesLossBeforeServerExpiry(t *testing.T) {
+	srv := memlock.NewServer()
+	d := memlock.New(srv)
+	holder := dlock.New(d, dlock.WithTTL(600*time.Millisecond))
+	other := dlock.New(memlock.New(srv))
+	l, err := holder.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond) // one renewal confirmed
+	d.SetPartitioned(true)
+	defer d.SetPartitioned(false)
+	for {
+		l2, err := other.Mutex("x").TryLock(ctxT(t, 5*time.Second))
+		if err == nil {
+			select {
+			case <-l.Done():
+			default:
+				t.Fatal("the server freed the lock while the partitioned holder still believed it held it")
+			}
+			if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+				t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+			}
+			if l2.Token() <= l.Token() {
+				t.Errorf("token %d after %d", l2.Token(), l.Token())
+			}
+			break
+		}
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	d.SetPartitioned(false)
+	if err := l.Unlock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Unlock of a lost lease: got %v, want ErrLeaseLost", err)
+	}
+	if _, err := other.Mutex("x").TryLock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Unlock of the lost lease freed the new holder's lock: TryLock got %v", err)
+	}
+}
+
+func TestRenewalSurvivesShortOutage(t *testing.T) {
+	d := memlock.New(memlock.NewServer())
+	c := dlock.New(d, dlock.WithTTL(900*time.Millisecond))
+	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An outage shorter than the time left on the lease: renewals fail,
+	// are retried, and the lease survives.
+	time.Sleep(100 * time.Millisecond)
+	d.SetPartitioned(true)
+	time.Sleep(350 * time.Millisecond)
+	d.SetPartitioned(false)
+	time.Sleep(1200 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost after a short outage: %v", err)
+	}
+	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLockDelayAppliesOnlyAfterALostHolder(t *testing.T) {
+	srv := memlock.NewServer()
+	d := memlock.New(srv)
+	// A holder that never renews: its lease expires.
+	_, err := d.Acquire(ctxT(t, 5*time.Second), driver.Request{Name: "x", Owner: strings.Repeat("0", 32), TTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(memlock.New(srv))
+	const delay = 400 * time.Millisecond
+	start := time.Now()
+	l, err := c.Mutex("x", dlock.WithLockDelay(delay)).Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond+delay {
+		t.Errorf("Lock returned after %v; after a lost holder it must wait out the TTL and the lock-delay %v", waited, delay)
+	}
+	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// After a clean release there is no delay: a 1-hour lock-delay would
+	// make this Lock run out of its 10 s context.
+	l, err = c.Mutex("x", dlock.WithLockDelay(time.Hour)).Lock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatalf("Lock after a clean release waited for the lock-delay: %v", err)
+	}
+	_ = l.Unlock(ctxT(t, 5*time.Second))
+}
+
+func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
+	srv := memlock.NewServer()
+	var acquired, released, lost atomic.Int32
+	c := dlock.New(memlock.New(srv), dlock.WithHooks(dlock.Hooks{
+		Acquired: func(string, uint64, time.Duration) { acquired.Add(1) },
+		Released: func(string, uint64, time.Duration) { released.Add(1) },
+		Lost:     func(string, uint64, error) { lost.Add(1) },
+	}))
+	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l, err = c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Break(ctxT(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if a, r, lo := acquired.Load(), released.Load(), lost.Load(); a != 2 || r != 1 || lo != 1 {
+		t.Errorf("hooks: acquired=%d released=%d lost=%d, want 2 1 1", a, r, lo)
+	}
+}
+
+func TestCloseReleasesHeldLeases(t *testing.T) {
+	srv := memlock.NewServer()
+	c := dlock.New(memlock.New(srv))
+	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if _, err := c.Mutex("y").TryLock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock on a closed client: got %v, want ErrClosed", err)
+	}
+	other := dlock.New(memlock.New(srv))
+	l2, err := other.Mutex("x").TryLock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("Close did not release the held lease: %v", err)
+	}
+	_ = l2.Unlock(ctxT(t, 5*time.Second))
+}
+
+func TestDoReturnsLeaseLostEvenWhenFnSucceeds(t *testing.T) {
+	srv := memlock.NewServer()
+	c := dlock.New(memlock.New(srv))
+	admin := dlock.New(memlock.New(srv))
+	err := c.Do(ctxT(t, 5*time.Second), "x", func(ctx context.Context, l *dlock.Lease) error {
+		if err := admin.Break(ctx, "x"); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), dlock.ErrLeaseLost) {
+			t.Errorf("Do context cause = %v, want ErrLeaseLost", context.Cause(ctx))
+		}
+		return nil // the work "succeeded", but not exclusively
+	})
+	if !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Do = %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestOpenErrorsNameTheProblemAndHidePasswords(t *testing.T) {
+	ctx := ctxT(t, 5*time.Second)
+	for _, tc := range []struct{ url, want string }{
+		{"nosuch://u:hunter2@h/", `unknown scheme "nosuch"`},
+		{"localhost:6379", "unknown scheme"},
+		{"", "no scheme"},
+		{"mem://x/path", "only mem://"},
+	} {
+		_, err := dlock.Open(ctx, tc.url)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%q) = %v, want an error containing %q", tc.url, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open(%q) error shows the password: %v", tc.url, err)
+		}
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("Open(%q) error %v is not ErrInvalidOption", tc.url, err)
+		}
+	}
+	if got := dlock.Redact("redis://user:hunter2@h:6379/0"); strings.Contains(got, "hunter2") {
+		t.Errorf("Redact left the password: %s", got)
+	}
+}
+
+func TestOpenMemSharesNamedServer(t *testing.T) {
+	ctx := ctxT(t, 5*time.Second)
+	a, err := dlock.Open(ctx, "mem://shared-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := dlock.Open(ctx, "mem://shared-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.Mutex("x").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Mutex("x").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("two clients of mem://shared-test do not share locks: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+func TestFairOnBackendWithoutQueueIsUnsupported(t *testing.T) {
+	c := dlock.New(noQueue{memlock.New(memlock.NewServer())})
+	_, err := c.Mutex("x", dlock.WithFair()).TryLock(ctxT(t, 5*time.Second))
+	if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), "WithFair") {
+		t.Errorf("WithFair on a backend without a queue: got %v, want ErrUnsupported naming WithFair", err)
+	}
+}
+
+type noQueue struct{ *memlock.Driver }
+
+func (n noQueue) Capabilities() driver.Capabilities {
+	c := n.Driver.Capabilities()
+	c.Fair = false
+	return c
+}

@@ -1,0 +1,761 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// Run runs the conformance suite against the backend behind h. Each test
+// uses lock names of its own, so the deployment may be shared.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Open == nil {
+		t.Fatal("dlocktest: Harness.Open is nil")
+	}
+	s := &suite{h: &h, prefix: fmt.Sprintf("dlocktest-%d/", time.Now().UnixNano())}
+	probe := s.driver(t)
+	s.caps = probe.Capabilities()
+	if s.h.Fair && !s.caps.Fair {
+		t.Fatal("dlocktest: Harness.Fair set, but the backend's Capabilities.Fair is false")
+	}
+	if s.caps.DurableFencing && h.Restart == nil && !s.caps.InProcess {
+		t.Fatal("dlocktest: the backend claims DurableFencing; the harness must provide Restart so the claim is checked")
+	}
+
+	// The tests use names of their own, so most run in parallel; the ones
+	// that cut traffic or restart servers run alone afterwards, so that a
+	// busy machine cannot blur what they measure.
+	type test struct {
+		name string
+		fn   func(*testing.T)
+	}
+	parallel := []test{
+		{"BadInputGetsItsError", s.testBadInput},
+		{"NamesAreExactAndIndependent", s.testNames},
+		{"TryLockFindsItHeld", s.testTryLock},
+		{"ExclusionUnderContention", s.testExclusion},
+		{"RenewalKeepsLeaseBeyondTTL", s.testRenewal},
+		{"TokensIncreaseAcrossRelease", s.testTokensRelease},
+		{"ExpiryFreesLockAndStaleOwnerIsRefused", s.testExpiry},
+		{"BreakGivesNextHolderHigherToken", s.testBreak},
+		{"CancelledLockLeavesNothingBehind", s.testCancel},
+		{"InspectAndListShowHolder", s.testInspect},
+	}
+	if s.h.Fair {
+		parallel = append(parallel,
+			test{"FairWaitersAreGrantedInArrivalOrder", s.testFIFO},
+			test{"FairQueueSkipsWaiterThatGaveUp", s.testFairCancel})
+	}
+	if !s.caps.InProcess {
+		if h.URL == "" {
+			t.Fatal("dlocktest: Harness.URL is empty; the crash tests need it")
+		}
+		parallel = append(parallel, test{"CrashedHolderFreesLockWithinTTL", s.testCrash})
+	}
+	t.Run("Contract", func(t *testing.T) {
+		for _, tc := range parallel {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				tc.fn(t)
+			})
+		}
+	})
+	if len(h.Endpoints) > 0 {
+		t.Run("PartitionedHolderSeesLossBeforeOthersAcquire", s.testPartition)
+	}
+	if h.Restart != nil {
+		t.Run("TokensIncreaseAcrossServerRestart", s.testRestart)
+	}
+}
+
+type suite struct {
+	h      *Harness
+	caps   driver.Capabilities
+	prefix string
+}
+
+func (s *suite) name(t *testing.T, suffix string) string {
+	return s.prefix + strings.ReplaceAll(t.Name(), "/", "_") + "/" + suffix
+}
+
+// driver opens an independent driver, closed when t ends.
+func (s *suite) driver(t testing.TB) driver.Driver {
+	return s.driverAt(t, nil)
+}
+
+func (s *suite) driverAt(t testing.TB, addrs []string) driver.Driver {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := s.h.Open(ctx, addrs)
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// client opens an independent dlock client with the suite's options.
+func (s *suite) client(t testing.TB, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	return dlock.New(s.driver(t), s.opts(opts...)...)
+}
+
+func (s *suite) opts(extra ...dlock.Option) []dlock.Option {
+	o := []dlock.Option{dlock.WithTTL(s.h.ttl())}
+	if s.h.Fair {
+		o = append(o, dlock.WithFair())
+	}
+	return append(o, extra...)
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustLock(t testing.TB, c *dlock.Client, name string, opts ...dlock.Option) *dlock.Lease {
+	t.Helper()
+	l, err := c.Mutex(name, opts...).Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", name, err)
+	}
+	return l
+}
+
+func mustUnlock(t testing.TB, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatalf("Unlock(%q): %v", l.Name(), err)
+	}
+}
+
+func (s *suite) testBadInput(t *testing.T) {
+	c := s.client(t)
+	ctx := ctxT(t, 30*time.Second)
+	for _, tc := range []struct{ desc, name string }{
+		{"empty", ""},
+		{"1025 bytes", strings.Repeat("x", 1025)},
+		{"invalid UTF-8", "bad\xff\xfename"},
+	} {
+		if _, err := c.Mutex(tc.name).TryLock(ctx); !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("TryLock with %s name: got %v, want ErrInvalidName", tc.desc, err)
+		}
+		if _, err := c.Mutex(tc.name).Lock(ctx); !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("Lock with %s name: got %v, want ErrInvalidName", tc.desc, err)
+		}
+		if _, err := c.Inspect(ctx, tc.name); !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("Inspect with %s name: got %v, want ErrInvalidName", tc.desc, err)
+		}
+		if err := c.Break(ctx, tc.name); !errors.Is(err, dlock.ErrInvalidName) {
+			t.Errorf("Break with %s name: got %v, want ErrInvalidName", tc.desc, err)
+		}
+	}
+	name := s.name(t, "opts")
+	for _, tc := range []struct {
+		desc string
+		opt  dlock.Option
+		want error
+	}{
+		{"zero TTL", dlock.WithTTL(0), dlock.ErrInvalidOption},
+		{"negative TTL", dlock.WithTTL(-time.Second), dlock.ErrInvalidOption},
+		{"negative lock-delay", dlock.WithLockDelay(-1), dlock.ErrInvalidOption},
+		{"oversized note", dlock.WithNote(strings.Repeat("n", 2000)), dlock.ErrInvalidOption},
+	} {
+		_, err := c.Mutex(name, tc.opt).TryLock(ctx)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("TryLock with %s: got %v, want %v", tc.desc, err, tc.want)
+		} else if !strings.Contains(err.Error(), "With") {
+			t.Errorf("TryLock with %s: error %q does not name the option", tc.desc, err)
+		}
+	}
+	if min := s.caps.MinTTL; min > time.Nanosecond {
+		if _, err := c.Mutex(name, dlock.WithTTL(min-1)).TryLock(ctx); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("TryLock with TTL below the backend minimum %v: got %v, want ErrInvalidOption", min, err)
+		}
+	}
+	if err := c.Do(ctx, name, nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("Do with nil fn: got %v, want ErrInvalidOption", err)
+	}
+	if err := c.Break(ctx, s.name(t, "never-held")); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Break of a free lock: got %v, want ErrNotHeld", err)
+	}
+	l := mustLock(t, c, name)
+	mustUnlock(t, l)
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Unlock: got %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrNotHeld) {
+		t.Errorf("Err after Unlock: got %v, want ErrNotHeld", l.Err())
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done not closed after Unlock")
+	}
+}
+
+// testNames checks that awkward names are locks of their own: none of them
+// collides with another after the backend's escaping or hashing.
+func (s *suite) testNames(t *testing.T) {
+	c1, c2 := s.client(t), s.client(t)
+	base := s.name(t, "")
+	names := []string{
+		"a", "A", "a/b", "a/b/", "a//b", "/a", "a\x00", "a\x00b", "a b", "a'b", `a"b`, "a\\b",
+		"a;DROP TABLE x;--", "a%2Fb", "a*", "a?", "a{b}", "a[b]", "..", ".", "ключ", "锁/秒杀",
+		"🔒", strings.Repeat("z", 1024-len(base)), strings.Repeat("z", 1023-len(base)),
+	}
+	var leases []*dlock.Lease
+	for _, n := range names {
+		n = base + n
+		if len(n) > dlock.MaxNameLen {
+			t.Fatalf("test name too long: %d", len(n))
+		}
+		l, err := c1.Mutex(n).TryLock(ctxT(t, 30*time.Second))
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v (a different name already took it: collision?)", n, err)
+		}
+		leases = append(leases, l)
+		if _, err := c2.Mutex(n).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("second TryLock(%q) by another client: got %v, want ErrNotAcquired", n, err)
+		}
+	}
+	for _, l := range leases {
+		in, err := c2.Inspect(ctxT(t, 30*time.Second), l.Name())
+		if err != nil {
+			t.Fatalf("Inspect(%q): %v", l.Name(), err)
+		}
+		if !in.Held || in.Token != l.Token() {
+			t.Errorf("Inspect(%q): held=%v token=%d, want held with token %d", l.Name(), in.Held, in.Token, l.Token())
+		}
+		mustUnlock(t, l)
+	}
+}
+
+func (s *suite) testTryLock(t *testing.T) {
+	c1, c2 := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	l := mustLock(t, c1, name)
+	if _, err := c2.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock of a held lock: got %v, want ErrNotAcquired", err)
+	}
+	// The holder itself gets no re-entrant grant either.
+	if _, err := c1.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock by the holder's own client: got %v, want ErrNotAcquired", err)
+	}
+	mustUnlock(t, l)
+	l2, err := c2.Mutex(name).TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after release: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token after release %d, want > %d", l2.Token(), l.Token())
+	}
+	mustUnlock(t, l2)
+}
+
+// testExclusion has 8 independent clients increment a shared counter with
+// a read–sleep–write window under the lock: a single lost update, or two
+// clients inside at once, or a token out of order, fails.
+func (s *suite) testExclusion(t *testing.T) {
+	const clients, rounds = 8, 6
+	name := s.name(t, "counter")
+	var (
+		counter int64
+		inside  atomic.Int32
+		mu      sync.Mutex
+		tokens  []uint64
+		wg      sync.WaitGroup
+		errs    = make(chan error, clients)
+	)
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		cs[i] = s.client(t)
+	}
+	start := make(chan struct{})
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range rounds {
+				err := cs[i].Do(ctxT(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
+					if n := inside.Add(1); n != 1 {
+						return fmt.Errorf("%d holders inside the critical section at once", n)
+					}
+					defer inside.Add(-1)
+					mu.Lock()
+					tokens = append(tokens, l.Token())
+					mu.Unlock()
+					v := atomic.LoadInt64(&counter)
+					time.Sleep(2 * time.Millisecond)
+					atomic.StoreInt64(&counter, v+1)
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if counter != clients*rounds {
+		t.Errorf("counter = %d after %d increments: lost updates", counter, clients*rounds)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Errorf("grant %d has token %d after %d: tokens must strictly increase", i, tokens[i], tokens[i-1])
+		}
+	}
+}
+
+// testRenewal holds a lock for three TTLs; renewal must keep it.
+func (s *suite) testRenewal(t *testing.T) {
+	c1, c2 := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	l := mustLock(t, c1, name)
+	end := time.Now().Add(3 * s.h.ttl())
+	for time.Now().Before(end) {
+		if _, err := c2.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock while renewed: got %v, want ErrNotAcquired", err)
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("lease ended while renewed: %v", l.Err())
+		case <-time.After(s.h.ttl() / 4):
+		}
+	}
+	mustUnlock(t, l)
+}
+
+func (s *suite) testTokensRelease(t *testing.T) {
+	cs := []*dlock.Client{s.client(t), s.client(t), s.client(t)}
+	name := s.name(t, "l")
+	var last uint64
+	for i := range 9 {
+		l := mustLock(t, cs[i%3], name)
+		if l.Token() <= last {
+			t.Fatalf("grant %d: token %d, want > %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		mustUnlock(t, l)
+	}
+}
+
+// testExpiry takes a lock through the driver and never renews it: the lock
+// must free itself after the TTL, the next grant must have a higher token,
+// and the stale owner can neither extend nor release the new holder's lock.
+func (s *suite) testExpiry(t *testing.T) {
+	d := s.driver(t)
+	name := s.name(t, "l")
+	ttl := s.h.ttl()
+	req := driver.Request{Name: name, Owner: strings.Repeat("ab", 16), TTL: ttl, Fair: s.h.Fair}
+	g, err := d.Acquire(ctxT(t, 30*time.Second), req)
+	if err != nil {
+		t.Fatalf("driver Acquire: %v", err)
+	}
+	if g.TTL > 0 {
+		ttl = g.TTL
+	}
+	stale := driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
+	if s.caps.Sessions {
+		// A session keeps the lock while the session lives; end it.
+		_ = d.Close()
+	}
+
+	c := s.client(t)
+	start := time.Now()
+	l := mustLock(t, c, name)
+	waited := time.Since(start)
+	if l.Token() <= g.Token {
+		t.Errorf("token after expiry %d, want > %d", l.Token(), g.Token)
+	}
+	if !s.caps.Sessions && waited < ttl/2 {
+		t.Errorf("granted after %v, while the expired lease had a TTL of %v", waited, ttl)
+	}
+	if !s.caps.Sessions {
+		if err := d.Extend(ctxT(t, 30*time.Second), stale, ttl); !errors.Is(err, driver.ErrLeaseLost) {
+			t.Errorf("stale Extend: got %v, want ErrLeaseLost", err)
+		}
+		if err := d.Release(ctxT(t, 30*time.Second), stale); !errors.Is(err, driver.ErrLeaseLost) {
+			t.Errorf("stale Release: got %v, want ErrLeaseLost", err)
+		}
+	}
+	if _, err := s.client(t).Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("after a stale Release the new holder's lock must still be held; TryLock got %v", err)
+	}
+	select {
+	case <-l.Done():
+		t.Errorf("new holder lost its lease: %v", l.Err())
+	default:
+	}
+	mustUnlock(t, l)
+}
+
+// testBreak breaks a held lock: the holder sees the loss (Done, Do's
+// context), its Unlock reports it, and the next grant has a higher token.
+func (s *suite) testBreak(t *testing.T) {
+	holder, admin, next := s.client(t), s.client(t), s.client(t)
+	name := s.name(t, "l")
+	granted := make(chan *dlock.Lease, 1)
+	doErr := make(chan error, 1)
+	go func() {
+		doErr <- holder.Do(ctxT(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
+			granted <- l
+			<-ctx.Done() // work until the lease is lost
+			return context.Cause(ctx)
+		})
+	}()
+	var l *dlock.Lease
+	select {
+	case l = <-granted:
+	case err := <-doErr:
+		t.Fatalf("Do: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Do was not granted a free lock within 60s")
+	}
+	if err := admin.Break(ctxT(t, 30*time.Second), name); err != nil {
+		t.Fatalf("Break: %v", err)
+	}
+	l2 := mustLock(t, next, name)
+	if l2.Token() <= l.Token() {
+		t.Errorf("token after Break %d, want > %d", l2.Token(), l.Token())
+	}
+	select {
+	case err := <-doErr:
+		if !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Do after Break returned %v, want an error wrapping ErrLeaseLost", err)
+		}
+	case <-time.After(s.h.ttl() + 30*time.Second):
+		t.Fatal("the broken holder's Do context was not cancelled")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("broken lease Err = %v, want ErrLeaseLost", l.Err())
+	}
+	if _, err := holder.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("the new holder's lock must still be held after the broken holder's Do released; TryLock got %v", err)
+	}
+	mustUnlock(t, l2)
+}
+
+// testCancel cancels waiting Locks: each returns its context's error, and
+// afterwards no ghost waiter or lock is left behind.
+func (s *suite) testCancel(t *testing.T) {
+	holderC := s.client(t)
+	name := s.name(t, "l")
+	l := mustLock(t, holderC, name)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := s.client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(100*(i+1))*time.Millisecond)
+			defer cancel()
+			lw, err := c.Mutex(name).Lock(ctx)
+			if err == nil {
+				t.Errorf("waiter %d was granted a held lock (token %d)", i, lw.Token())
+				return
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("waiter %d: got %v, want context.DeadlineExceeded", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	inspector := s.client(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		in, err := inspector.Inspect(ctxT(t, 30*time.Second), name)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+		if len(in.Waiters) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d cancelled waiters still queued after 10s", len(in.Waiters))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mustUnlock(t, l)
+	// The lock must be free now and stay free: no cancelled waiter may
+	// have been granted it after giving up.
+	time.Sleep(200 * time.Millisecond)
+	l2, err := s.client(t).Mutex(name).TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		in, _ := inspector.Inspect(ctxT(t, 30*time.Second), name)
+		t.Fatalf("TryLock after the holder released and all waiters gave up: %v (state: %+v)", err, in)
+	}
+	mustUnlock(t, l2)
+}
+
+func (s *suite) testInspect(t *testing.T) {
+	c, other := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	ctx := ctxT(t, 30*time.Second)
+	in, err := other.Inspect(ctx, name)
+	if err != nil || in.Held {
+		t.Fatalf("Inspect of a free lock: %+v, %v", in, err)
+	}
+	l := mustLock(t, c, name, dlock.WithNote("inspect me"))
+	in, err = other.Inspect(ctx, name)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	if !in.Held || in.Token != l.Token() || in.Holder.Note != "inspect me" || in.Holder.PID == 0 || in.Holder.Host == "" {
+		t.Errorf("Inspect of a held lock = %+v; want held, token %d, the holder's note, host and pid", in, l.Token())
+	}
+	if in.ExpiresIn < 0 || in.ExpiresIn > l.TTL()+time.Second {
+		t.Errorf("Inspect ExpiresIn = %v, want within [0, %v]", in.ExpiresIn, l.TTL())
+	}
+	if !s.caps.Sessions && in.ExpiresIn == 0 {
+		t.Errorf("Inspect ExpiresIn = 0 on a backend with server-side TTLs")
+	}
+	unrelated := mustLock(t, c, s.prefix+"unrelated-"+strings.ReplaceAll(t.Name(), "/", "_"))
+	list, err := other.List(ctx, s.name(t, ""))
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(list) != 1 || list[0].Name != name || list[0].Token != l.Token() {
+		t.Errorf("List(%q) = %+v, want exactly %q", s.name(t, ""), list, name)
+	}
+	mustUnlock(t, unrelated)
+	mustUnlock(t, l)
+	in, err = other.Inspect(ctx, name)
+	if err != nil || in.Held {
+		t.Errorf("Inspect after release: %+v, %v; want free", in, err)
+	}
+}
+
+// waitQueued waits until Inspect shows n waiters, where the backend lists
+// them; otherwise it gives the waiter time to queue.
+func (s *suite) waitQueued(t *testing.T, c *dlock.Client, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		in, err := c.Inspect(ctxT(t, 30*time.Second), name)
+		if err != nil {
+			t.Fatalf("Inspect: %v", err)
+		}
+		if len(in.Waiters) >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("waiter %d did not show in Inspect within 30s", n)
+}
+
+func (s *suite) testFIFO(t *testing.T) {
+	const waiters = 5
+	holder, inspector := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	l := mustLock(t, holder, name)
+	order := make(chan int, waiters)
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		c := s.client(t)
+		go func() {
+			lw, err := c.Mutex(name).Lock(ctxT(t, 120*time.Second))
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			time.Sleep(10 * time.Millisecond)
+			errs <- lw.Unlock(ctxT(t, 30*time.Second))
+		}()
+		s.waitQueued(t, inspector, name, i+1)
+	}
+	mustUnlock(t, l)
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	}
+	close(order)
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Errorf("grant %d went to waiter %d: not arrival order", want, got)
+		}
+		want++
+	}
+}
+
+func (s *suite) testFairCancel(t *testing.T) {
+	holder, inspector := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	l := mustLock(t, holder, name)
+	first, quitter, last := s.client(t), s.client(t), s.client(t)
+	got := make(chan string, 2)
+	hold := func(c *dlock.Client, who string) {
+		lw, err := c.Mutex(name).Lock(ctxT(t, 120*time.Second))
+		if err != nil {
+			got <- who + ": " + err.Error()
+			return
+		}
+		got <- who
+		_ = lw.Unlock(ctxT(t, 30*time.Second))
+	}
+	go hold(first, "first")
+	s.waitQueued(t, inspector, name, 1)
+	qctx, qcancel := context.WithCancel(context.Background())
+	qerr := make(chan error, 1)
+	go func() { _, err := quitter.Mutex(name).Lock(qctx); qerr <- err }()
+	s.waitQueued(t, inspector, name, 2)
+	go hold(last, "last")
+	s.waitQueued(t, inspector, name, 3)
+	qcancel()
+	if err := <-qerr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: got %v, want context.Canceled", err)
+	}
+	mustUnlock(t, l)
+	for _, want := range []string{"first", "last"} {
+		select {
+		case g := <-got:
+			if g != want {
+				t.Fatalf("got grant to %q, want %q", g, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s was not granted within 30s: the cancelled waiter blocks the queue", want)
+		}
+	}
+}
+
+// testCrash runs a holder in another process and kills it with SIGKILL:
+// the lock must be granted to another client within the TTL (plus slack
+// for a busy machine), with a higher token.
+func (s *suite) testCrash(t *testing.T) {
+	name := s.name(t, "l")
+	ttl := s.h.ttl()
+	cmd, tok := startHolder(t, s.h, name, ttl)
+	c := s.client(t)
+	if _, err := c.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while another process holds the lock: got %v, want ErrNotAcquired", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ttl+20*time.Second)
+	defer cancel()
+	l, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatalf("the crashed holder's lock was not freed within its TTL %v (+slack): %v", ttl, err)
+	}
+	t.Logf("lock freed %v after the holder was killed (TTL %v)", time.Since(killed).Round(time.Millisecond), ttl)
+	if l.Token() <= tok {
+		t.Errorf("token after crash %d, want > %d", l.Token(), tok)
+	}
+	mustUnlock(t, l)
+}
+
+// testPartition freezes a holder's traffic with a proxy: the holder must
+// see its lease lost (Done closed) before any other client can acquire the
+// lock, and within about the TTL.
+func (s *suite) testPartition(t *testing.T) {
+	proxies := make([]*testenv.Proxy, len(s.h.Endpoints))
+	addrs := make([]string, len(s.h.Endpoints))
+	for i, ep := range s.h.Endpoints {
+		proxies[i] = testenv.NewProxy(t, ep)
+		addrs[i] = proxies[i].Addr()
+	}
+	holder := dlock.New(s.driverAt(t, addrs), s.opts()...)
+	name := s.name(t, "l")
+	l := mustLock(t, holder, name)
+	// Let one renewal through, so the deadline is a renewal's.
+	time.Sleep(l.TTL() / 2)
+	for _, p := range proxies {
+		p.Block()
+	}
+	blocked := time.Now()
+	defer func() {
+		for _, p := range proxies {
+			p.Unblock()
+		}
+	}()
+
+	other := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*l.TTL()+30*time.Second)
+	defer cancel()
+	var l2 *dlock.Lease
+	for l2 == nil {
+		lw, err := other.Mutex(name).TryLock(ctx)
+		switch {
+		case err == nil:
+			l2 = lw
+		case errors.Is(err, dlock.ErrNotAcquired):
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the partitioned holder's lock was never freed: %v", ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		default:
+			t.Fatalf("TryLock: %v", err)
+		}
+	}
+	acquired := time.Now()
+	select {
+	case <-l.Done():
+	default:
+		t.Fatalf("another client acquired the lock (token %d) %v after the partition while the partitioned holder still believed it held it",
+			l2.Token(), acquired.Sub(blocked))
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("partitioned lease Err = %v, want ErrLeaseLost", l.Err())
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token after partition %d, want > %d", l2.Token(), l.Token())
+	}
+	mustUnlock(t, l2)
+}
+
+// testRestart restarts the backend's servers: tokens must keep increasing.
+func (s *suite) testRestart(t *testing.T) {
+	name := s.name(t, "l")
+	c := s.client(t)
+	l := mustLock(t, c, name)
+	before := l.Token()
+	mustUnlock(t, l)
+	s.h.Restart(t)
+	c2 := s.client(t)
+	var l2 *dlock.Lease
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		l2, err = c2.Mutex(name).Lock(ctxT(t, 30*time.Second))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lock after restart: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if l2.Token() <= before {
+		if s.caps.DurableFencing {
+			t.Errorf("token after restart %d, want > %d: the backend claims DurableFencing", l2.Token(), before)
+		} else {
+			t.Logf("token after restart %d <= %d: tokens are not durable on this backend (as its Capabilities say)", l2.Token(), before)
+		}
+	}
+	mustUnlock(t, l2)
+}

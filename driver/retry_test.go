@@ -1,0 +1,117 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeEngine is a try-only lock for unit tests of AcquireByRetry.
+type fakeEngine struct {
+	mu       sync.Mutex
+	holder   string
+	token    uint64
+	attempts int
+	delay    time.Duration // how long each attempt takes
+	wake     chan struct{}
+	released []string
+}
+
+func (f *fakeEngine) TryAcquire(ctx context.Context, req Request) (Grant, time.Duration, error) {
+	time.Sleep(f.delay)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.attempts++
+	if f.holder != "" {
+		return Grant{}, time.Hour, ErrNotAcquired
+	}
+	f.holder = req.Owner
+	f.token++
+	return Grant{Token: f.token}, 0, nil
+}
+
+func (f *fakeEngine) Release(ctx context.Context, h Held) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holder != h.Owner {
+		return ErrLeaseLost
+	}
+	f.holder = ""
+	f.released = append(f.released, h.Owner)
+	if f.wake != nil {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+type pushEngine struct{ *fakeEngine }
+
+func (p pushEngine) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	return p.wake, func() {}, nil
+}
+
+func TestAcquireByRetryWakesOnPushNotPoll(t *testing.T) {
+	f := &fakeEngine{holder: "other", wake: make(chan struct{}, 1)}
+	done := make(chan error, 1)
+	go func() {
+		_, err := AcquireByRetry(context.Background(), Request{Name: "x", Owner: "me", TTL: time.Minute, Wait: true}, pushEngine{f})
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = f.Release(context.Background(), Held{Owner: "other"})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(safetyPoll / 2):
+		t.Fatal("a waiter with a push wake-up was not woken by the release")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.attempts != 2 {
+		t.Errorf("%d attempts, want 2 (one before the release, one after its wake-up)", f.attempts)
+	}
+}
+
+func TestAcquireByRetryCancelledMidAttemptReleasesLateGrant(t *testing.T) {
+	f := &fakeEngine{delay: 200 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := AcquireByRetry(ctx, Request{Name: "x", Owner: "me", TTL: time.Minute, Wait: true}, f)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		f.mu.Lock()
+		holder, released := f.holder, len(f.released)
+		f.mu.Unlock()
+		if holder == "" && released == 1 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the grant of an attempt whose caller gave up was never released")
+}
+
+func TestAcquireByRetryWithoutWaitTriesOnce(t *testing.T) {
+	f := &fakeEngine{holder: "other"}
+	_, err := AcquireByRetry(context.Background(), Request{Name: "x", Owner: "me", TTL: time.Minute}, f)
+	if !errors.Is(err, ErrNotAcquired) || f.attempts != 1 {
+		t.Fatalf("got %v after %d attempts, want ErrNotAcquired after 1", err, f.attempts)
+	}
+}
+
+func TestJitterStaysInRange(t *testing.T) {
+	for range 1000 {
+		if j := Jitter(100 * time.Millisecond); j < 50*time.Millisecond || j > 100*time.Millisecond {
+			t.Fatalf("Jitter(100ms) = %v", j)
+		}
+	}
+}
