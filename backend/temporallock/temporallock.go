@@ -2,10 +2,8 @@ package temporallock
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,7 +96,12 @@ func New(c client.Client, opts ...Option) (*Driver, error) {
 	}
 	d := &Driver{c: c, cfg: cfg, stopSub: make(chan struct{})}
 	if !cfg.noWorker {
-		d.w = worker.New(c, cfg.taskQueue, worker.Options{})
+		d.w = worker.New(c, cfg.taskQueue, worker.Options{
+			LocalActivityWorkerOnly: true, // no activities: no activity pollers
+			// When a worker dies, its workflows' next tasks (a lease's end
+			// among them) wait this long before another worker gets them.
+			StickyScheduleToStartTimeout: time.Second,
+		})
 		RegisterWorkflows(d.w)
 		if err := d.w.Start(); err != nil {
 			return nil, fmt.Errorf("%w: start temporal worker: %w", driver.ErrUnavailable, err)
@@ -107,11 +110,19 @@ func New(c client.Client, opts ...Option) (*Driver, error) {
 	return d, nil
 }
 
+// WorkflowRegistry is where RegisterWorkflows registers: a worker.Worker
+// or a worker.WorkflowReplayer.
+type WorkflowRegistry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+}
+
 // RegisterWorkflows registers dlock's lock workflows on w, for a service
 // that runs its own worker (see WithoutWorker). The worker must poll the
 // task queue the clients use (default "dlock"), and all workers of that
 // queue must run the same version of this package.
-func RegisterWorkflows(w worker.Registry) {
+//
+// It also accepts a worker.WorkflowReplayer, to replay recorded histories.
+func RegisterWorkflows(w WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(MutexWorkflow, workflowOptions(mutexWorkflowName))
 	w.RegisterWorkflowWithOptions(IDLockWorkflow, workflowOptions(idLockWorkflowName))
 }
@@ -279,7 +290,7 @@ func (d *Driver) Close() error {
 // where the name is escaped byte by byte as in URLs (every byte outside
 // A-Z a-z 0-9 - . _ ~ / becomes %XX), which is one-to-one. A name whose
 // escaped form is longer than 200 bytes is hashed instead:
-// dlock#<hex SHA-256 of the name> (dlock-id#… in id mode); '#' never
+// dlock#<driver.NameHash(name)> (dlock-id#… in id mode); '#' never
 // appears in an escaped name, so the two forms cannot collide. The two
 // modes use different IDs: a fair-mode lock and an id-mode lock of the same
 // name do not exclude each other.
@@ -291,8 +302,7 @@ func WorkflowID(mode Mode, name string) string {
 	if esc := escapeName(name); len(esc) <= 200 {
 		return prefix + "/" + esc
 	}
-	sum := sha256.Sum256([]byte(name))
-	return prefix + "#" + hex.EncodeToString(sum[:])
+	return prefix + "#" + driver.NameHash(name)
 }
 
 func escapeName(name string) string {
