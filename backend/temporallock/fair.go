@@ -147,6 +147,7 @@ func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq) 
 		TaskQueue:                d.cfg.taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowTaskTimeout:      workflowTaskTimeout,
 	}, mutexWorkflowName, mutexState{Name: name, HistoryLimit: d.cfg.historyLimit})
 	h, err := d.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,

@@ -71,22 +71,22 @@ func IDLockWorkflow(ctx workflow.Context, s idLockState) error {
 	}
 	for {
 		now := workflow.Now(ctx)
-		if !now.Before(s.Expires) {
-			return nil // lease over: the run ends and the name is free
+		if released || !now.Before(s.Expires) {
+			// Released: the handler has returned its reply (it does not
+			// block), which goes out with this run's completion. Expired:
+			// the lease is over. Either way the run ends and the name is
+			// free.
+			return nil
 		}
 		changed = false
-		if _, err := workflow.AwaitWithTimeout(ctx, s.Expires.Sub(now), func() bool { return changed }); err != nil {
+		if _, err := workflow.AwaitWithTimeout(ctx, s.Expires.Sub(now), func() bool { return changed || released }); err != nil {
 			return err
 		}
-		if released || !workflow.Now(ctx).Before(s.Expires) {
-			// Let the release update's reply reach its caller first.
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-				return err
-			}
+		if released {
 			return nil
 		}
 		if info := workflow.GetInfo(ctx); info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= limit {
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			if err := awaitHandlersFinished(ctx); err != nil {
 				return err
 			}
 			if released {
@@ -95,4 +95,16 @@ func IDLockWorkflow(ctx workflow.Context, s idLockState) error {
 			return workflow.NewContinueAsNewError(ctx, IDLockWorkflow, s)
 		}
 	}
+}
+
+// awaitHandlersFinished waits until no update handler is running, before
+// the run continues as new. It looks again every half second: a handler's
+// end is not an event that re-evaluates an Await condition by itself.
+func awaitHandlersFinished(ctx workflow.Context) error {
+	for !workflow.AllHandlersFinished(ctx) {
+		if _, err := workflow.AwaitWithTimeout(ctx, 500*time.Millisecond, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }

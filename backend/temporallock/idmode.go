@@ -44,6 +44,7 @@ func (l *idLocker) startOptions(name string) client.StartWorkflowOptions {
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		WorkflowTaskTimeout:                      workflowTaskTimeout,
 	}
 }
 

@@ -154,7 +154,7 @@ func MutexWorkflow(ctx workflow.Context, s mutexState) error {
 
 		if m.shouldContinueAsNew(ctx) {
 			m.draining = true
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			if err := awaitHandlersFinished(ctx); err != nil {
 				return err
 			}
 			m.drainSignals(ctx)

@@ -41,6 +41,13 @@ const (
 // DefaultTaskQueue is the task queue of dlock's workflows.
 const DefaultTaskQueue = "dlock"
 
+// workflowTaskTimeout bounds how long a lock workflow's task may sit with a
+// worker that vanished (killed, or cut off after it polled) before another
+// worker gets it: the server's default of 10s would hold up hand-overs and
+// renewals for longer than a typical lease. The lock workflows' tasks take
+// milliseconds.
+const workflowTaskTimeout = 3 * time.Second
+
 // Option configures New.
 type Option func(*config)
 
@@ -244,10 +251,10 @@ func parseURL(u *url.URL) (client.Options, []Option, error) {
 	return opts, dopts, nil
 }
 
-// quietLogger passes on the SDK's warnings and errors only: its info lines
-// (a worker started, a poll timed out) are not the application's business.
+// quietLogger passes on the SDK's errors only: its info and warning lines
+// (a worker started, a poll failed while the server restarts) are not the application's business.
 func quietLogger() tlog.Logger {
-	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 }
 
 // Client returns the Temporal client the driver uses.

@@ -165,6 +165,7 @@ func requestLock(ctx context.Context, mutexID, taskQueue, name string, req acqui
 		TaskQueue:                taskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowTaskTimeout:      workflowTaskTimeout,
 	}, mutexWorkflowName, mutexState{Name: name})
 	return err
 }
