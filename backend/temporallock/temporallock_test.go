@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/dlocktest"
@@ -122,6 +121,12 @@ func TestTemporal(t *testing.T) {
 		})
 	}
 	t.Run("NaiveStartReturnsRunningWorkflowButDlockIsNotFooled", func(t *testing.T) { testNaiveStart(t, srv) })
+	for _, mode := range []Mode{ModeFair, ModeID} {
+		t.Run("HolderThatStopsRenewingLosesToWaiter/"+string(mode), func(t *testing.T) { testStopsRenewing(t, srv, mode) })
+	}
+	t.Run("WorkerKilledWhileHoldingLock", func(t *testing.T) { testWorkerKilled(t, srv) })
+	t.Run("WorkflowLock", func(t *testing.T) { testWorkflowLock(t, srv) })
+	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 }
 
 // testNaiveStart reproduces the bug of a lock built on the Go SDK's
@@ -169,5 +174,3 @@ func testNaiveStart(t *testing.T, srv server) {
 		t.Fatalf("Unlock: %v", err)
 	}
 }
-
-var _ = worker.New
