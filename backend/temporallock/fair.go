@@ -45,7 +45,27 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 	for {
 		switch rep.Status {
 		case stGranted:
-			return driver.Grant{Token: rep.Token, Since: sent.Add(-rep.Age), Recovered: rep.Recovered}, nil
+			g := driver.Grant{Token: rep.Token, Since: sent.Add(rep.Waited - rep.Age), Recovered: rep.Recovered}
+			if time.Since(g.Since) < req.TTL/3 {
+				return g, nil
+			}
+			// The answer took long to arrive (the wait sat in the server,
+			// say while no worker ran), so what we know of the lease's
+			// start is too old to be useful: renew it once to start
+			// afresh, or learn that it is gone already.
+			g.Since = time.Now()
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			err := d.Extend(ectx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token}, req.TTL)
+			cancel()
+			if err == nil {
+				if ctx.Err() != nil {
+					d.leaveQueue(req, nil)
+					return driver.Grant{}, ctx.Err()
+				}
+				return g, nil
+			}
+			rep = reply{Status: stGone}
+			continue
 		case stBusy:
 			return driver.Grant{}, fmt.Errorf("%w: %q", driver.ErrNotAcquired, req.Name)
 		case stGone:

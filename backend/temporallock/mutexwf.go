@@ -108,10 +108,12 @@ type reply struct {
 	Status    string
 	Token     uint64 `json:",omitempty"`
 	Recovered bool   `json:",omitempty"`
-	// Age is how long ago, by the workflow's clock, the lock was granted:
-	// a waiter that learns of its grant late starts its lease that much
-	// earlier.
-	Age time.Duration `json:",omitempty"`
+	// Age is how long ago, by the workflow's clock, the lock was granted,
+	// and Waited how long a wait was held open before it returned: the
+	// grant happened Waited-Age after the wait reached the workflow, which
+	// is after the client sent it.
+	Age    time.Duration `json:",omitempty"`
+	Waited time.Duration `json:",omitempty"`
 }
 
 type grantMsg struct {
@@ -294,6 +296,7 @@ func waitSlice(ttl time.Duration) time.Duration {
 // wait returns when r.Owner is granted the lock, leaves the queue, or after
 // a slice of its TTL (status queued: ask again).
 func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
+	started := workflow.Now(ctx)
 	i := m.queued(r.Owner)
 	if i >= 0 {
 		m.s.Queue[i].Expires = workflow.Now(ctx).Add(m.s.Queue[i].TTL)
@@ -309,7 +312,7 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 	}
 	now := workflow.Now(ctx)
 	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
-		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt)}, nil
+		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt), Waited: now.Sub(started)}, nil
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(m.s.Queue[i].TTL)
