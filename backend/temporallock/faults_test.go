@@ -209,3 +209,60 @@ func testStopsRenewing(t *testing.T, srv server, mode Mode) {
 		t.Errorf("waiter's Unlock: %v", err)
 	}
 }
+
+// testIDContinueAsNew: an id-mode lease renewed often enough that its run
+// continues as new stays held with the same token, and is renewed and
+// released through the new run; a later holder's chain is out of the old
+// owner's reach.
+func testIDContinueAsNew(t *testing.T, srv server) {
+	d := srv.open(t, "", WithMode(ModeID), withHistoryLimit(20))
+	ctx := ctxT(t, 120*time.Second)
+	name := "id-continue-as-new/" + t.Name()
+	g, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "a", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := g.Handle.(string)
+	held := driver.Held{Name: name, Owner: "a", Token: g.Token, Handle: g.Handle}
+	for i := 0; ; i++ {
+		desc, err := d.c.DescribeWorkflowExecution(ctx, WorkflowID(ModeID, name), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() != first {
+			break // continued as new
+		}
+		if i == 50 {
+			t.Fatal("the lock run did not continue as new after 50 renewals (history limit 20)")
+		}
+		if err := d.Extend(ctx, held, testTTL); err != nil {
+			t.Fatalf("Extend %d: %v", i, err)
+		}
+	}
+	if err := d.Extend(ctx, held, testTTL); err != nil {
+		t.Fatalf("Extend after continue-as-new: %v", err)
+	}
+	in, err := d.Inspect(ctx, name)
+	if err != nil || !in.Held || in.Token != g.Token {
+		t.Fatalf("Inspect after continue-as-new: %+v, %v; want held with token %d", in, err, g.Token)
+	}
+	if err := d.Release(ctx, held); err != nil {
+		t.Fatalf("Release after continue-as-new: %v", err)
+	}
+	g2, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "b", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Token <= g.Token {
+		t.Errorf("next token %d, want > %d", g2.Token, g.Token)
+	}
+	if err := d.Extend(ctx, held, testTTL); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("old owner's Extend against the new holder: got %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctx, held); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("old owner's Release against the new holder: got %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctx, driver.Held{Name: name, Owner: "b", Token: g2.Token, Handle: g2.Handle}); err != nil {
+		t.Errorf("new holder's Release: %v", err)
+	}
+}

@@ -30,9 +30,9 @@ func idTokenOf(t time.Time) uint64 { return uint64(t.UnixMicro()) }
 
 // IDLockWorkflow holds an id-mode lock: while it runs, no other run with
 // the same workflow ID can start (ID-conflict policy FAIL). It ends when its
-// owner releases it (update "release") or when its lease, renewed by update
-// "extend", runs out — a workflow timer, so the lock frees itself without
-// any client. An administrator's Break terminates it.
+// lease, renewed by update "extend", runs out — a workflow timer, so the
+// lock frees itself without any client. Release (by the owner, naming its
+// own run) and Break (by an administrator) terminate it.
 func IDLockWorkflow(ctx workflow.Context, s idLockState) error {
 	info := workflow.GetInfo(ctx)
 	if s.Token == 0 {
@@ -41,26 +41,17 @@ func IDLockWorkflow(ctx workflow.Context, s idLockState) error {
 	if s.Expires.IsZero() {
 		s.Expires = info.WorkflowStartTime.Add(s.TTL)
 	}
-	released, changed := false, false
+	changed := false
 	if err := workflow.SetQueryHandler(ctx, qryState, func() (idLockState, error) { return s, nil }); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandler(ctx, updExtend, func(ctx workflow.Context, r extendReq) (reply, error) {
 		now := workflow.Now(ctx)
-		if released || r.Owner != s.Owner || !now.Before(s.Expires) {
+		if r.Owner != s.Owner || !now.Before(s.Expires) {
 			return reply{Status: stLost}, nil
 		}
 		s.Expires, s.TTL, changed = now.Add(r.TTL), r.TTL, true
 		return reply{Status: stOK, Token: s.Token}, nil
-	}); err != nil {
-		return err
-	}
-	if err := workflow.SetUpdateHandler(ctx, updRelease, func(ctx workflow.Context, r ownerReq) (reply, error) {
-		if released || r.Owner != s.Owner || !workflow.Now(ctx).Before(s.Expires) {
-			return reply{Status: stLost}, nil
-		}
-		released, changed = true, true
-		return reply{Status: stOK}, nil
 	}); err != nil {
 		return err
 	}
@@ -71,26 +62,16 @@ func IDLockWorkflow(ctx workflow.Context, s idLockState) error {
 	}
 	for {
 		now := workflow.Now(ctx)
-		if released || !now.Before(s.Expires) {
-			// Released: the handler has returned its reply (it does not
-			// block), which goes out with this run's completion. Expired:
-			// the lease is over. Either way the run ends and the name is
-			// free.
-			return nil
+		if !now.Before(s.Expires) {
+			return nil // the lease is over: the run ends and the name is free
 		}
 		changed = false
-		if _, err := workflow.AwaitWithTimeout(ctx, s.Expires.Sub(now), func() bool { return changed || released }); err != nil {
+		if _, err := workflow.AwaitWithTimeout(ctx, s.Expires.Sub(now), func() bool { return changed }); err != nil {
 			return err
-		}
-		if released {
-			return nil
 		}
 		if info := workflow.GetInfo(ctx); info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= limit {
 			if err := awaitHandlersFinished(ctx); err != nil {
 				return err
-			}
-			if released {
-				return nil
 			}
 			return workflow.NewContinueAsNewError(ctx, IDLockWorkflow, s)
 		}

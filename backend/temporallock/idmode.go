@@ -71,9 +71,27 @@ func (l *idLocker) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 	return driver.Grant{Token: token, Handle: run.GetRunID()}, 0, nil
 }
 
-// Release is driver.Retrier's Release (and the Driver's, by way of it).
+// Release ends the lease's own run. It terminates the running run of the
+// lease's chain (named by its first run ID: the chain continues as new):
+// that chain is this owner's lease and nobody else's (a later holder has a
+// chain of its own), so this is owner-checked by construction, and it needs
+// no worker — a release works even while no worker runs. A run that has
+// already ended (its lease ran out, or it was broken) is ErrLeaseLost.
 func (l *idLocker) Release(ctx context.Context, h driver.Held) error {
-	return (*Driver)(l).Release(ctx, h)
+	run, _ := h.Handle.(string)
+	if run == "" {
+		return fmt.Errorf("%w: %q: no run to release", driver.ErrLeaseLost, h.Name)
+	}
+	err := l.c.TerminateWorkflowWithOptions(ctx, client.TerminateWorkflowOptions{
+		WorkflowID: WorkflowID(ModeID, h.Name), FirstExecutionRunID: run, Reason: "dlock: released",
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return fmt.Errorf("%w: %q (token %d) is no longer held by this owner", driver.ErrLeaseLost, h.Name, h.Token)
+		}
+		return unavailable(ctx, "release "+strconv.Quote(h.Name), err)
+	}
+	return nil
 }
 
 // Subscribe wakes the waiter each time the running lock run ends, by
@@ -84,19 +102,30 @@ func (l *idLocker) Subscribe(ctx context.Context, name string) (<-chan struct{},
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	wake := make(chan struct{}, 1)
 	id := WorkflowID(ModeID, name)
+	notify := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 	go func() {
 		defer stop()
+		woken := "" // the run whose end we last reported
 		for sctx.Err() == nil {
 			pause := driver.Jitter(250 * time.Millisecond)
 			desc, err := l.c.DescribeWorkflowExecution(sctx, id, "")
+			run := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 			switch {
 			case err == nil && desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-				_ = l.c.GetWorkflow(sctx, id, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()).Get(sctx, nil)
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
+				_ = l.c.GetWorkflow(sctx, id, run).Get(sctx, nil)
+				woken = run
+				notify()
 				continue
+			case err == nil && run != woken:
+				// A run started and ended between two looks (a short
+				// hold): its end is a release we must not miss.
+				woken = run
+				notify()
 			case err != nil && !isNotFound(err):
 				pause = driver.Jitter(time.Second)
 			}

@@ -361,7 +361,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
 	r := extendReq{Owner: h.Owner, Token: h.Token, TTL: ttl}
-	rep, err := d.update(ctx, h.Name, runOf(h), updExtend, r)
+	rep, err := d.update(ctx, h.Name, chainOf(h), updExtend, r)
 	if err != nil {
 		return err
 	}
@@ -373,7 +373,10 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 
 // Release implements driver.Driver.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
-	rep, err := d.update(ctx, h.Name, runOf(h), updRelease, ownerReq{Owner: h.Owner})
+	if d.cfg.mode == ModeID {
+		return (*idLocker)(d).Release(ctx, h)
+	}
+	rep, err := d.update(ctx, h.Name, chainOf(h), updRelease, ownerReq{Owner: h.Owner})
 	if err != nil {
 		return err
 	}
@@ -383,26 +386,28 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	return nil
 }
 
-// runOf is the workflow run a grant belongs to: in id mode the lease's own
-// run (an update must never reach a later holder's run); in fair mode the
-// latest run of the mutex workflow, which continues as new.
-func runOf(h driver.Held) string {
+// chainOf is the run chain a grant belongs to: in id mode the first run
+// of the lease's own workflow execution chain (which continues as new to
+// bound its history), so that a request never reaches a later holder's
+// run; in fair mode any run of the mutex workflow.
+func chainOf(h driver.Held) string {
 	if run, ok := h.Handle.(string); ok {
 		return run
 	}
 	return ""
 }
 
-// update sends a non-blocking update to name's lock workflow and waits
-// for its reply. A workflow that does not exist, or a run that has ended,
-// is reported as status lost: there is no lease there.
-func (d *Driver) update(ctx context.Context, name, runID, update string, args ...any) (reply, error) {
+// update sends a non-blocking update to name's lock workflow (in the run
+// chain that starts with firstRun, if not empty) and waits for its reply.
+// A workflow or chain that does not run is reported as status lost: there
+// is no lease there.
+func (d *Driver) update(ctx context.Context, name, firstRun, update string, args ...any) (reply, error) {
 	h, err := d.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   d.workflowID(name),
-		RunID:        runID,
-		UpdateName:   update,
-		Args:         args,
-		WaitForStage: client.WorkflowUpdateStageCompleted,
+		WorkflowID:          d.workflowID(name),
+		FirstExecutionRunID: firstRun,
+		UpdateName:          update,
+		Args:                args,
+		WaitForStage:        client.WorkflowUpdateStageCompleted,
 	})
 	var rep reply
 	if err == nil {

@@ -124,6 +124,7 @@ func TestTemporal(t *testing.T) {
 	for _, mode := range []Mode{ModeFair, ModeID} {
 		t.Run("HolderThatStopsRenewingLosesToWaiter/"+string(mode), func(t *testing.T) { testStopsRenewing(t, srv, mode) })
 	}
+	t.Run("IDLeaseSurvivesContinueAsNew", func(t *testing.T) { testIDContinueAsNew(t, srv) })
 	t.Run("WorkerKilledWhileHoldingLock", func(t *testing.T) { testWorkerKilled(t, srv) })
 	t.Run("WorkflowLock", func(t *testing.T) { testWorkflowLock(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
