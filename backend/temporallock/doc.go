@@ -57,12 +57,17 @@
 // REJECT_DUPLICATE would lock it out until the run left retention) and
 // WorkflowExecutionErrorWhenAlreadyStarted (without it the Go SDK returns
 // the running workflow's run instead of an error, and a naive lock would
-// believe it acquired). The run holds the lease with a workflow timer,
-// renewed by an "extend" update; release is an update that ends the run;
-// Break terminates it. A busy lock is dlock.ErrNotAcquired. There is no
-// queue: Lock retries, woken by a long poll on the running run's close
-// event (no fixed-interval polling while the lock is held), so waiting is
-// not fair; WithFair is refused.
+// believe it acquired). A busy lock is dlock.ErrNotAcquired. The run holds
+// the lease with a workflow timer, renewed by an "extend" update; when the
+// timer fires the run ends and the name is free. Release terminates the
+// lease's own run (named by its first run ID, so it can never end a later
+// holder's run, and needing no worker); Break terminates whatever runs.
+// A long-held lease continues as new to bound its history; requests name
+// the chain's first run, so they follow it. There is no queue: Lock
+// retries, woken by a long poll on the running run's close event (no
+// fixed-interval polling while the lock is held), so waiting is not fair
+// and WithFair is refused; Grant.Recovered is not reported (LockDelay
+// false: the lock-delay option then always applies).
 //
 // Fencing in id mode: the token is the lock run's start time in
 // microseconds, by the Temporal server's clock, read by the client with a

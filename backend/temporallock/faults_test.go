@@ -225,7 +225,7 @@ func testIDContinueAsNew(t *testing.T, srv server) {
 	first := g.Handle.(string)
 	held := driver.Held{Name: name, Owner: "a", Token: g.Token, Handle: g.Handle}
 	for i := 0; ; i++ {
-		desc, err := d.c.DescribeWorkflowExecution(ctx, WorkflowID(ModeID, name), "")
+		desc, err := d.describe(ctx, WorkflowID(ModeID, name), "")
 		if err != nil {
 			t.Fatal(err)
 		}

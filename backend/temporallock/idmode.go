@@ -61,7 +61,7 @@ func (l *idLocker) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		}
 		return driver.Grant{}, 0, unavailable(ctx, "start "+strconv.Quote(req.Name), err)
 	}
-	desc, err := l.c.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
+	desc, err := (*Driver)(l).describe(ctx, run.GetID(), run.GetRunID())
 	if err != nil {
 		// We hold the lock but cannot tell its token: give it back.
 		_ = l.c.TerminateWorkflow(context.WithoutCancel(ctx), run.GetID(), run.GetRunID(), "dlock: token unknown")
@@ -113,7 +113,7 @@ func (l *idLocker) Subscribe(ctx context.Context, name string) (<-chan struct{},
 		woken := "" // the run whose end we last reported
 		for sctx.Err() == nil {
 			pause := driver.Jitter(250 * time.Millisecond)
-			desc, err := l.c.DescribeWorkflowExecution(sctx, id, "")
+			desc, err := (*Driver)(l).describe(sctx, id, "")
 			run := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 			switch {
 			case err == nil && desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
@@ -162,7 +162,7 @@ func (l *idLocker) inspect(ctx context.Context, name string) (driver.Info, error
 
 // inspectRun reports a running lock run; found is false when none runs.
 func (l *idLocker) inspectRun(ctx context.Context, id, runID string) (driver.Info, bool, error) {
-	desc, err := l.c.DescribeWorkflowExecution(ctx, id, runID)
+	desc, err := (*Driver)(l).describe(ctx, id, runID)
 	if err != nil {
 		if isNotFound(err) {
 			return driver.Info{}, false, nil

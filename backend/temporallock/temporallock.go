@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
@@ -435,4 +436,14 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: %q", driver.ErrNotHeld, name)
 	}
 	return nil
+}
+
+// describe returns the server's description of a workflow run (the latest
+// run when runID is empty).
+func (d *Driver) describe(ctx context.Context, id, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	desc, err := d.c.DescribeWorkflow(ctx, id, runID)
+	if err != nil {
+		return nil, err
+	}
+	return desc.RawResponse, nil
 }

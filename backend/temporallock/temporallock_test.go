@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { dlocktest.Main(m) }
 
 // testTTL is the lease of the tests: generous, because a Temporal round
 // trip on a busy two-core machine can take a while.
-const testTTL = 6 * time.Second
+const testTTL = 10 * time.Second
 
 // server is the one Temporal dev server of a TestTemporal run.
 type server struct {
@@ -76,7 +76,7 @@ func waitReady(t testing.TB, srv server) {
 	}
 	defer c.Close()
 	for {
-		if _, err = c.DescribeWorkflowExecution(ctx, "dlock-readiness-probe", ""); isNotFound(err) {
+		if _, err = c.DescribeWorkflow(ctx, "dlock-readiness-probe", ""); isNotFound(err) {
 			return
 		}
 		select {

@@ -23,7 +23,7 @@ const callerQueue = "dlock-test-callers"
 // lockedWork is a workflow that takes a lock with the workflow-side API,
 // holds it for hold (a workflow timer), and returns its token.
 func lockedWork(ctx workflow.Context, name string, hold time.Duration) (uint64, error) {
-	l, err := Lock(ctx, name, WorkflowLockOptions{TTL: 6 * time.Second, Note: "lockedWork"})
+	l, err := Lock(ctx, name, WorkflowLockOptions{TTL: 10 * time.Second, Note: "lockedWork"})
 	if err != nil {
 		return 0, err
 	}
@@ -130,7 +130,7 @@ func testWorkflowLock(t *testing.T, srv server) {
 
 func runOfMutex(t *testing.T, d *Driver, name string) string {
 	t.Helper()
-	desc, err := d.c.DescribeWorkflowExecution(ctxT(t, 30*time.Second), WorkflowID(ModeFair, name), "")
+	desc, err := d.describe(ctxT(t, 30*time.Second), WorkflowID(ModeFair, name), "")
 	if err != nil {
 		t.Fatal(err)
 	}
