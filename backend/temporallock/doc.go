@@ -26,7 +26,12 @@
 // Leases: the workflow ends a lease with a timer at its end, grants the
 // lock to the next waiter, and refuses the old holder's later renewals
 // ("extend" update), so the old holder learns it lost the lock at its next
-// renewal. Release and Break are updates too; Inspect is a query.
+// renewal. Release and Break are updates too; Inspect is a query. A waiter
+// dates its lease from the send time of the wait that brought the grant,
+// corrected by the server-measured time the wait was held open and the
+// grant's age, so its deadline never falls after the workflow's timer;
+// if that answer arrived too late to leave a useful lease (the wait sat in
+// the server while no worker ran), it renews once before returning.
 //
 // Fencing: the token is a counter in the workflow's state, incremented on
 // every grant. It is durable (it is in the workflow's history, which the
