@@ -301,6 +301,18 @@ func waitHeld(t *testing.T, env []string, name string, pid int) lockJSON {
 	return lockJSON{}
 }
 
+// waitWaiters waits until name has n waiters.
+func waitWaiters(t *testing.T, env []string, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(lockState(t, env, name).Waiters) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not get %d waiters within a minute", name, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // waitFile waits until path holds a line, and returns it.
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
