@@ -128,7 +128,7 @@ func (r *Redis) Start() {
 
 // Pause freezes the server (SIGSTOP): it keeps its connections and answers
 // nothing. Resume thaws it.
-func (r *Redis) Pause()  { r.proc.Pause() }
+func (r *Redis) Pause() { r.proc.Pause() }
 
 // Resume thaws a paused server (SIGCONT).
 func (r *Redis) Resume() { r.proc.Resume() }
