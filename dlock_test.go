@@ -242,3 +242,38 @@ func (n noQueue) Capabilities() driver.Capabilities {
 	c.Fair = false
 	return c
 }
+
+// watchingDriver closes a grant's Lost channel when the grant is released,
+// as a backend whose watch sees its own key deleted does.
+type watchingDriver struct {
+	*memlock.Driver
+	lost chan struct{}
+}
+
+func (w *watchingDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := w.Driver.Acquire(ctx, req)
+	g.Lost = w.lost
+	return g, err
+}
+
+func (w *watchingDriver) Release(ctx context.Context, h driver.Held) error {
+	close(w.lost)
+	time.Sleep(20 * time.Millisecond) // let the watch's signal race the release
+	return w.Driver.Release(ctx, h)
+}
+
+func TestOwnReleaseSeenByBackendWatchIsNotALoss(t *testing.T) {
+	var lost atomic.Int32
+	d := &watchingDriver{Driver: memlock.New(memlock.NewServer()), lost: make(chan struct{})}
+	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{Lost: func(string, uint64, error) { lost.Add(1) }}))
+	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrNotHeld) || lost.Load() != 0 {
+		t.Errorf("after Unlock: Err = %v, Lost hook called %d times; want ErrNotHeld and no loss", l.Err(), lost.Load())
+	}
+}

@@ -30,7 +30,9 @@ type Lease struct {
 	deadline time.Time // monotonic: after it, holding can no longer be proven
 	released bool      // Unlock was called
 	ended    bool      // Done is closed or closing
-	stop     chan struct{}
+	failures int       // renewals failed in a row
+
+	renewTimer, expireTimer *time.Timer
 }
 
 // Drift bounds the rate difference between this client's clock and the
@@ -46,7 +48,6 @@ func newLease(c *Client, o options, req driver.Request, g driver.Grant) *Lease {
 		c: c, o: o, name: req.Name, owner: req.Owner, token: g.Token, handle: g.Handle,
 		ttl: g.TTL, acquired: g.Since, ctx: ctx, cancel: cancel,
 		deadline: g.Since.Add(g.TTL - driftMargin(g.TTL)),
-		stop:     make(chan struct{}),
 	}
 }
 
@@ -96,7 +97,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.released = true
-	close(l.stop)
+	l.stopRenewal()
 	l.mu.Unlock()
 	defer l.c.untrack(l)
 
@@ -109,8 +110,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	err := l.c.d.Release(ctx, l.held())
 	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld) {
-		err = l.lose(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
-		return err
+		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
+		return l.Err()
 	}
 	l.end(fmt.Errorf("%w: %q was released", ErrNotHeld, l.name))
 	if h := l.o.hooks.Released; h != nil {
@@ -148,10 +149,24 @@ func (l *Lease) end(cause error) bool {
 	return true
 }
 
-// lose ends the lease as lost; cause wraps ErrLeaseLost.
+// lose ends the lease as lost; cause wraps ErrLeaseLost. Once Unlock has
+// begun, the backend's signals (a watch seeing our own delete) are the
+// release itself, not a loss: Unlock decides.
 func (l *Lease) lose(cause error) error {
-	l.end(cause)
+	l.mu.Lock()
+	releasing := l.released
+	l.mu.Unlock()
+	if !releasing {
+		l.stopTimers()
+		l.end(cause)
+	}
 	return l.Err()
+}
+
+func (l *Lease) stopTimers() {
+	l.mu.Lock()
+	l.stopRenewal()
+	l.mu.Unlock()
 }
 
 // sleep waits d while the lease is renewed (the lock-delay); it fails if ctx
@@ -169,82 +184,95 @@ func (l *Lease) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// renewLoop extends the lease about every TTL/3 and declares it lost when
-// the backend says so (ErrLeaseLost or the backend's lost channel) or when
-// the deadline — the send time of the last confirmed renewal plus TTL minus
-// the drift margin — passes without a newer confirmation.
-func (l *Lease) renewLoop(backendLost <-chan struct{}) {
-	every := l.ttl / 3
-	type result struct {
-		sent time.Time
-		err  error
-	}
-	results := make(chan result, 1)
-	inFlight := false
+// startRenewal arms the renewal and expiry timers; backendLost, if not nil,
+// is the backend's own loss signal. Renewal runs on timers rather than a
+// goroutine per lease: a held lease costs no goroutine and no wake-up until
+// a renewal is due, which keeps an uncontended Lock+Unlock close to the
+// backend's round trips.
+//
+// The lease is declared lost when the backend says so (ErrLeaseLost, or
+// backendLost closing) or when the deadline — the send time of the last
+// confirmed renewal plus TTL minus the drift margin — passes without a newer
+// confirmation, whether or not a renewal is still in flight.
+func (l *Lease) startRenewal(backendLost <-chan struct{}) {
+	l.mu.Lock()
+	l.expireTimer = time.AfterFunc(time.Until(l.deadline), l.expired)
 	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
 	// begun a while ago), then TTL/3 after each confirmed renewal.
-	renew := time.NewTimer(max(time.Until(l.acquired.Add(every)), 0))
-	defer renew.Stop()
-	l.mu.Lock()
-	expire := time.NewTimer(time.Until(l.deadline))
+	l.renewTimer = time.AfterFunc(max(time.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
 	l.mu.Unlock()
-	defer expire.Stop()
-	failures := 0
-
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-backendLost:
-			l.lose(fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name))
-			return
-		case <-expire.C:
-			l.lose(fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl))
-			return
-		case <-renew.C:
-			if inFlight {
-				continue
+	if backendLost != nil {
+		go func() {
+			select {
+			case <-backendLost:
+				l.lose(fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name))
+			case <-l.ctx.Done():
 			}
-			inFlight = true
-			l.mu.Lock()
-			deadline := l.deadline
-			l.mu.Unlock()
-			go func() {
-				// A renewal that arrives after the deadline proves nothing.
-				ctx, cancel := context.WithDeadline(context.Background(), deadline)
-				defer cancel()
-				sent := time.Now()
-				err := l.c.d.Extend(ctx, l.held(), l.ttl)
-				results <- result{sent, err}
-			}()
-		case r := <-results:
-			inFlight = false
-			switch {
-			case r.err == nil:
-				failures = 0
-				newDeadline := r.sent.Add(l.ttl - driftMargin(l.ttl))
-				l.mu.Lock()
-				if newDeadline.After(l.deadline) {
-					l.deadline = newDeadline
-				}
-				deadline := l.deadline
-				l.mu.Unlock()
-				expire.Reset(time.Until(deadline))
-				renew.Reset(time.Until(r.sent.Add(every)))
-			case errors.Is(r.err, ErrLeaseLost) || errors.Is(r.err, ErrNotHeld):
-				l.lose(fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, r.err))
-				return
-			default:
-				// The backend is unreachable or failing: retry sooner, with
-				// back-off, until the deadline decides.
-				failures++
-				l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", failures, "err", r.err)
-				l.mu.Lock()
-				left := time.Until(l.deadline)
-				l.mu.Unlock()
-				retry := min(every/4<<min(failures-1, 3), left/3)
-				renew.Reset(driver.Jitter(max(retry, 5*time.Millisecond)))
-			}
-		}
+		}()
 	}
+}
+
+// stopRenewal stops the timers; a renewal already running sees l.released
+// or l.ended and does nothing more.
+func (l *Lease) stopRenewal() {
+	if l.renewTimer != nil {
+		l.renewTimer.Stop()
+		l.expireTimer.Stop()
+	}
+}
+
+// expired runs when the deadline passes, unless a renewal moved it.
+func (l *Lease) expired() {
+	l.mu.Lock()
+	if left := time.Until(l.deadline); left > 0 {
+		l.expireTimer.Reset(left) // a renewal confirmed meanwhile
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl))
+}
+
+// renew extends the lease once, on the renewal timer's goroutine, and arms
+// the timer for the next renewal (or a retry).
+func (l *Lease) renew() {
+	l.mu.Lock()
+	if l.released || l.ended {
+		l.mu.Unlock()
+		return
+	}
+	deadline := l.deadline
+	l.mu.Unlock()
+
+	// A renewal that arrives after the deadline proves nothing.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	sent := time.Now()
+	err := l.c.d.Extend(ctx, l.held(), l.ttl)
+	cancel()
+
+	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {
+		l.lose(fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err))
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released || l.ended {
+		return
+	}
+	every := l.ttl / 3
+	if err == nil {
+		l.failures = 0
+		if d := sent.Add(l.ttl - driftMargin(l.ttl)); d.After(l.deadline) {
+			l.deadline = d
+			l.expireTimer.Reset(time.Until(d))
+		}
+		l.renewTimer.Reset(max(time.Until(sent.Add(every)), 0))
+		return
+	}
+	// The backend is unreachable or failing: retry sooner, with back-off,
+	// until the deadline decides.
+	l.failures++
+	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
+	retry := min(every/4<<min(l.failures-1, 3), time.Until(l.deadline)/3)
+	l.renewTimer.Reset(driver.Jitter(max(retry, 5*time.Millisecond)))
 }

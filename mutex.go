@@ -81,7 +81,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		_ = c.d.Release(context.WithoutCancel(ctx), l.held())
 		return nil, ErrClosed
 	}
-	go l.renewLoop(g.Lost)
+	l.startRenewal(g.Lost)
 
 	if m.o.lockDelay > 0 && (g.Recovered || !c.caps.LockDelay) {
 		if err := l.sleep(ctx, m.o.lockDelay); err != nil {
