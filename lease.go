@@ -101,6 +101,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	defer l.c.untrack(l)
 
 	if err := l.Err(); err != nil { // lost before Unlock
+		// The backend may still hold our entry (the client gave up first,
+		// by design): free it now rather than at its TTL. The release is
+		// owner-checked, so it can never free another owner's lock.
+		_ = l.c.d.Release(ctx, l.held())
 		return err
 	}
 	err := l.c.d.Release(ctx, l.held())
@@ -177,7 +181,9 @@ func (l *Lease) renewLoop(backendLost <-chan struct{}) {
 	}
 	results := make(chan result, 1)
 	inFlight := false
-	renew := time.NewTimer(every)
+	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
+	// begun a while ago), then TTL/3 after each confirmed renewal.
+	renew := time.NewTimer(max(time.Until(l.acquired.Add(every)), 0))
 	defer renew.Stop()
 	l.mu.Lock()
 	expire := time.NewTimer(time.Until(l.deadline))
