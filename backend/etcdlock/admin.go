@@ -1,0 +1,107 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Inspect reads the lock's queue: the key with the lowest create revision
+// is the holder, the others wait in order.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	resp, err := d.cli.Get(ctx, d.namePrefix(name), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return driver.Info{}, unavailable(ctx, "get", err)
+	}
+	return d.info(ctx, name, resp.Kvs)
+}
+
+// info describes one lock from its queue, in create-revision order.
+func (d *Driver) info(ctx context.Context, name string, queue []*mvccpb.KeyValue) (driver.Info, error) {
+	in := driver.Info{Name: name}
+	if len(queue) == 0 {
+		return in, nil
+	}
+	h := queue[0]
+	in.Held = true
+	in.Token = uint64(h.CreateRevision)
+	in.Holder = h.Value
+	if h.Lease != 0 {
+		ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
+		if err != nil {
+			return driver.Info{}, unavailable(ctx, "lease time-to-live", err)
+		}
+		in.ExpiresIn = max(time.Duration(ttl.TTL)*time.Second, 0)
+	}
+	for _, w := range queue[1:] {
+		in.Waiters = append(in.Waiters, w.Value)
+	}
+	return in, nil
+}
+
+// List reads every queue whose name starts with prefix in one range read
+// (see the key layout in keys.go).
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	resp, err := d.cli.Get(ctx, d.prefix+escapeName(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable(ctx, "get", err)
+	}
+	queues := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
+		if name, _, ok := d.splitKey(string(kv.Key)); ok {
+			queues[name] = append(queues[name], kv)
+		}
+	}
+	names := make([]string, 0, len(queues))
+	for n := range queues {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]driver.Info, 0, len(names))
+	for _, n := range names {
+		q := queues[n]
+		sort.Slice(q, func(i, j int) bool { return q[i].CreateRevision < q[j].CreateRevision })
+		in, err := d.info(ctx, n, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Break deletes the holder's key. Its lease stays alive, but the holder's
+// watch on its key sees the deletion at once and its next Extend fails;
+// the next waiter's key, created later, carries a higher token.
+func (d *Driver) Break(ctx context.Context, name string) error {
+	pfx := d.namePrefix(name)
+	for range 5 {
+		resp, err := d.cli.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return unavailable(ctx, "get", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
+		}
+		h := resp.Kvs[0]
+		tresp, err := d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision)).
+			Then(clientv3.OpDelete(string(h.Key))).
+			Commit()
+		if err != nil {
+			return unavailable(ctx, "delete", err)
+		}
+		if tresp.Succeeded {
+			return nil
+		}
+		// The holder released meanwhile: break whoever holds it now.
+	}
+	return fmt.Errorf("%w: etcd: %q changed hands too often to break", driver.ErrUnavailable, name)
+}

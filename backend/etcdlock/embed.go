@@ -1,0 +1,193 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// EmbedConfig configures an etcd server run inside this process.
+type EmbedConfig struct {
+	// Dir holds the server's data (write-ahead log and database). A server
+	// started again on the same Dir continues where it stopped, with the
+	// same revisions, so fencing tokens keep increasing.
+	Dir string
+	// ClientAddr is the host:port clients connect to; "" picks a free port
+	// on 127.0.0.1.
+	ClientAddr string
+	// PeerAddr is the host:port other members connect to; "" picks a free
+	// port on 127.0.0.1.
+	PeerAddr string
+	// Logger receives the server's log; nil discards it.
+	Logger *zap.Logger
+
+	// Name is the member's name; "" means "default".
+	Name string
+	// Cluster maps the name of every member of a multi-member cluster
+	// (this one included) to its PeerAddr. nil starts a single-member
+	// cluster. See StartEmbeddedCluster.
+	Cluster map[string]string
+}
+
+// Embedded is an etcd server running inside this process.
+type Embedded struct {
+	cfg  EmbedConfig
+	etcd *embed.Etcd
+
+	closeOnce sync.Once
+}
+
+// StartEmbedded starts an etcd server in this process and returns when it
+// serves clients (for a member of a multi-member cluster: when a quorum of
+// members has started, so start them concurrently), or with an error when
+// ctx ends first.
+//
+// The server keeps etcd's default timing (100 ms heartbeat, 1 s election
+// timeout; the shortest lease is then 2 s), compacts history older than an
+// hour, and logs nothing unless cfg.Logger is set.
+func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("etcdlock: EmbedConfig.Dir is empty")
+	}
+	var err error
+	if cfg.ClientAddr, err = addrOrFree(cfg.ClientAddr); err != nil {
+		return nil, err
+	}
+	if cfg.PeerAddr, err = addrOrFree(cfg.PeerAddr); err != nil {
+		return nil, err
+	}
+	if cfg.Name == "" {
+		cfg.Name = embed.DefaultName
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+
+	ec := embed.NewConfig()
+	ec.Name = cfg.Name
+	ec.Dir = cfg.Dir
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
+	ec.EnableGRPCGateway = false
+	ec.AutoCompactionMode = embed.CompactorModePeriodic
+	ec.AutoCompactionRetention = "1h"
+	cu := url.URL{Scheme: "http", Host: cfg.ClientAddr}
+	pu := url.URL{Scheme: "http", Host: cfg.PeerAddr}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	if cfg.Cluster == nil {
+		ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	} else {
+		names := make([]string, 0, len(cfg.Cluster))
+		for n := range cfg.Cluster {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		parts := make([]string, 0, len(names))
+		for _, n := range names {
+			parts = append(parts, n+"=http://"+cfg.Cluster[n])
+		}
+		ec.InitialCluster = strings.Join(parts, ",")
+		ec.InitialClusterToken = "dlock-embedded"
+	}
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: start embedded etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Embedded{cfg: cfg, etcd: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcdlock: embedded etcd in %s: %w", cfg.Dir, err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("etcdlock: embedded etcd in %s stopped while starting", cfg.Dir)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("etcdlock: embedded etcd in %s did not start: %w", cfg.Dir, ctx.Err())
+	}
+}
+
+// StartEmbeddedCluster starts an n-member cluster in this process, on free
+// loopback ports, with member i's data in dir/member<i>.
+func StartEmbeddedCluster(ctx context.Context, dir string, n int, logger *zap.Logger) ([]*Embedded, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("etcdlock: a cluster needs at least one member, not %d", n)
+	}
+	cfgs := make([]EmbedConfig, n)
+	cluster := map[string]string{}
+	for i := range cfgs {
+		peer, err := addrOrFree("")
+		if err != nil {
+			return nil, err
+		}
+		client, err := addrOrFree("")
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("member%d", i)
+		cfgs[i] = EmbedConfig{Dir: filepath.Join(dir, name), ClientAddr: client, PeerAddr: peer, Logger: logger, Name: name, Cluster: cluster}
+		cluster[name] = peer
+	}
+	members := make([]*Embedded, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			members[i], errs[i] = StartEmbedded(ctx, cfgs[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, m := range members {
+			if m != nil {
+				_ = m.Close()
+			}
+		}
+		return nil, err
+	}
+	return members, nil
+}
+
+// addrOrFree returns addr, or a free port on 127.0.0.1 if addr is "".
+func addrOrFree(addr string) (string, error) {
+	if addr != "" {
+		return addr, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("etcdlock: no free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// URL returns the etcd:// URL of this server, for dlock.Open.
+func (e *Embedded) URL() string { return "etcd://" + e.cfg.ClientAddr }
+
+// Endpoints returns the host:port clients connect to.
+func (e *Embedded) Endpoints() []string { return []string{e.cfg.ClientAddr} }
+
+// Config returns the configuration the server runs with, its ports
+// filled in: StartEmbedded(ctx, e.Config()) restarts it after Close.
+func (e *Embedded) Config() EmbedConfig { return e.cfg }
+
+// Close stops the server and waits until it has stopped. Its data stays in
+// Dir.
+func (e *Embedded) Close() error {
+	e.closeOnce.Do(e.etcd.Close)
+	return nil
+}

@@ -1,0 +1,253 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// DefaultPrefix is the key prefix under which locks live unless WithPrefix
+// (or the URL's prefix parameter) says otherwise.
+const DefaultPrefix = "dlock/"
+
+// Driver is the etcd backend of dlock. Create it with New over your own
+// client, or with dlock.Open("etcd://…") after importing this package.
+type Driver struct {
+	cli    *clientv3.Client
+	owned  bool // Close closes cli
+	prefix string
+	pool   leasePool
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithPrefix puts every key of this driver under prefix (default
+// DefaultPrefix). Drivers with different prefixes do not see each other's
+// locks.
+func WithPrefix(prefix string) Option {
+	return func(d *Driver) { d.prefix = prefix }
+}
+
+// New returns a driver over an etcd client the caller owns: Close does not
+// close cli.
+func New(cli *clientv3.Client, opts ...Option) *Driver {
+	d := &Driver{cli: cli, prefix: DefaultPrefix}
+	for _, o := range opts {
+		if o != nil {
+			o(d)
+		}
+	}
+	return d
+}
+
+// Client returns the etcd client the driver uses.
+func (d *Driver) Client() *clientv3.Client { return d.cli }
+
+// Capabilities: FIFO by create revision, durable revision tokens, leases
+// of whole seconds.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Fair:           true,
+		DurableFencing: true,
+		MinTTL:         time.Second,
+	}
+}
+
+// Close closes the client if the driver opened it (dlock.Open). Held locks
+// are not released: their leases expire after their TTL.
+func (d *Driver) Close() error {
+	if !d.owned {
+		return nil
+	}
+	return d.cli.Close()
+}
+
+// ttlSeconds rounds a TTL up to whole seconds, etcd's lease granularity.
+func ttlSeconds(ttl time.Duration) int64 {
+	s := int64(math.Ceil(ttl.Seconds()))
+	return max(s, 1)
+}
+
+// unavailable classifies an error from the etcd client: the caller's
+// context ending stays a context error, a lost lease is ErrLeaseLost, and
+// anything else is ErrUnavailable.
+func unavailable(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: etcd %s: %w", driver.ErrLeaseLost, op, err)
+	}
+	return fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, op, err)
+}
+
+// cleanupTimeout bounds the work done, detached from the caller's context,
+// to take back a queue entry whose caller gave up.
+const cleanupTimeout = 5 * time.Second
+
+// lease is an etcd lease and what this client can prove about it: it was
+// alive, on the server, at least until since+ttl.
+type lease struct {
+	id  clientv3.LeaseID
+	ttl time.Duration // as granted by the server
+
+	mu    sync.Mutex
+	since time.Time // send time of the last confirmed grant or keepalive
+}
+
+func (l *lease) confirmed(sent time.Time) {
+	l.mu.Lock()
+	if sent.After(l.since) {
+		l.since = sent
+	}
+	l.mu.Unlock()
+}
+
+func (l *lease) lastConfirmed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.since
+}
+
+// keepAlive renews the lease once and records the confirmation.
+func (d *Driver) keepAlive(ctx context.Context, l *lease) error {
+	sent := time.Now()
+	if _, err := d.cli.KeepAliveOnce(ctx, l.id); err != nil {
+		return unavailable(ctx, "keepalive", err)
+	}
+	l.confirmed(sent)
+	return nil
+}
+
+// leasePool keeps the leases of released locks for reuse, so that an
+// acquire costs one transaction rather than a lease grant plus a
+// transaction, and a release one transaction rather than a delete plus a
+// revoke. A pooled lease has no keys attached; one that is not reused
+// simply expires on the server.
+type leasePool struct {
+	mu   sync.Mutex
+	free map[int64][]*lease // by requested TTL in seconds
+}
+
+// maxPooled bounds the idle leases kept per TTL.
+const maxPooled = 16
+
+// get returns a lease of ttl seconds with at least two thirds of its TTL
+// left, reusing an idle one where it can.
+func (d *Driver) getLease(ctx context.Context, sec int64) (*lease, error) {
+	for {
+		l := d.pool.take(sec)
+		if l == nil {
+			break
+		}
+		age := time.Since(l.lastConfirmed())
+		if age <= l.ttl/3 {
+			return l, nil
+		}
+		if age < l.ttl/2 && d.keepAlive(ctx, l) == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// Too old to trust, or gone: forget it; it expires by itself.
+	}
+	sent := time.Now()
+	resp, err := d.cli.Grant(ctx, sec)
+	if err != nil {
+		return nil, unavailable(ctx, "lease grant", err)
+	}
+	return &lease{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, since: sent}, nil
+}
+
+func (p *leasePool) take(sec int64) *lease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.free[sec]
+	if len(s) == 0 {
+		return nil
+	}
+	l := s[len(s)-1]
+	p.free[sec] = s[:len(s)-1]
+	return l
+}
+
+func (p *leasePool) put(sec int64, l *lease) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.free == nil {
+		p.free = map[int64][]*lease{}
+	}
+	if len(p.free[sec]) < maxPooled {
+		p.free[sec] = append(p.free[sec], l)
+	}
+}
+
+// holding is the Handle of a grant: the queue key, its create revision
+// (the token), its lease, and the watch that reports the key's deletion.
+type holding struct {
+	key   string
+	rev   int64
+	sec   int64 // requested TTL in seconds: the lease's pool
+	lease *lease
+	lost  *keyWatch
+}
+
+// Extend renews the lease and checks that the lock's key is still ours: a
+// Break deletes the key but leaves the lease alive.
+func (d *Driver) Extend(ctx context.Context, h driver.Held, _ time.Duration) error {
+	hd, ok := h.Handle.(*holding)
+	if !ok {
+		return fmt.Errorf("%w: not a grant of this driver", driver.ErrNotHeld)
+	}
+	kaErr := make(chan error, 1)
+	go func() { kaErr <- d.keepAlive(ctx, hd.lease) }()
+	resp, err := d.cli.Get(ctx, hd.key)
+	if kerr := <-kaErr; kerr != nil {
+		return kerr
+	}
+	if err != nil {
+		return unavailable(ctx, "get", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != hd.rev {
+		return fmt.Errorf("%w: the key %q was deleted (broken)", driver.ErrLeaseLost, hd.key)
+	}
+	return nil
+}
+
+// Release deletes the lock's key if it is still ours; the deletion is what
+// wakes the next waiter. The lease goes back to the pool.
+func (d *Driver) Release(ctx context.Context, h driver.Held) error {
+	hd, ok := h.Handle.(*holding)
+	if !ok {
+		return fmt.Errorf("%w: not a grant of this driver", driver.ErrNotHeld)
+	}
+	// Stop watching first: our own delete is not a loss.
+	hd.lost.stop()
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
+		Then(clientv3.OpDelete(hd.key)).
+		Commit()
+	if err != nil {
+		return unavailable(ctx, "release", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: the key %q was already deleted (broken or expired)", driver.ErrLeaseLost, hd.key)
+	}
+	d.pool.put(hd.sec, hd.lease)
+	return nil
+}

@@ -1,0 +1,116 @@
+package etcdlock
+
+import (
+	"strings"
+)
+
+// Key layout. A lock name maps to a key prefix; each acquirer of the lock
+// puts one key under it, named by its owner key:
+//
+//	<prefix><escaped name>/<owner>
+//
+// The escaped name is the name with '%', '/' and the ASCII control bytes
+// (0x00-0x1F, 0x7F) written as "%XX" (two upper-case hex digits); every other
+// byte, including the bytes of multi-byte UTF-8 characters, is kept as it
+// is. Each byte maps to a fixed string and no such string is a prefix of
+// another, so the mapping is injective (no two names share a key prefix),
+// it keeps byte order, and escape(p) is a prefix of escape(n) exactly when p
+// is a prefix of n — which lets List find all names with a prefix by one
+// key-range read. Because an escaped name never contains '/', the '/' after
+// it ends it: the keys of "a" and of "a/b" never mix.
+
+// escapeName returns the key form of a lock name (or of a prefix of one).
+func escapeName(name string) string {
+	n := 0
+	for i := 0; i < len(name); i++ {
+		if needsEscape(name[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return name
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(name) + 2*n)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if needsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(c byte) bool {
+	return c == '%' || c == '/' || c < 0x20 || c == 0x7f
+}
+
+// unescapeName inverts escapeName; ok is false for a string escapeName
+// cannot have produced.
+func unescapeName(s string) (name string, ok bool) {
+	if !strings.ContainsRune(s, '%') {
+		return s, !strings.ContainsRune(s, '/')
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(s) {
+				return "", false
+			}
+			hi, ok1 := unhex(s[i+1])
+			lo, ok2 := unhex(s[i+2])
+			if !ok1 || !ok2 || !needsEscape(hi<<4|lo) {
+				return "", false
+			}
+			b = append(b, hi<<4|lo)
+			i += 2
+		case needsEscape(c):
+			return "", false
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(b), true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// namePrefix is the key prefix under which the queue of lock name lives.
+func (d *Driver) namePrefix(name string) string {
+	return d.prefix + escapeName(name) + "/"
+}
+
+// lockKey is the key an acquirer with the given owner key puts in the queue.
+func (d *Driver) lockKey(name, owner string) string {
+	return d.namePrefix(name) + owner
+}
+
+// splitKey parses a key of the layout above into the lock name and owner;
+// ok is false for keys under the prefix that dlock did not write.
+func (d *Driver) splitKey(key string) (name, owner string, ok bool) {
+	rest, found := strings.CutPrefix(key, d.prefix)
+	if !found {
+		return "", "", false
+	}
+	esc, owner, found := strings.Cut(rest, "/")
+	if !found || owner == "" || strings.ContainsRune(owner, '/') {
+		return "", "", false
+	}
+	name, ok = unescapeName(esc)
+	return name, owner, ok && name != ""
+}
