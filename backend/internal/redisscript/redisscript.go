@@ -1,0 +1,298 @@
+// Package redisscript holds what the Redis and Redlock backends share: the
+// key layout of a lock, the Lua scripts that act on it, the lock value's
+// encoding, and the pub/sub hub that wakes waiters.
+//
+// # Keys
+//
+// Every key of one lock shares a Redis Cluster hash tag, so that a script
+// touching several of them runs on one node:
+//
+//	<prefix>:{<tag>}:lock     the lock: "<owner> <token> <len(name)> <name><holder>", with PX
+//	<prefix>:{<tag>}:fence    the fence counter (no TTL)
+//	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
+//	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <holder>"; "" -> name
+//	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
+//
+// tag is driver.NameHash(name): the first 128 bits of SHA-256(name) in hex. A lock name is any
+// UTF-8 string of up to 1024 bytes, including "{", "}" and NUL, none of
+// which may appear in a hash tag; the hash maps each name to a fixed-size
+// tag, collision-free for practical purposes (a collision among 2^64 names
+// is about as likely as not). The name itself is stored in the lock value
+// and the waiters hash, so List can report it.
+package redisscript
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/driver"
+)
+
+var (
+	//go:embed lib.lua
+	lib string
+	//go:embed acquire.lua
+	acquireSrc string
+	//go:embed fair_acquire.lua
+	fairAcquireSrc string
+	//go:embed leave_queue.lua
+	leaveQueueSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed break.lua
+	breakSrc string
+	//go:embed set_token.lua
+	setTokenSrc string
+)
+
+// The scripts, each with the helpers of lib.lua in front.
+var (
+	acquire     = redis.NewScript(lib + acquireSrc)
+	fairAcquire = redis.NewScript(lib + fairAcquireSrc)
+	leaveQueue  = redis.NewScript(lib + leaveQueueSrc)
+	extend      = redis.NewScript(lib + extendSrc)
+	release     = redis.NewScript(lib + releaseSrc)
+	breakLock   = redis.NewScript(lib + breakSrc)
+	setToken    = redis.NewScript(lib + setTokenSrc)
+)
+
+// DefaultPrefix begins every key dlock writes, unless configured otherwise.
+const DefaultPrefix = "dlock"
+
+// CheckPrefix reports a key prefix that would break the key layout.
+func CheckPrefix(p string) error {
+	if p == "" || strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("key prefix %q must be non-empty and contain neither '{' nor '}' (they would change the Redis Cluster hash tag)", p)
+	}
+	return nil
+}
+
+// Keys are the Redis keys of one lock.
+type Keys struct {
+	Name                                 string
+	Lock, Fence, Queue, Waiters, Channel string
+}
+
+// KeysFor returns the keys of lock name under prefix.
+func KeysFor(prefix, name string) Keys {
+	base := prefix + ":{" + driver.NameHash(name) + "}:"
+	return Keys{
+		Name: name, Lock: base + "lock", Fence: base + "fence", Queue: base + "queue",
+		Waiters: base + "waiters", Channel: base + "wake",
+	}
+}
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// TokenMode says where acquire takes the token from.
+type TokenMode string
+
+const (
+	// Incr: the token is the next value of the node's fence counter.
+	Incr TokenMode = "incr"
+	// Read: the lock is stored with token 0 and the counter is reported;
+	// SetToken stores the token later (Redlock).
+	Read TokenMode = "read"
+)
+
+// Acquire makes one attempt to take the lock. When granted, n is the token
+// (Incr) or the fence counter (Read); otherwise n is the holder's remaining
+// PTTL in ms (-1 if it has none).
+func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode) (granted bool, n int64, err error) {
+	return pair(acquire.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, ms(ttl), k.Name, holder, string(mode)).Slice())
+}
+
+// FairAcquire makes one attempt of a fair acquire; with wait it queues the
+// owner when not granted, or renews its place in the queue. waiterTTL is
+// how long the place lasts without another attempt.
+func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration) (granted bool, n int64, err error) {
+	w := "0"
+	if wait {
+		w = "1"
+	}
+	return pair(fairAcquire.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel},
+		owner, ms(ttl), k.Name, holder, w, ms(waiterTTL)).Slice())
+}
+
+func pair(v []any, err error) (bool, int64, error) {
+	if err != nil {
+		return false, 0, err
+	}
+	if len(v) != 2 {
+		return false, 0, fmt.Errorf("unexpected script reply %v", v)
+	}
+	ok, _ := v[0].(int64)
+	n, _ := v[1].(int64)
+	return ok == 1, n, nil
+}
+
+// LeaveQueue removes a fair waiter that gives up, waking the next one if it
+// was first and the lock is free.
+func (k Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string) error {
+	return leaveQueue.Run(ctx, rdb, []string{k.Lock, k.Queue, k.Waiters, k.Channel}, owner).Err()
+}
+
+// Extend renews owner's lease for ttl; false means the lock is not owner's.
+func (k Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration) (bool, error) {
+	n, err := extend.Run(ctx, rdb, []string{k.Lock}, owner, ms(ttl)).Int64()
+	return n == 1, err
+}
+
+// Release frees owner's lock and wakes the next waiter; false means the
+// lock is not owner's.
+func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string) (bool, error) {
+	n, err := release.Run(ctx, rdb, []string{k.Lock, k.Queue, k.Waiters, k.Channel}, owner).Int64()
+	return n == 1, err
+}
+
+// Break frees the lock whoever holds it; false means it was free.
+func (k Keys) Break(ctx context.Context, rdb redis.Scripter) (bool, error) {
+	n, err := breakLock.Run(ctx, rdb, []string{k.Lock, k.Queue, k.Waiters, k.Channel}).Int64()
+	return n == 1, err
+}
+
+// SetToken stores token in owner's lock and raises the fence counter to
+// it; false means the lock is no longer owner's.
+func (k Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, token uint64) (bool, error) {
+	n, err := setToken.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, token).Int64()
+	return n == 1, err
+}
+
+// Value is a decoded lock value.
+type Value struct {
+	Owner  string
+	Token  uint64
+	Name   string
+	Holder []byte
+}
+
+var errBadValue = errors.New("not a dlock lock value")
+
+// ParseValue decodes a lock value written by the scripts.
+func ParseValue(s string) (Value, error) {
+	owner, rest, ok1 := strings.Cut(s, " ")
+	tok, rest, ok2 := strings.Cut(rest, " ")
+	nlen, rest, ok3 := strings.Cut(rest, " ")
+	n, err1 := strconv.Atoi(nlen)
+	t, err2 := strconv.ParseUint(tok, 10, 64)
+	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || n < 0 || n > len(rest) {
+		return Value{}, errBadValue
+	}
+	v := Value{Owner: owner, Token: t, Name: rest[:n]}
+	if len(rest) > n {
+		v.Holder = []byte(rest[n:])
+	}
+	return v, nil
+}
+
+// State is a lock as Inspect sees it on one node.
+type State struct {
+	Held    bool
+	Value   Value
+	PTTL    time.Duration
+	Waiters [][]byte // live fair waiters' holder metadata, in queue order
+	Name    string   // from the lock or the waiters hash; "" if neither exists
+}
+
+// Read reports the state of the lock, in one round trip.
+func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
+	var get *redis.StringCmd
+	var pttl *redis.DurationCmd
+	var queue *redis.StringSliceCmd
+	var waiters *redis.MapStringStringCmd
+	var now *redis.TimeCmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, k.Lock)
+		pttl = p.PTTL(ctx, k.Lock)
+		queue = p.LRange(ctx, k.Queue, 0, -1)
+		waiters = p.HGetAll(ctx, k.Waiters)
+		now = p.Time(ctx)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return State{}, err
+	}
+	var st State
+	if v, err := get.Result(); err == nil {
+		st.Value, err = ParseValue(v)
+		if err != nil {
+			return State{}, fmt.Errorf("key %s: %w", k.Lock, err)
+		}
+		st.Held, st.Name = true, st.Value.Name
+		st.PTTL = max(pttl.Val(), 0)
+	}
+	nowMS := now.Val().UnixMilli()
+	w := waiters.Val()
+	for _, owner := range queue.Val() {
+		exp, holder, _ := strings.Cut(w[owner], " ")
+		if e, err := strconv.ParseInt(exp, 10, 64); err == nil && e > nowMS {
+			st.Waiters = append(st.Waiters, []byte(holder))
+		}
+	}
+	if st.Name == "" && len(st.Waiters) > 0 {
+		st.Name = w[""]
+	}
+	return st, nil
+}
+
+// ScanNames returns the names of the locks under prefix that are held or
+// have a queue, by SCAN over every master (names are hashed into the keys,
+// so a name prefix cannot narrow the scan).
+func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var names []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		for _, suffix := range []string{"lock", "queue"} {
+			it := c.Scan(ctx, 0, prefix+":{*}:"+suffix, 1000).Iterator()
+			for it.Next(ctx) {
+				key := it.Val()
+				k := Keys{Lock: strings.TrimSuffix(key, suffix) + "lock", Waiters: strings.TrimSuffix(key, suffix) + "waiters"}
+				var name string
+				if suffix == "lock" {
+					v, err := c.Get(ctx, k.Lock).Result()
+					if err != nil {
+						continue // expired meanwhile
+					}
+					pv, err := ParseValue(v)
+					if err != nil {
+						continue
+					}
+					name = pv.Name
+				} else {
+					name, _ = c.HGet(ctx, k.Waiters, "").Result()
+				}
+				mu.Lock()
+				if name != "" && !seen[name] {
+					seen[name] = true
+					names = append(names, name)
+				}
+				mu.Unlock()
+			}
+			if err := it.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		return nil, fmt.Errorf("List needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+	}
+	return names, err
+}

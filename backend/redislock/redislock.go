@@ -1,0 +1,325 @@
+// Package redislock is dlock's Redis backend: a lease is a key set with a
+// TTL by one Lua script, its fencing token the next value of a per-name
+// counter, and a release wakes the waiters over pub/sub.
+//
+//	import _ "github.com/dlock/dlock/backend/redislock"
+//	c, err := dlock.Open(ctx, "redis://user:pass@localhost:6379/0")
+//
+// or, with a client you already have (a *redis.Client, a
+// *redis.ClusterClient, a failover client):
+//
+//	c := dlock.New(redislock.New(rdb))
+//
+// # Mechanism
+//
+// Acquire is one script in one round trip: if the lock key is absent it
+// INCRs the name's fence counter and SETs the lock key with PX = TTL; if it
+// is present it answers the holder's remaining PTTL. Extend and Release are
+// scripts that act only if the lock still holds the caller's owner key (128
+// random bits). Release deletes the key and PUBLISHes on the name's channel.
+//
+// A waiter subscribes before its first attempt (so no release is missed)
+// and tries again when a release is published, or when the holder's PTTL
+// has run out (an expiry publishes nothing), or, as a safety net, after a
+// slow jittered poll. All waiters of a driver share one pub/sub connection,
+// and a release wakes one plain waiter per process, not all of them.
+//
+// With dlock.WithFair, waiters are granted in arrival order: each waiter has
+// a place in a FIFO list in Redis, and the lock is granted only to the
+// first live waiter; the release publishes that waiter's owner key, so only
+// it wakes. An attempt is still one round trip, and it doubles as the
+// waiter's heartbeat: a waiter whose heartbeat stops for the waiter TTL
+// (killed, cut off) is dropped as soon as it reaches the head of the list,
+// and a waiter whose context ends removes itself at once. Plain and fair
+// acquires of one name may be mixed; a plain acquire then ignores the
+// queue.
+//
+// Keys and names are described in backend/internal/redisscript: every key
+// of one lock shares a hash tag made from a hash of the name, so Redis
+// Cluster works and any UTF-8 name of up to 1024 bytes is a valid name.
+//
+// # Guarantees
+//
+// Clocks: the TTL runs on the Redis server's clock; dlock's client starts
+// its own deadline at the send time of a request, on its monotonic clock,
+// and needs only that the two clocks run at nearly the same rate (dlock
+// allows 1% plus 5ms). A server whose clock jumps forward expires leases
+// early; the fencing token is what protects the resource then.
+//
+// Fencing: tokens come from a counter without TTL, so they keep increasing
+// across release, expiry, crash and Break. They survive a restart of Redis
+// only if the counter's last increment was persisted: with appendonly yes
+// and appendfsync always. With appendfsync everysec up to a second of
+// increments can be lost; with RDB snapshots alone, everything since the
+// last snapshot; without persistence, the counter restarts at 1 and tokens
+// repeat. A failover to a replica also loses the increments not yet
+// replicated (replication is asynchronous; WAIT does not make it
+// synchronous). So Capabilities().DurableFencing is false unless you
+// declare it with WithDurableFencing (URL: durable_fencing=true), which
+// Open checks against CONFIG GET where the server allows it.
+//
+// Crash of a holder: its lock frees when its TTL runs out (there are no
+// sessions). Crash of a waiter: its place in a fair queue is dropped after
+// the waiter TTL (WithWaiterTTL, default 2s). Restart of Redis without
+// persistence: every lock is free at once — two holders may then believe
+// they hold the lock until the old one's next renewal fails (within a third
+// of its TTL), and tokens restart from 1: a resource that checks tokens
+// refuses the new holder's writes until its tokens pass the old ones, so
+// use persistence if the resource relies on tokens. Partition: a holder
+// cut off from Redis cannot renew; its Lease.Done closes before the TTL
+// runs out on the server, i.e. before anyone else can be granted the lock.
+//
+// # URL
+//
+//	redis://[user:password@]host:port[/db][?param=value&...]
+//	rediss://...  (TLS; skip_verify=true disables certificate checks)
+//
+// Besides go-redis's own parameters (dial_timeout, read_timeout,
+// pool_size, protocol, client_name, skip_verify, ...; see redis.ParseURL):
+//
+//	prefix=dlock           first part of every key (no '{' or '}')
+//	waiter_ttl=2s          how long a fair waiter's place lives without a heartbeat
+//	durable_fencing=true   declare that the server persists every write (see Fencing)
+//
+// Passwords never appear in errors.
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/backend/internal/redisscript"
+	"github.com/dlock/dlock/driver"
+)
+
+// MinTTL is the shortest lease granted: Redis counts in milliseconds, and
+// a lease must outlast a few round trips to be renewable.
+const MinTTL = 20 * time.Millisecond
+
+// DefaultWaiterTTL is how long a fair waiter's place in the queue lives
+// without a heartbeat.
+const DefaultWaiterTTL = 2 * time.Second
+
+// Driver is the Redis backend. It is safe for concurrent use.
+type Driver struct {
+	rdb       redis.UniversalClient
+	where     string // the server, for errors
+	closeRDB  bool   // the client was opened from a URL: Close closes it
+	prefix    string
+	waiterTTL time.Duration
+	durable   bool
+	err       error // an invalid option, returned by every call
+	hub       *redisscript.Hub
+}
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithPrefix sets the first part of every key (default "dlock"); it may
+// not contain '{' or '}'.
+func WithPrefix(p string) Option { return func(d *Driver) { d.prefix = p } }
+
+// WithWaiterTTL sets how long a fair waiter's place in the queue lives
+// without a heartbeat (default 2s; the waiter renews it every third of
+// that). A killed waiter delays the waiters behind it by at most this much.
+func WithWaiterTTL(ttl time.Duration) Option { return func(d *Driver) { d.waiterTTL = ttl } }
+
+// WithDurableFencing declares that the server persists every write before
+// acknowledging it (appendonly yes, appendfsync always) and does not fail
+// over to a lagging replica, so that fencing tokens survive its restart.
+// Capabilities then reports DurableFencing.
+func WithDurableFencing() Option { return func(d *Driver) { d.durable = true } }
+
+// New returns a driver over rdb. Close does not close rdb.
+func New(rdb redis.UniversalClient, opts ...Option) *Driver {
+	d := &Driver{rdb: rdb, prefix: redisscript.DefaultPrefix, waiterTTL: DefaultWaiterTTL}
+	for _, o := range opts {
+		o(d)
+	}
+	d.where = describe(rdb)
+	if err := redisscript.CheckPrefix(d.prefix); err != nil {
+		d.err = fmt.Errorf("%w: redislock: %v", driver.ErrUnsupported, err)
+	} else if d.waiterTTL < 3*MinTTL {
+		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", driver.ErrUnsupported, d.waiterTTL, 3*MinTTL)
+	}
+	d.hub = redisscript.NewHub(rdb)
+	return d
+}
+
+func describe(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return "cluster " + strings.Join(c.Options().Addrs, ",")
+	}
+	return fmt.Sprintf("%T", rdb)
+}
+
+func (d *Driver) keys(name string) redisscript.Keys { return redisscript.KeysFor(d.prefix, name) }
+
+func (d *Driver) unavailable(ctx context.Context, err error) error {
+	return redisscript.Unavailable(ctx, d.where, err)
+}
+
+// Capabilities: fair waiting, no sessions, fencing durable only if declared.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fair: true, DurableFencing: d.durable, MinTTL: MinTTL}
+}
+
+// Acquire takes the lock; see the package documentation.
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if d.err != nil {
+		return driver.Grant{}, d.err
+	}
+	if req.Fair {
+		return d.acquireFair(ctx, req)
+	}
+	return driver.AcquireByRetry(ctx, req, d)
+}
+
+// TryAcquire makes one plain attempt (driver.Retrier).
+func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	ok, n, err := d.keys(req.Name).Acquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
+	if err != nil {
+		return driver.Grant{}, 0, d.unavailable(ctx, err)
+	}
+	if !ok {
+		return driver.Grant{}, max(time.Duration(n)*time.Millisecond, 0), driver.ErrNotAcquired
+	}
+	return driver.Grant{Token: uint64(n)}, 0, nil
+}
+
+// subscribeTimeout bounds the wait for the server to confirm a SUBSCRIBE.
+const subscribeTimeout = 5 * time.Second
+
+// Subscribe listens for releases of name on the driver's shared pub/sub
+// connection (driver.Subscriber); it returns once the server confirmed it.
+func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	wake := make(chan struct{}, 1)
+	stop, err := d.subscribe(ctx, name, "", wake)
+	return wake, stop, err
+}
+
+func (d *Driver) subscribe(ctx context.Context, name, owner string, wake chan struct{}) (func(), error) {
+	ready, stop, err := d.hub.Subscribe(ctx, d.keys(name).Channel, owner, wake)
+	if err != nil {
+		return nil, d.unavailable(ctx, err)
+	}
+	if err := redisscript.WaitReady(ctx, subscribeTimeout, ready); err != nil {
+		stop()
+		return nil, d.unavailable(ctx, err)
+	}
+	return stop, nil
+}
+
+// Extend renews the lease if it is still the owner's.
+func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	ok, err := d.keys(h.Name).Extend(ctx, d.rdb, h.Owner, ttl)
+	if err != nil {
+		return d.unavailable(ctx, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: redis: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
+	}
+	return nil
+}
+
+// Release frees the lock if it is still the owner's, and wakes the next
+// waiter.
+func (d *Driver) Release(ctx context.Context, h driver.Held) error {
+	ok, err := d.keys(h.Name).Release(ctx, d.rdb, h.Owner)
+	if err != nil {
+		return d.unavailable(ctx, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: redis: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
+	}
+	return nil
+}
+
+// Inspect reports the holder, its token and remaining TTL, and the live
+// fair waiters in order.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	if d.err != nil {
+		return driver.Info{}, d.err
+	}
+	st, err := d.keys(name).Read(ctx, d.rdb)
+	if err != nil {
+		return driver.Info{}, d.unavailable(ctx, err)
+	}
+	return infoFrom(name, st), nil
+}
+
+func infoFrom(name string, st redisscript.State) driver.Info {
+	in := driver.Info{Name: name, Waiters: st.Waiters}
+	if st.Held {
+		in.Held, in.Token, in.Holder, in.ExpiresIn = true, st.Value.Token, st.Value.Holder, st.PTTL
+	}
+	return in
+}
+
+// List reports the held or waited-on locks whose names start with prefix.
+// It SCANs every key of the driver's prefix (names are hashed into keys),
+// so it costs time in proportion to the number of locks.
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	names, err := redisscript.ScanNames(ctx, d.rdb, d.prefix)
+	if err != nil {
+		return nil, d.unavailable(ctx, err)
+	}
+	var out []driver.Info
+	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		in, err := d.Inspect(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if in.Held || len(in.Waiters) > 0 {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// Break frees the lock whoever holds it and wakes the next waiter; the
+// fence counter is kept, so the next grant gets a higher token.
+func (d *Driver) Break(ctx context.Context, name string) error {
+	if d.err != nil {
+		return d.err
+	}
+	ok, err := d.keys(name).Break(ctx, d.rdb)
+	if err != nil {
+		return d.unavailable(ctx, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: redis: %q is free", driver.ErrNotHeld, name)
+	}
+	return nil
+}
+
+// Close closes the pub/sub connection, and the Redis client if the driver
+// was opened from a URL. Held leases are not released.
+func (d *Driver) Close() error {
+	err := d.hub.Close()
+	if d.closeRDB {
+		if cerr := d.rdb.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.Retrier    = (*Driver)(nil)
+	_ driver.Subscriber = (*Driver)(nil)
+)

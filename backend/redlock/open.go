@@ -1,0 +1,71 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+func init() { dlock.Register("redlock", Open) }
+
+// Open connects to the nodes of a redlock:// URL (see the package
+// documentation). It fails if a majority of the nodes cannot be reached,
+// or if any node refuses the credentials.
+func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	if u.Host == "" {
+		return nil, fmt.Errorf("%w: redlock URL %s names no nodes; want redlock://h1:6379,h2:6379,h3:6379", dlock.ErrInvalidOption, u.Redacted())
+	}
+	q := u.Query()
+	var opts []Option
+	if q.Has("prefix") {
+		opts = append(opts, WithPrefix(q.Get("prefix")))
+		q.Del("prefix")
+	}
+	var clients []redis.UniversalClient
+	for _, host := range strings.Split(u.Host, ",") {
+		nu := url.URL{Scheme: "redis", User: u.User, Host: host, Path: u.Path, RawQuery: q.Encode()}
+		opt, err := redis.ParseURL(nu.String())
+		if err != nil {
+			for _, c := range clients {
+				c.Close()
+			}
+			return nil, fmt.Errorf("%w: redlock URL %s: node %q: %v", dlock.ErrInvalidOption, u.Redacted(), host, err)
+		}
+		clients = append(clients, redis.NewClient(opt))
+	}
+	d := New(clients, opts...)
+	d.closeRDB = true
+	if err := d.check(ctx); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// check pings every node: a majority must answer, and none may refuse the
+// credentials.
+func (d *Driver) check(ctx context.Context) error {
+	if d.err != nil {
+		return d.err
+	}
+	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
+		return reply{ok: true, err: n.rdb.Ping(ctx).Err()}
+	})
+	t := count(rs)
+	for _, err := range t.errs {
+		if msg := err.Error(); strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM") {
+			return err
+		}
+	}
+	if t.ok < d.quorum {
+		return d.unreachable(ctx, "open", t)
+	}
+	return nil
+}
