@@ -52,8 +52,9 @@ type Result struct {
 	Ops int
 	// Grants counts successful acquires.
 	Grants int
-	// Overlaps counts pairs of holds of one name that overlapped in time;
-	// Explained of them met every condition of an allowed overlap.
+	// Overlaps counts the holds that overlapped a newer hold of the same
+	// name (one paused holder overlapping three later grants counts once);
+	// Explained of them met every condition of an allowed overlap with each.
 	Overlaps, Explained int
 	// Refused counts writes the fenced register refused (stale tokens).
 	Refused int
@@ -415,6 +416,8 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 		}
 		return best, best != math.MaxInt64
 	}
+	counted, unexplained := map[*hold]bool{}, map[*hold]bool{}
+	defer func() { r.Explained = len(counted) - len(unexplained) }()
 	for i, a := range hs {
 		for _, b := range hs[i+1:] {
 			if !b.start.Before(a.end) {
@@ -423,10 +426,13 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 			if b.name != a.name || !b.start.Before(b.end) || !a.start.Before(a.end) {
 				continue
 			}
-			r.Overlaps++
 			older, newer := a, b
 			if newer.token < older.token {
 				older, newer = newer, older
+			}
+			if !counted[older] {
+				counted[older] = true
+				r.Overlaps++
 			}
 			if !p.Faults {
 				r.violate(CheckExclusion, "without faults, %s overlapped %s", older, newer)
@@ -448,9 +454,8 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 			}
 			if len(why) > 0 {
 				r.violate(CheckExclusion, "%s overlapped %s: %s", older, newer, strings.Join(why, "; "))
-				continue
+				unexplained[older] = true
 			}
-			r.Explained++
 		}
 	}
 }

@@ -263,6 +263,8 @@ func (h *harness) run(ctx context.Context) error {
 		}
 		select {
 		case <-c.p.Exited():
+		case <-ctx.Done():
+			c.p.Kill()
 		case <-time.After(time.Until(grace)):
 			fmt.Fprintf(h.cfg.Log, "verify: client %s did not finish in time; killed\n", c.proc)
 			h.rec.record(Event{Op: OpKill, Target: c.proc, Err: "did not finish in time"})
@@ -356,7 +358,8 @@ func (h *harness) stopAll() {
 func (h *harness) nemesis(ctx context.Context) {
 	ttl := h.cfg.TTL
 	faultFor := ttl + ttl/2 + 250*time.Millisecond
-	last := h.until.Add(-(ttl + h.cfg.Bound/2 + faultFor))
+	// The last round ends early enough for the recovery after it to be seen.
+	last := h.until.Add(-(faultFor + ttl + time.Second))
 	sleep := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
