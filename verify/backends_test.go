@@ -21,7 +21,7 @@ type backend struct {
 	name   string
 	faults []Fault
 	// start brings up a deployment that lives until the test ends.
-	start func(t *testing.T) Deployment
+	start func(t testing.TB) Deployment
 	// ttl is the lease length (default 2s); bound the recovery bound
 	// (default 5s).
 	ttl, bound time.Duration
@@ -39,7 +39,7 @@ var backends = []backend{
 	{
 		name:   "etcd",
 		faults: []Fault{None, Pause, Kill, Net, Restart},
-		start: func(t *testing.T) Deployment {
+		start: func(t testing.TB) Deployment {
 			ctx, dir := context.Background(), t.TempDir()
 			srv, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir})
 			if err != nil {
@@ -61,7 +61,7 @@ var backends = []backend{
 	{
 		name:   "etcd-3",
 		faults: []Fault{Member},
-		start: func(t *testing.T) Deployment {
+		start: func(t testing.TB) Deployment {
 			ctx := context.Background()
 			members, err := etcdlock.StartEmbeddedCluster(ctx, t.TempDir(), 3, nil)
 			if err != nil {
@@ -91,7 +91,7 @@ var backends = []backend{
 	{
 		name:   "redis",
 		faults: []Fault{None, Pause, Kill, Net, Restart},
-		start: func(t *testing.T) Deployment {
+		start: func(t testing.TB) Deployment {
 			srv := testenv.StartRedis(t, testenv.RedisAOF())
 			return Deployment{Endpoints: []string{srv.Addr}, URL: joined("redis", "/0?durable_fencing=true"), Restart: srv.Restart}
 		},
@@ -99,7 +99,7 @@ var backends = []backend{
 	{
 		name:   "redlock",
 		faults: []Fault{None, Pause, Kill, Net, Member},
-		start: func(t *testing.T) Deployment {
+		start: func(t testing.TB) Deployment {
 			var nodes []*testenv.Redis
 			var eps []string
 			for range 3 {
