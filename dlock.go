@@ -123,7 +123,13 @@ func Schemes() []string {
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: backend URL %q: %v", ErrInvalidOption, Redact(rawURL), redactErr(err, rawURL))
+		// url.Error quotes the whole URL, password included: keep only
+		// its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%w: backend URL %q: %v", ErrInvalidOption, Redact(rawURL), err)
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("%w: backend URL %q has no scheme; registered: %s", ErrInvalidOption, Redact(rawURL), strings.Join(Schemes(), ", "))
