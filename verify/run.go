@@ -267,8 +267,8 @@ func (h *harness) run(ctx context.Context) error {
 			c.p.Kill()
 		case <-time.After(time.Until(grace)):
 			fmt.Fprintf(h.cfg.Log, "verify: client %s did not finish in time; killed\n", c.proc)
-			h.rec.record(Event{Op: OpKill, Target: c.proc, Err: "did not finish in time"})
 			c.p.Kill()
+			h.rec.record(Event{Op: OpKill, Target: c.proc, Err: "did not finish in time"})
 		}
 	}
 	done := make(chan struct{})
@@ -432,8 +432,8 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 		c.p.Resume()
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
 	case Kill:
+		c.p.Kill() // returns once the process is dead: all its events precede the kill's
 		h.rec.record(Event{Op: OpKill, Fault: fault, Target: c.proc})
-		c.p.Kill()
 		if err := h.spawn(ctx, c.slot, c.incarnation+1); err != nil {
 			fmt.Fprintf(h.cfg.Log, "verify: restart client %d: %v\n", c.slot, err)
 		}

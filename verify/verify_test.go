@@ -18,6 +18,11 @@ import (
 // restricts the run to the named backends or backend/fault pairs.
 func TestVerifyShortProfile(t *testing.T) {
 	out := os.Getenv("DLOCK_VERIFY_OUT")
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var results []*Result
 	defer func() {
 		var b strings.Builder
