@@ -23,8 +23,8 @@ type register struct {
 	mu       sync.Mutex
 	state    map[string]registerState
 	seq      int64
-	last     Event // the last accepted write
 	accepted int
+	holding  map[string]bool // proc → its last write was the first of a hold
 	conns    map[net.Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
@@ -56,7 +56,7 @@ func startRegister(rec *recorder) (*register, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fenced register: %w", err)
 	}
-	r := &register{ln: ln, rec: rec, state: map[string]registerState{}, conns: map[net.Conn]struct{}{}}
+	r := &register{ln: ln, rec: rec, state: map[string]registerState{}, holding: map[string]bool{}, conns: map[net.Conn]struct{}{}}
 	r.wg.Add(1)
 	go r.accept()
 	return r, nil
@@ -115,6 +115,9 @@ func (r *register) apply(req registerRequest) registerReply {
 		return registerReply{OK: true, Token: st.token, Value: st.value}
 	}
 	r.seq++
+	if proc, _, n, ok := parseWriteValue(req.Value); ok {
+		r.holding[proc] = n == 1
+	}
 	e := Event{Op: OpDecide, Name: req.Name, Token: req.Token, Value: req.Value, Seq: r.seq}
 	if req.Token < st.token {
 		e.Phase, e.Highest = Refused, st.token
@@ -123,16 +126,24 @@ func (r *register) apply(req registerRequest) registerReply {
 	}
 	r.state[req.Name] = registerState{token: req.Token, value: req.Value}
 	e.Phase = OK
-	r.last = r.rec.record(e)
+	r.rec.record(e)
 	r.accepted++
 	return registerReply{OK: true, Seq: r.seq}
 }
 
-// lastAccepted returns the last accepted write and how many were accepted.
-func (r *register) lastAccepted() (Event, int) {
+// acceptedCount returns how many writes were accepted.
+func (r *register) acceptedCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.last, r.accepted
+	return r.accepted
+}
+
+// inHold reports whether proc's last write was the first of a hold: it is
+// between its two writes, holding the lock (unless it lost it).
+func (r *register) inHold(proc string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holding[proc]
 }
 
 func (r *register) close() {

@@ -375,10 +375,10 @@ func (h *harness) nemesis(ctx context.Context) {
 		target := h.holder(ctx, ttl)
 		h.inject(ctx, round, target, faultFor)
 		// Let grants resume before the next round.
-		_, before := h.reg.lastAccepted()
+		before := h.reg.acceptedCount()
 		deadline := time.Now().Add(ttl + h.cfg.Bound)
 		for time.Now().Before(deadline) {
-			if _, n := h.reg.lastAccepted(); n > before {
+			if h.reg.acceptedCount() > before {
 				break
 			}
 			if !sleep(20 * time.Millisecond) {
@@ -391,23 +391,19 @@ func (h *harness) nemesis(ctx context.Context) {
 	}
 }
 
-// holder returns the client process that looks like it holds a lock now:
-// the author of the last accepted first write of a hold, if that was
-// recent. It waits up to wait for one, and falls back to a random client.
+// holder returns a client process that holds a lock now — one between the
+// two writes of a hold — waiting up to wait for one; else a random client.
 func (h *harness) holder(ctx context.Context, wait time.Duration) *client {
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		e, _ := h.reg.lastAccepted()
-		if proc, _, n, ok := parseWriteValue(e.Value); ok && n == 1 && time.Since(e.Time) < h.cfg.HoldMin {
-			h.mu.Lock()
-			for _, c := range h.procs {
-				if c.proc == proc {
-					h.mu.Unlock()
-					return c
-				}
+		h.mu.Lock()
+		for _, c := range h.procs {
+			if h.reg.inHold(c.proc) {
+				h.mu.Unlock()
+				return c
 			}
-			h.mu.Unlock()
 		}
+		h.mu.Unlock()
 		time.Sleep(2 * time.Millisecond)
 	}
 	h.mu.Lock()
