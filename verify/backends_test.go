@@ -97,6 +97,18 @@ var backends = []backend{
 		},
 	},
 	{
+		// Redis as most run it, without persistence: a restart empties it,
+		// fencing tokens start again from 1, and the resource refuses every
+		// write until they pass the highest it saw. Exclusion still holds.
+		name:           "redis-volatile",
+		faults:         []Fault{Restart},
+		tokensMayReset: true,
+		start: func(t testing.TB) Deployment {
+			srv := testenv.StartRedis(t)
+			return Deployment{Endpoints: []string{srv.Addr}, URL: joined("redis", "/0"), Restart: srv.Restart}
+		},
+	},
+	{
 		name:   "redlock",
 		faults: []Fault{None, Pause, Kill, Net, Member},
 		start: func(t testing.TB) Deployment {
