@@ -124,8 +124,8 @@ func (h *hold) close(t time.Time, by string) {
 //     tokens in non-decreasing order, and a grant's token is greater than
 //     that of every grant completed before it was asked for.
 //  2. exclusion, without faults: no two holds of one name overlap.
-//  3. exclusion, under faults: every overlap of holds A (older token) and B
-//     is explained — A's lease was lost and A learnt it (Done closed) or A
+//  3. exclusion, under faults: every overlap of holds A (granted first) and
+//     B is explained — A's lease was lost and A learnt it (Done closed) or A
 //     was killed; A's release did not report success; and no write of A
 //     was accepted after the register accepted a write of B.
 //  4. recovery: after each heal, the next grant comes within TTL + Bound.
@@ -426,10 +426,9 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 			if b.name != a.name || !b.start.Before(b.end) || !a.start.Before(a.end) {
 				continue
 			}
+			// The older hold is the one granted first; with tokens that
+			// increase it also has the lower token.
 			older, newer := a, b
-			if newer.token < older.token {
-				older, newer = newer, older
-			}
 			if !counted[older] {
 				counted[older] = true
 				r.Overlaps++

@@ -7,10 +7,15 @@ import (
 	"time"
 )
 
-// WriteTable prints the summary table of results: one row per run.
+// WriteTable prints the summary table of results, one row per run: the
+// client operations invoked, the leases granted, the holds that overlapped a
+// newer one (and how many of those were explained), the stale writes the
+// fenced register refused, the lease-loss notifications clients received,
+// the longest time from a heal to the next grant, and the verdict.
 func WriteTable(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "backend\tfault\toperations\tgrants\toverlaps\trefused stale writes\tloss notifications\trecovery\tverdict")
+	noted := false
 	for _, r := range results {
 		rec := "-"
 		if r.Recovery > 0 {
@@ -20,7 +25,15 @@ func WriteTable(w io.Writer, results []*Result) {
 		if r.Overlaps > 0 {
 			overlaps = fmt.Sprintf("%d (%d explained)", r.Overlaps, r.Explained)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Backend, r.Fault, r.Ops, r.Grants, overlaps, r.Refused, r.Losses, rec, r.Verdict())
+		verdict := r.Verdict()
+		if len(r.Notes) > 0 {
+			verdict += " *"
+			noted = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Backend, r.Fault, r.Ops, r.Grants, overlaps, r.Refused, r.Losses, rec, verdict)
 	}
 	tw.Flush()
+	if noted {
+		fmt.Fprintln(w, "* the run has notes: facts that break no property (Result.Notes), printed with it")
+	}
 }

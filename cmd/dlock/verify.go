@@ -182,6 +182,13 @@ func verifyMain(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "  %s\n", v)
 		}
+		for i, n := range r.Notes {
+			if i == 3 {
+				fmt.Fprintf(stdout, "  note: … and %d more\n", len(r.Notes)-3)
+				break
+			}
+			fmt.Fprintf(stdout, "  note: %s\n", n)
+		}
 		if r.Verdict() != "PASS" {
 			status = 1
 		}
