@@ -1,0 +1,294 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// bellName maps a lock name to a user-level lock name of 38 characters
+// (GET_LOCK allows 64).
+func bellName(table, name string) string {
+	return "dlock:" + driver.NameHash(table+"\x00"+name)
+}
+
+// Bell timing.
+const (
+	bellTake      = 2  // seconds a holder's bell connection waits for a bell that waiters are passing on
+	bellIdleLimit = 60 // seconds: the bell session's wait_timeout, so a stranded session ends
+	waitCap       = 5  // seconds a waiter blocks before it looks at the row again
+	pollMin       = 5 * time.Millisecond
+	pollMax       = time.Second
+	pendingPoll   = 2 * time.Millisecond // while a new holder's bell is being taken
+	pendingPolls  = 50                   // then back off as for a holder without a bell
+)
+
+// bells keeps this driver's bells on one connection: a user lock per held
+// lease, taken after the grant and dropped after the release by a
+// background goroutine, so that neither costs the caller a round trip. The
+// goroutine alone uses the connection; callers only change the wanted set.
+type bells struct {
+	db *sql.DB
+
+	mu      sync.Mutex
+	want    map[string]map[string]time.Time // bell -> owner -> local deadline of that lease
+	id      uint64                          // the connection's CONNECTION_ID(), 0 while there is none
+	closed  bool
+	started bool
+
+	once  sync.Once
+	ready chan struct{} // closed after the first connection attempt
+	kick  chan struct{}
+	done  chan struct{} // closed by close
+	ended chan struct{} // closed when run has returned
+
+	// Owned by run.
+	conn   *sql.Conn
+	have   map[string]bool // bells held on conn
+	gaveUp map[string]bool // bells another session kept past bellTake: not retried for this lease
+}
+
+func newBells(db *sql.DB) *bells {
+	return &bells{db: db, want: map[string]map[string]time.Time{},
+		ready: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
+		have: map[string]bool{}, gaveUp: map[string]bool{}}
+}
+
+// connID returns the id of the bell connection, starting the keeper on
+// first use; 0 if there is no connection (waiters then poll).
+func (b *bells) connID(ctx context.Context) uint64 {
+	b.once.Do(func() {
+		b.mu.Lock()
+		if !b.closed {
+			b.started = true
+			go b.run()
+		} else {
+			close(b.ready)
+		}
+		b.mu.Unlock()
+	})
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.id
+}
+
+// ownID is the bell connection's id, without waiting for one; 0 if none.
+func (b *bells) ownID() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.id
+}
+
+// hold wants bell held for owner's lease until deadline (local clock).
+func (b *bells) hold(bell, owner string, deadline time.Time) {
+	b.mu.Lock()
+	if b.want[bell] == nil {
+		b.want[bell] = map[string]time.Time{}
+	}
+	b.want[bell][owner] = deadline
+	b.mu.Unlock()
+	b.signal()
+}
+
+// extend moves the deadline of owner's claim on bell, if it still has one:
+// a renewal that completes after the release must not take the bell again.
+func (b *bells) extend(bell, owner string, deadline time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if dl, ok := b.want[bell][owner]; ok && deadline.After(dl) {
+		b.want[bell][owner] = deadline
+	}
+}
+
+// drop ends owner's claim on bell.
+func (b *bells) drop(bell, owner string) {
+	b.mu.Lock()
+	delete(b.want[bell], owner)
+	if len(b.want[bell]) == 0 {
+		delete(b.want, bell)
+	}
+	b.mu.Unlock()
+	b.signal()
+}
+
+func (b *bells) signal() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the bell session, which drops every bell: the waiters of the
+// locks still held wake (and find them held until their TTL).
+func (b *bells) close() {
+	b.once.Do(func() { close(b.ready) }) // never start after close
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	started := b.started
+	b.mu.Unlock()
+	close(b.done)
+	if started {
+		select {
+		case <-b.ended:
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
+
+// discard closes c's session instead of returning it to the pool: the
+// session may hold user locks.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+	_ = c.Close()
+}
+
+// run brings the held bells in line with the wanted ones whenever they
+// change or a lease's local deadline passes, and keeps the session alive.
+func (b *bells) run() {
+	defer close(b.ended)
+	defer func() {
+		if b.conn != nil {
+			discard(b.conn)
+		}
+	}()
+	b.connect()
+	close(b.ready)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(b.sync())
+		select {
+		case <-b.done:
+			return
+		case <-b.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+func (b *bells) connect() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := b.db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	var id uint64
+	err = c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
+	if err == nil {
+		// A session stranded by a partition ends by itself.
+		_, err = c.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", bellIdleLimit))
+	}
+	if err != nil {
+		discard(c)
+		return
+	}
+	b.conn, b.have, b.gaveUp = c, map[string]bool{}, map[string]bool{}
+	b.mu.Lock()
+	b.id = id
+	b.mu.Unlock()
+}
+
+func (b *bells) disconnect() {
+	discard(b.conn)
+	b.conn = nil
+	b.mu.Lock()
+	b.id = 0
+	b.mu.Unlock()
+}
+
+// sync does one round of work and says when the next is due.
+func (b *bells) sync() time.Duration {
+	now := time.Now()
+	next := now.Add(bellIdleLimit * time.Second / 3) // keep-alive
+	wanted := map[string]bool{}
+	b.mu.Lock()
+	for bell, owners := range b.want {
+		for owner, dl := range owners {
+			if !dl.After(now) {
+				delete(owners, owner) // the lease ran out by our clock
+			} else if dl.Before(next) {
+				next = dl
+			}
+		}
+		if len(owners) == 0 {
+			delete(b.want, bell)
+		} else {
+			wanted[bell] = true
+		}
+	}
+	b.mu.Unlock()
+
+	if b.conn == nil {
+		if len(wanted) == 0 {
+			return time.Until(next)
+		}
+		if b.connect(); b.conn == nil {
+			return time.Second
+		}
+	}
+	for bell := range b.gaveUp {
+		if !wanted[bell] {
+			delete(b.gaveUp, bell)
+		}
+	}
+	var drops, takes []string
+	for bell := range b.have {
+		if !wanted[bell] {
+			drops = append(drops, bell)
+		}
+	}
+	for bell := range wanted {
+		if !b.have[bell] && !b.gaveUp[bell] {
+			takes = append(takes, bell)
+		}
+	}
+	// One statement, one round trip: drops first, so waiters wake as early
+	// as possible. Bell names are "dlock:" and hex digits (bellName), so
+	// they are written as literals: a text statement needs no prepare.
+	var sel strings.Builder
+	sel.WriteString("SELECT 1")
+	for _, bell := range drops {
+		fmt.Fprintf(&sel, ", RELEASE_LOCK('%s')", bell)
+	}
+	for _, bell := range takes {
+		fmt.Fprintf(&sel, ", GET_LOCK('%s', %d)", bell, bellTake)
+	}
+	res := make([]sql.NullInt64, 1+len(drops)+len(takes))
+	dest := make([]any, len(res))
+	for i := range res {
+		dest[i] = &res[i]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), (bellTake+5)*time.Second)
+	defer cancel()
+	if err := b.conn.QueryRowContext(ctx, sel.String()).Scan(dest...); err != nil {
+		b.disconnect() // the session's state is unknown: end it, and with it its bells
+		return 100 * time.Millisecond
+	}
+	for _, bell := range drops {
+		delete(b.have, bell)
+	}
+	for i, bell := range takes {
+		if r := res[1+len(drops)+i]; r.Valid && r.Int64 == 1 {
+			b.have[bell] = true
+		} else {
+			b.gaveUp[bell] = true
+		}
+	}
+	return max(time.Until(next), time.Millisecond)
+}

@@ -1,0 +1,513 @@
+// Package mysqllock is the MySQL and MariaDB backend of dlock: a lease table
+// in a database you already run, with fencing tokens and a server-side wait.
+//
+//	c, err := dlock.Open(ctx, "mysql://user:pass@db.example:3306/app")
+//	// or: c := dlock.New(mysqllock.New(db)) with your *sql.DB
+//
+// # Mechanism
+//
+// Each lock is a row of the lease table (default dlock_leases, created on
+// first use or by Migrate): the name as VARBINARY(1024) primary key — any
+// name is stored and compared byte for byte — the owner key, the holder
+// metadata, the fencing token, and expires_at by the server's clock.
+//
+// Acquire is one INSERT … ON DUPLICATE KEY UPDATE, one round trip: it
+// inserts a new row, or takes over a row whose lease is released or has
+// expired (expires_at <= UTC_TIMESTAMP(6)), incrementing the row's token in
+// the same statement, or leaves a live lease alone. The statement reports
+// its outcome — granted with this token, or held for this much longer —
+// through LAST_INSERT_ID(expr), which the server returns in the OK packet.
+// Extend and Release are one owner-checked UPDATE each; Break expires the
+// lease whoever holds it.
+//
+// # Waiting: bells
+//
+// A waiter does not poll the table at a fixed interval. Every Driver keeps
+// one connection, its bell connection, on which it holds a MySQL user-level
+// lock (GET_LOCK) named after each lock it holds — the lock's bell — and
+// writes that connection's id into the lease row. A waiter blocks in
+// GET_LOCK(bell, timeout) on a session of its own, so the server wakes it
+// the moment the bell is released: when the holder releases the lease, when
+// its lease is lost, or when its process or connection dies (the server
+// drops a dead session's user locks). The waiter gives the bell straight
+// back, in the same statement, and tries to acquire.
+//
+// Costs. Holding bells costs one connection per Driver, not one per held
+// lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
+// Bells are taken and dropped by a background goroutine after the row
+// changed, so they add no round trip to Acquire or Release. A waiting Lock
+// uses no connection until an attempt has found the lock held; then it
+// waits on a session of its own (sessions are reused while clean). Waiters
+// of a lock that their own Driver holds wait in-process: that Driver's
+// Release wakes them directly. So an uncontended Lock costs what TryLock
+// costs: one statement. A release wakes every waiter of the lock (each
+// tries once, one wins): about three statements per waiter per hand-off,
+// however long the lock was held, where polling costs grow with the hold.
+//
+// Bounds. A bell never outlives the lease by the holder's own clock: it is
+// dropped at release, on a refused renewal, and when the lease's local
+// deadline passes. A waiter's GET_LOCK is bounded by the holder's remaining
+// lease (by the server's clock) and by a cap of 5 s, after which it looks
+// again; the portable layer also retries at the holder's expiry and every
+// couple of seconds. A waiter waits only on a bell held by the connection
+// recorded in the row, so waiters passing a bell among themselves never wake
+// each other. In the moment between a grant and the holder taking its bell
+// the waiter looks every 2 ms; where a holder has no bell (a crashed holder
+// whose lease still runs; a bell connection that failed or was stranded by
+// a partition — its session ends by wait_timeout after 60 s) it polls with
+// back-off from 5 ms to 1 s. Break wakes waiters when the broken holder's next renewal is refused
+// (within a third of its TTL) or at their next look. A cancelled Lock ends
+// its waiter's statement with KILL QUERY (a session may kill its own user's
+// statements without extra privileges) and returns only once it has ended,
+// so it leaves nothing behind on the server.
+//
+// Bell names are "dlock:" followed by driver.NameHash of the table and the
+// lock name (38 characters; the limit is 64), so any name of up to 1024
+// bytes maps to a bell; a collision would cost only a spurious wake-up,
+// never exclusion.
+//
+// # Guarantees
+//
+//   - Clock: expiry is judged by the database server's clock only
+//     (UTC_TIMESTAMP(6), fixed per statement); a client's clock is never
+//     compared with it. Clients need only a clock rate close to the
+//     server's (see dlock's package doc).
+//   - Fencing: the token is the row's counter, incremented by the statement
+//     that grants the lease, in the same InnoDB transaction: it is as durable
+//     as any committed row (innodb_flush_log_at_trx_commit=1, the default),
+//     and strictly increases across release, expiry, Break and restarts. Do
+//     not delete rows from the table: that restarts a name's counter.
+//   - Crash of a holder: its lease runs out after the TTL (no session ties a
+//     lease to a connection); its waiters are woken at once by the bell and
+//     acquire at expiry.
+//   - Partition: the holder cannot renew, and its Lease.Done closes when the
+//     last confirmed renewal's send time plus the TTL (less a drift margin)
+//     passes — before the server lets anyone else take the lock.
+//   - Restart of the server: committed rows survive. Leases that were due
+//     when it stopped are granted anew with higher tokens; live leases stay
+//     held and are renewed once the server is back (if within their TTL).
+//     A server frozen or unreachable for longer than a lease: the holder's
+//     Done has closed by then, and the lease is free when the server runs
+//     again (its clock kept going).
+//   - Replication: the guarantees are those of the one primary the driver
+//     talks to. Failing over to an asynchronous replica that missed
+//     committed grants can hand out a token again; use semi-synchronous
+//     replication (or accept that) where failover happens.
+//
+// # MySQL and MariaDB
+//
+// Tested on MariaDB 10.11; written to MySQL 8's documented semantics:
+//
+//   - ON DUPLICATE KEY UPDATE: MySQL 8.0.20+ deprecates VALUES(col) for a
+//     row alias that MariaDB lacks; the statement passes the new values as
+//     parameters instead and works on both.
+//   - GET_LOCK: both allow many locks per session and names of up to 64
+//     characters (MariaDB's limit is also 64). MySQL takes the timeout in
+//     whole seconds, so the wait rounds the remaining lease up with CEIL.
+//   - NOW(6)/UTC_TIMESTAMP(6): microsecond precision on both; DATETIME(6)
+//     keeps microseconds. The statements use UTC_TIMESTAMP(6), so neither
+//     the session time zone nor daylight saving time matters.
+//   - LAST_INSERT_ID(expr) is reported in the OK packet on both, for a
+//     table without AUTO_INCREMENT too.
+//
+// # URL
+//
+//		mysql://user:password@host:3306/database?table=dlock_leases&tls=true
+//		mariadb://…  (the same)
+//
+//	  - table: the lease table's name, one identifier (quoted by the backend);
+//	    default dlock_leases.
+//	  - tls: as go-sql-driver/mysql's tls parameter: true, false,
+//	    skip-verify, preferred, or a name registered with
+//	    mysql.RegisterTLSConfig.
+//	  - Any other parameter is passed to go-sql-driver/mysql (timeout,
+//	    readTimeout, …). The port defaults to 3306.
+//
+// # Privileges
+//
+// SELECT, INSERT and UPDATE on the table; CREATE on the database to create
+// it on first use (or have an administrator run Migrate, or the statement
+// in the error message, once).
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+func init() {
+	dlock.Register("mysql", openURL)
+	dlock.Register("mariadb", openURL)
+}
+
+// DefaultTable is the lease table's name unless WithTable says otherwise.
+const DefaultTable = "dlock_leases"
+
+// Option configures a Driver.
+type Option func(*Driver) error
+
+// WithTable sets the lease table's name: one identifier of 1..64
+// characters (it is quoted, so any characters but NUL will do).
+func WithTable(name string) Option {
+	return func(d *Driver) error {
+		if name == "" || len([]rune(name)) > 64 || strings.ContainsRune(name, 0) {
+			return fmt.Errorf("%w: mysqllock: table name %q must be 1..64 characters without NUL", dlock.ErrInvalidOption, name)
+		}
+		d.table = name
+		return nil
+	}
+}
+
+// Driver is the MySQL/MariaDB backend. Create it with New or dlock.Open.
+type Driver struct {
+	db     *sql.DB
+	ownsDB bool
+	table  string
+	q      queries
+	bells  *bells
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // prepared lazily, by query text
+
+	lmu     sync.Mutex
+	locals  map[string]*localName // this driver's waiters, by lock name
+	idle    []*waitSession
+	closing bool
+}
+
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.Retrier    = (*Driver)(nil)
+	_ driver.Subscriber = (*Driver)(nil)
+)
+
+// New returns a driver over db, a database/sql pool of
+// github.com/go-sql-driver/mysql connections. Close does not close db.
+// The driver keeps one of db's connections for its bells, and each Lock
+// that waits for another process's lock holds one more while it waits:
+// leave SetMaxOpenConns room for them.
+func New(db *sql.DB, opts ...Option) (*Driver, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysqllock.New: db is nil", dlock.ErrInvalidOption)
+	}
+	d := &Driver{db: db, table: DefaultTable, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
+	for _, o := range opts {
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	d.q = newQueries("`" + strings.ReplaceAll(d.table, "`", "``") + "`")
+	d.bells = newBells(db)
+	return d, nil
+}
+
+func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	cfg, opts, err := configFromURL(u)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysqllock: %v", dlock.ErrInvalidOption, err)
+	}
+	db := sql.OpenDB(conn)
+	d, err := New(db, opts...)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.ownsDB = true
+	if err := db.PingContext(ctx); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%w: mysqllock: connect to %s: %w", driver.ErrUnavailable, cfg.Addr, err)
+	}
+	return d, nil
+}
+
+// configFromURL turns mysql://user:pass@host:port/db?params into a driver
+// configuration; table is ours, every other parameter is the driver's.
+func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
+	q := u.Query()
+	var opts []Option
+	if t, ok := q["table"]; ok {
+		opts = append(opts, WithTable(t[0]))
+		q.Del("table")
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if strings.Contains(db, "/") {
+		return nil, nil, fmt.Errorf("%w: mysqllock: URL path %q must be /database", dlock.ErrInvalidOption, u.Path)
+	}
+	cfg, err := mysql.ParseDSN("/" + db + "?" + q.Encode())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: mysqllock: URL parameters: %v", dlock.ErrInvalidOption, err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	host := u.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if u.Port() == "" {
+		host = strings.TrimSuffix(host, ":") + ":3306"
+	}
+	cfg.Net, cfg.Addr = "tcp", host
+	if !q.Has("timeout") {
+		cfg.Timeout = 10 * time.Second
+	}
+	return cfg, opts, nil
+}
+
+// Migrate creates the lease table if it does not exist. It needs the
+// CREATE privilege; the other operations call it on first use.
+func (d *Driver) Migrate(ctx context.Context) error {
+	if _, err := d.db.ExecContext(ctx, d.q.createTable); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044) {
+			db, user := "<database>", "<user>"
+			var dbName, cur sql.NullString
+			if d.db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&dbName, &cur) == nil && dbName.Valid {
+				db = "`" + strings.ReplaceAll(dbName.String, "`", "``") + "`"
+				if u, h, ok := strings.Cut(cur.String, "@"); ok {
+					user = "'" + u + "'@'" + h + "'"
+				}
+			}
+			return fmt.Errorf("mysqllock: %s may not create the lease table %s (%v): "+
+				"GRANT CREATE, SELECT, INSERT, UPDATE ON %s.* TO %s; "+
+				"or have an administrator create it once (Migrate, or this statement):\n%s",
+				user, d.table, err, db, user, d.q.createTable)
+		}
+		return fmt.Errorf("%w: mysqllock: create the lease table %s: %w", driver.ErrUnavailable, d.table, err)
+	}
+	return nil
+}
+
+// stmt returns the prepared statement for query, preparing it — and
+// creating the table if it is missing — on first use.
+func (d *Driver) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	d.mu.Lock()
+	s := d.stmts[query]
+	d.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	s, err := d.db.PrepareContext(ctx, query)
+	if isNoTable(err) {
+		if err := d.Migrate(ctx); err != nil {
+			return nil, err
+		}
+		s, err = d.db.PrepareContext(ctx, query)
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old := d.stmts[query]; old != nil {
+		s.Close()
+		return old, nil
+	}
+	d.stmts[query] = s
+	return s, nil
+}
+
+func isNoTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1146
+}
+
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: mysqllock: %w", driver.ErrUnavailable, err)
+}
+
+// exec runs one of the statements. Each is a transaction of its own, which
+// InnoDB rolls back whole when it picks it as a deadlock victim (possible
+// when sessions insert the same new name at once): it is then run again.
+func exec(ctx context.Context, d *Driver, query string, args ...any) (sql.Result, error) {
+	s, err := d.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	for try := 1; ; try++ {
+		r, err := s.ExecContext(ctx, args...)
+		var me *mysql.MySQLError
+		if try < 5 && errors.As(err, &me) && me.Number == 1213 {
+			continue
+		}
+		return r, unavailable(err)
+	}
+}
+
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+// Acquire implements driver.Driver with driver.AcquireByRetry: one attempt
+// per wake-up of the bell (see the package doc).
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	return driver.AcquireByRetry(ctx, req, d)
+}
+
+// TryAcquire implements driver.Retrier: one INSERT … ON DUPLICATE KEY
+// UPDATE, one round trip.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	bellArg := d.bellArg(ctx)
+	name, ttl := []byte(req.Name), micros(req.TTL)
+	sent := time.Now()
+	r, err := exec(ctx, d, d.q.acquire, name, req.Owner, req.Holder, bellArg, ttl, req.Owner, req.Holder, bellArg, ttl)
+	if err != nil {
+		return driver.Grant{}, 0, err
+	}
+	id, err := r.LastInsertId()
+	if err != nil {
+		return driver.Grant{}, 0, unavailable(err)
+	}
+	v := uint64(id)
+	if v&1 == 0 {
+		d.attemptFailed(req.Name)
+		return driver.Grant{}, time.Duration(v>>1) * time.Microsecond, driver.ErrNotAcquired
+	}
+	d.bells.hold(bellName(d.table, req.Name), req.Owner, sent.Add(req.TTL))
+	return driver.Grant{Token: v >> 2, Since: sent, Recovered: v>>1&1 == 1}, 0, nil
+}
+
+// bellArg is the bell connection's id for the lease row, or NULL.
+func (d *Driver) bellArg(ctx context.Context) any {
+	if id := d.bells.connID(ctx); id != 0 {
+		return id
+	}
+	return nil
+}
+
+// Extend implements driver.Driver.
+func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	sent := time.Now()
+	r, err := exec(ctx, d, d.q.extend, micros(ttl), d.bellArg(ctx), []byte(h.Name), h.Owner)
+	if err != nil {
+		return err
+	}
+	bell := bellName(d.table, h.Name)
+	if n, err := r.RowsAffected(); err != nil {
+		return unavailable(err)
+	} else if n == 0 {
+		d.bells.drop(bell, h.Owner)
+		return fmt.Errorf("%w: mysqllock: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
+	}
+	d.bells.extend(bell, h.Owner, sent.Add(ttl))
+	return nil
+}
+
+// Release implements driver.Driver and driver.Retrier: it frees the row,
+// then rings the bell.
+func (d *Driver) Release(ctx context.Context, h driver.Held) error {
+	r, err := exec(ctx, d, d.q.release, []byte(h.Name), h.Owner)
+	if err != nil {
+		return err
+	}
+	d.bells.drop(bellName(d.table, h.Name), h.Owner)
+	d.releasedLocally(h.Name)
+	if n, err := r.RowsAffected(); err != nil {
+		return unavailable(err)
+	} else if n == 0 {
+		return fmt.Errorf("%w: mysqllock: %q was no longer held by this owner", driver.ErrLeaseLost, h.Name)
+	}
+	return nil
+}
+
+// Inspect implements driver.Driver. ExpiresIn is by the server's clock.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	s, err := d.stmt(ctx, d.q.inspect)
+	if err != nil {
+		return driver.Info{}, err
+	}
+	in := driver.Info{Name: name}
+	var left int64
+	err = s.QueryRowContext(ctx, []byte(name)).Scan(&in.Token, &in.Holder, &left)
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.Info{Name: name}, nil
+	}
+	if err != nil {
+		return driver.Info{}, unavailable(err)
+	}
+	in.Held, in.ExpiresIn = true, time.Duration(left)*time.Microsecond
+	return in, nil
+}
+
+// List implements driver.Driver: the held locks whose names start with
+// prefix, byte for byte.
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	s, err := d.stmt(ctx, d.q.list)
+	if err != nil {
+		return nil, err
+	}
+	p := []byte(prefix)
+	rows, err := s.QueryContext(ctx, p, len(p), p)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	var out []driver.Info
+	for rows.Next() {
+		var name []byte
+		var left int64
+		in := driver.Info{Held: true}
+		if err := rows.Scan(&name, &in.Token, &in.Holder, &left); err != nil {
+			return nil, unavailable(err)
+		}
+		in.Name, in.ExpiresIn = string(name), time.Duration(left)*time.Microsecond
+		out = append(out, in)
+	}
+	return out, unavailable(rows.Err())
+}
+
+// Break implements driver.Driver: the lease expires now; the holder's next
+// renewal is refused and the next grant gets the next token. Waiters wake
+// when the holder's bell drops (at that renewal) or at their next look.
+func (d *Driver) Break(ctx context.Context, name string) error {
+	r, err := exec(ctx, d, d.q.breakLease, []byte(name))
+	if err != nil {
+		return err
+	}
+	if n, err := r.RowsAffected(); err != nil {
+		return unavailable(err)
+	} else if n == 0 {
+		return fmt.Errorf("%w: mysqllock: %q is free", driver.ErrNotHeld, name)
+	}
+	return nil
+}
+
+// Capabilities implements driver.Driver.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{DurableFencing: true, LockDelay: true, MinTTL: 10 * time.Millisecond}
+}
+
+// Close implements driver.Driver: it drops the bells (waking the waiters of
+// the locks still held, which stay held until their TTL), and closes the
+// pool if Open created it.
+func (d *Driver) Close() error {
+	d.bells.close()
+	d.closeSessions()
+	d.mu.Lock()
+	for _, s := range d.stmts {
+		s.Close()
+	}
+	d.stmts = map[string]*sql.Stmt{}
+	d.mu.Unlock()
+	if d.ownsDB {
+		return d.db.Close()
+	}
+	return nil
+}

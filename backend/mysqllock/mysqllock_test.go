@@ -1,0 +1,652 @@
+package mysqllock
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"net/url"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlocktest"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+func TestMain(m *testing.M) { dlocktest.Main(m) }
+
+// server is the MariaDB of one top-level test, shared by its subtests.
+type server struct {
+	*testenv.MariaDB
+}
+
+func (s server) url(addr string) string {
+	return s.URL(testenv.MariaDBUser, testenv.MariaDBPassword, addr)
+}
+
+// open returns a driver with its own pool, at addr (the server or a proxy),
+// closed when t ends.
+func (s server) open(t testing.TB, addr string, query string) *Driver {
+	t.Helper()
+	u, err := url.Parse(s.url(addr) + query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := openURL(ctx, u)
+	if err != nil {
+		t.Fatalf("open %s: %v", dlock.Redact(u.String()), err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d.(*Driver)
+}
+
+func (s server) client(t testing.TB, opts ...dlock.Option) *dlock.Client {
+	return dlock.New(s.open(t, s.Addr, ""), opts...)
+}
+
+// sqlDB is a plain pool on the test database, for looking at the table.
+func (s server) sqlDB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", s.DSN(testenv.MariaDBUser, testenv.MariaDBPassword))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestMariaDB starts one server and runs every test against it: starting
+// MariaDB takes seconds, and the restart tests need it to themselves.
+func TestMariaDB(t *testing.T) {
+	s := server{testenv.StartMariaDB(t)}
+
+	t.Run("Conformance", func(t *testing.T) {
+		dlocktest.Run(t, dlocktest.Harness{
+			Open: func(ctx context.Context, addrs []string) (driver.Driver, error) {
+				addr := s.Addr
+				if addrs != nil {
+					addr = addrs[0]
+				}
+				u, err := url.Parse(s.url(addr))
+				if err != nil {
+					return nil, err
+				}
+				return openURL(ctx, u)
+			},
+			Endpoints: []string{s.Addr},
+			URL:       s.url(s.Addr),
+			Restart:   s.Restart,
+		})
+	})
+	t.Run("HostileNamesAreStoredAndMatchedExactly", s.testHostileNames)
+	t.Run("TableNameIsQuoted", s.testTableName)
+	t.Run("UserWithoutCreateGetsGrantAdvice", s.testNoCreatePrivilege)
+	t.Run("CancelledWaiterLeavesNoSessionWaiting", s.testCancelledWaiter)
+	t.Run("WaiterIsWokenByRelease", s.testWokenByRelease)
+	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
+	t.Run("BellIsKeptWhileLeaseIsRenewed", s.testBellKept)
+	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
+	t.Run("UnreachableServerEndsLeaseBeforeOthersAcquire", s.testUnreachable)
+	t.Run("FrozenServerEndsLeaseBeforeOthersAcquire", s.testFrozenServer)
+	t.Run("CrashWhileHeldKeepsTokensAndGrantsDueLeases", s.testCrashWhileHeld)
+	t.Run("URLParameters", s.testURL)
+}
+
+func (s server) testHostileNames(t *testing.T) {
+	c := s.client(t, dlock.WithTTL(10*time.Second))
+	db := s.sqlDB(t)
+	prefix := "hostile/" + t.Name() + "/"
+	names := []string{
+		"it's", `say "hi"`, "back`tick", `back\slash`, "nul\x00inside", "nul\x00", "nul",
+		"'; DROP TABLE dlock_leases; --", "x' OR '1'='1", "%", "_", "a%b", "trailing ", "trailing",
+		"ключ/名前/🔒", "\t\n\r",
+	}
+	long := prefix + strings.Repeat("é", (dlock.MaxNameLen-len(prefix))/2)
+	long += strings.Repeat("x", dlock.MaxNameLen-len(long))
+	var full []string
+	for _, n := range names {
+		full = append(full, prefix+n)
+	}
+	full = append(full, long)
+	if len(long) != dlock.MaxNameLen {
+		t.Fatalf("long name is %d bytes", len(long))
+	}
+	leases := map[string]*dlock.Lease{}
+	for _, n := range full {
+		l, err := c.Mutex(n).TryLock(ctxT(t, 30*time.Second))
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", n, err)
+		}
+		leases[n] = l
+	}
+	// Each name is a row of its own, stored byte for byte.
+	for _, n := range full {
+		var got []byte
+		if err := db.QueryRow("SELECT name FROM dlock_leases WHERE name = ?", []byte(n)).Scan(&got); err != nil {
+			t.Fatalf("row of %q: %v", n, err)
+		}
+		if !bytes.Equal(got, []byte(n)) {
+			t.Errorf("stored name %q, want %q", got, n)
+		}
+		in, err := c.Inspect(ctxT(t, 10*time.Second), n)
+		if err != nil || !in.Held || in.Token != leases[n].Token() {
+			t.Errorf("Inspect(%q) = %+v, %v; want held with token %d", n, in, err, leases[n].Token())
+		}
+	}
+	var rows int
+	if err := db.QueryRow("SELECT COUNT(*) FROM dlock_leases WHERE name LIKE CONCAT(?, '%')", prefix).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(full) {
+		t.Errorf("%d rows under the prefix, want %d", rows, len(full))
+	}
+	// A prefix with LIKE's wildcards matches itself only.
+	for _, p := range []string{prefix + "%", prefix + "_", prefix + "nul\x00"} {
+		got, err := c.List(ctxT(t, 10*time.Second), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, n := range full {
+			if strings.HasPrefix(n, p) {
+				want = append(want, n)
+			}
+		}
+		sort.Strings(want)
+		var gotNames []string
+		for _, in := range got {
+			gotNames = append(gotNames, in.Name)
+		}
+		if strings.Join(gotNames, "|") != strings.Join(want, "|") {
+			t.Errorf("List(%q) = %q, want %q", p, gotNames, want)
+		}
+	}
+	// Releasing one name leaves its neighbours held.
+	if err := leases[prefix+"nul"].Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{prefix + "nul\x00", prefix + "nul\x00inside"} {
+		if _, err := c.Mutex(n).TryLock(ctxT(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock(%q) after releasing its neighbour: %v, want ErrNotAcquired", n, err)
+		}
+	}
+	for n, l := range leases {
+		if n != prefix+"nul" {
+			if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+				t.Errorf("Unlock(%q): %v", n, err)
+			}
+		}
+	}
+}
+
+func (s server) testTableName(t *testing.T) {
+	table := "odd `name'; --"
+	d := s.open(t, s.Addr, "?table="+url.QueryEscape(table))
+	c := dlock.New(d)
+	l, err := c.Mutex("x").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.sqlDB(t).QueryRow("SELECT COUNT(*) FROM `odd ``name'; --` WHERE name = 'x'").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("row in the quoted table: %d, %v", n, err)
+	}
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(s.sqlDB(t), WithTable("")); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("WithTable(\"\"): %v, want ErrInvalidOption", err)
+	}
+	if _, err := New(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("New(nil): %v, want ErrInvalidOption", err)
+	}
+}
+
+func (s server) testNoCreatePrivilege(t *testing.T) {
+	u, err := url.Parse(s.URL(testenv.MariaDBLimitedUser, testenv.MariaDBLimitedPassword, s.Addr) + "?table=limited_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := openURL(ctxT(t, 30*time.Second), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	c := dlock.New(d)
+	_, err = c.Mutex("x").TryLock(ctxT(t, 30*time.Second))
+	if err == nil || !strings.Contains(err.Error(), "GRANT CREATE, SELECT, INSERT, UPDATE ON `dlock`.* TO 'dlock_limited'") || !strings.Contains(err.Error(), "CREATE TABLE") {
+		t.Fatalf("TryLock without CREATE privilege: %v; want advice to GRANT CREATE or run the CREATE TABLE", err)
+	}
+	t.Logf("error: %v", err)
+	// Once a privileged user has migrated, the limited user can lock.
+	admin := s.open(t, s.Addr, "?table=limited_leases")
+	if err := admin.Migrate(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Mutex("x").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Migrate: %v", err)
+	}
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitingSessions counts the sessions of the test user blocked in GET_LOCK.
+func waitingSessions(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%GET_LOCK%' AND STATE LIKE '%lock%' AND ID <> CONNECTION_ID()").Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (s server) testCancelledWaiter(t *testing.T) {
+	db := s.sqlDB(t)
+	holder := s.client(t, dlock.WithTTL(30*time.Second))
+	l, err := holder.Mutex("cancel").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	waiter := s.client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Mutex("cancel").Lock(ctx)
+		done <- err
+	}()
+	// The waiter blocks in GET_LOCK on the server.
+	deadline := time.Now().Add(30 * time.Second)
+	for waitingSessions(t, db) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never waited in GET_LOCK")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v", err)
+	}
+	// Lock returned only after its wait ended on the server.
+	if n := waitingSessions(t, db); n != 0 {
+		t.Errorf("%d sessions still wait in GET_LOCK after the Lock was cancelled", n)
+	}
+}
+
+// testWokenByRelease: a waiter blocked in GET_LOCK on the holder's bell
+// returns with the lock after the holder releases, although the holder's
+// lease had a long time to run and the waiter's fallback poll is long.
+func (s server) testWokenByRelease(t *testing.T) {
+	db := s.sqlDB(t)
+	holder := s.client(t, dlock.WithTTL(60*time.Second))
+	waiter := s.client(t, dlock.WithTTL(60*time.Second))
+	l, err := holder.Mutex("woken").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l2, err := waiter.Mutex("woken").Lock(ctxT(t, 60*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for waitingSessions(t, db) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never waited in GET_LOCK")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-got:
+		t.Fatal("the waiter got the lock while it was held")
+	default:
+	}
+	released := time.Now()
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		return
+	}
+	t.Logf("granted %v after the release", time.Since(released).Round(time.Microsecond))
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	_ = l2.Unlock(ctxT(t, 10*time.Second))
+}
+
+// testCutKeepsLease resets the holder's connections: the pool reconnects
+// and the lease is renewed; nobody else can take it meanwhile.
+func (s server) testCutKeepsLease(t *testing.T) {
+	p := testenv.NewProxy(t, s.Addr)
+	ttl := 2 * time.Second
+	holder := dlock.New(s.open(t, p.Addr(), ""), dlock.WithTTL(ttl))
+	other := s.client(t)
+	l, err := holder.Mutex("cut").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		p.Cut()
+		time.Sleep(ttl / 2)
+		if _, err := other.Mutex("cut").TryLock(ctxT(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock by another client while the holder's lease is live: %v (holder's lease: %v)", err, l.Err())
+		}
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost after connection resets: %v", l.Err())
+	default:
+	}
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testUnreachable cuts the holder's connections and refuses new ones: its
+// Done closes before another client can acquire.
+func (s server) testUnreachable(t *testing.T) {
+	p := testenv.NewProxy(t, s.Addr)
+	ttl := 2 * time.Second
+	holder := dlock.New(s.open(t, p.Addr(), "?timeout=1s"), dlock.WithTTL(ttl))
+	other := s.client(t)
+	l, err := holder.Mutex("unreachable").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	ctx := ctxT(t, 60*time.Second)
+	var l2 *dlock.Lease
+	for l2 == nil {
+		l2, err = other.Mutex("unreachable").TryLock(ctx)
+		if err != nil && !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if l2 == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("another client acquired while the cut-off holder still believed it held the lock")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	_ = l2.Unlock(ctxT(t, 10*time.Second))
+}
+
+// testCrashWhileHeld kills the server with SIGKILL while one lease is live
+// and another is due, and starts it again.
+func (s server) testCrashWhileHeld(t *testing.T) {
+	live := s.client(t, dlock.WithTTL(20*time.Second))
+	l, err := live.Mutex("crash/live").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A lease that nobody renews: due by the time the server is back.
+	d := s.open(t, s.Addr, "")
+	g, _, err := d.TryAcquire(ctxT(t, 30*time.Second), driver.Request{Name: "crash/due", Owner: strings.Repeat("ab", 16), TTL: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Crash(t)
+
+	c := s.client(t)
+	ctx := ctxT(t, 60*time.Second)
+	var due *dlock.Lease
+	for due == nil {
+		due, err = c.Mutex("crash/due").TryLock(ctx)
+		if err != nil && ctx.Err() != nil {
+			t.Fatalf("the due lease was not granted anew after the restart: %v", err)
+		}
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if due.Token() <= g.Token {
+		t.Errorf("token after restart %d, want > %d", due.Token(), g.Token)
+	}
+	// The live lease is still its holder's: nobody else gets it.
+	_, err = c.Mutex("crash/live").TryLock(ctxT(t, 30*time.Second))
+	select {
+	case <-l.Done():
+		t.Logf("the live lease ended during the restart (%v); TryLock: %v", l.Err(), err)
+	default:
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock of a live lease after the restart: %v, want ErrNotAcquired", err)
+		}
+		if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+			t.Fatalf("Unlock of the live lease after the restart: %v", err)
+		}
+	}
+	l2, err := c.Mutex("crash/live").Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token after restart %d, want > %d", l2.Token(), l.Token())
+	}
+	_ = l2.Unlock(ctxT(t, 10*time.Second))
+	_ = due.Unlock(ctxT(t, 10*time.Second))
+}
+
+func (s server) testURL(t *testing.T) {
+	for _, bad := range []string{
+		"mysql://u:secret@127.0.0.1:1/db?table=",
+		"mysql://u:secret@127.0.0.1:1/db/extra",
+		"mysql://u:secret@127.0.0.1:1/db?tls=nonsense",
+	} {
+		_, err := dlock.Open(ctxT(t, 10*time.Second), bad)
+		if err == nil {
+			t.Errorf("Open(%q) succeeded", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open error shows the password: %v", err)
+		}
+	}
+	_, err := dlock.Open(ctxT(t, 10*time.Second), "mariadb://u:secret@127.0.0.1:1/db")
+	if !errors.Is(err, dlock.ErrUnavailable) || strings.Contains(err.Error(), "secret") {
+		t.Errorf("Open of an unreachable server: %v; want ErrUnavailable without the password", err)
+	}
+	c, err := dlock.Open(ctxT(t, 30*time.Second), s.url(s.Addr)+"?tls=false&readTimeout=30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Mutex("url").TryLock(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Unlock(ctxT(t, 10*time.Second))
+}
+
+// bellHeld reports whether the holder recorded in name's row holds its
+// bell.
+func bellHeld(t testing.TB, db *sql.DB, name string) bool {
+	t.Helper()
+	var ok sql.NullBool
+	err := db.QueryRow("SELECT IS_USED_LOCK(?) = bell FROM dlock_leases WHERE name = ?", bellName(DefaultTable, name), name).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok.Valid && ok.Bool
+}
+
+// waitBellHeld waits until the holder of name has taken its bell.
+func waitBellHeld(t testing.TB, db *sql.DB, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !bellHeld(t, db, name) {
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never took its bell")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testBellKept: a lease renewed for several TTLs keeps its bell, and loses
+// it at release.
+func (s server) testBellKept(t *testing.T) {
+	db := s.sqlDB(t)
+	ttl := time.Second
+	c := s.client(t, dlock.WithTTL(ttl))
+	l, err := c.Mutex("kept").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBellHeld(t, db, "kept")
+	time.Sleep(3 * ttl)
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost: %v", l.Err())
+	default:
+	}
+	if !bellHeld(t, db, "kept") {
+		t.Fatal("the bell was dropped while the lease was renewed")
+	}
+	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var used sql.NullInt64
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := db.QueryRow("SELECT IS_USED_LOCK(?)", bellName(DefaultTable, "kept")).Scan(&used); err != nil {
+			t.Fatal(err)
+		}
+		if !used.Valid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the bell is still held after the release")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// testBellRings runs a waiter's wait statement by hand against a holder
+// whose lease has a minute to run: the statement returns "rang" (3) when
+// the holder releases, and again when the holder's process goes away
+// without releasing; only a timeout would return "held" (2).
+func (s server) testBellRings(t *testing.T) {
+	db := s.sqlDB(t)
+	for _, end := range []string{"release", "close"} {
+		t.Run(end, func(t *testing.T) {
+			d := s.open(t, s.Addr, "")
+			name := "bell/" + end
+			owner := strings.Repeat("cd", 16)
+			g, _, err := d.TryAcquire(ctxT(t, 30*time.Second), driver.Request{Name: name, Owner: owner, TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bell := bellName(d.table, name)
+			waitBellHeld(t, db, name) // taken in the background
+			deadline := time.Now().Add(30 * time.Second)
+			res := make(chan sql.NullInt64, 1)
+			go func() {
+				var st sql.NullInt64
+				if err := db.QueryRow(d.q.wait, nil, bell, bell, 30, bell, bell, name).Scan(&st); err != nil {
+					t.Error(err)
+				}
+				res <- st
+			}()
+			for waitingSessions(t, db) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the wait statement never blocked in GET_LOCK")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			select {
+			case st := <-res:
+				t.Fatalf("the wait returned %v while the lock was held", st)
+			default:
+			}
+			if end == "release" {
+				if err := d.Release(ctxT(t, 10*time.Second), driver.Held{Name: name, Owner: owner, Token: g.Token}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				_ = d.Close()
+			}
+			if st := <-res; !st.Valid || st.Int64 != waitRang {
+				t.Errorf("wait statement after %s: %v, want %d (rang)", end, st, waitRang)
+			}
+		})
+	}
+}
+
+// TestBellNamesFitGetLockAndAreSafeLiterals: the bell keeper writes bell
+// names into its statements as literals, and GET_LOCK takes at most 64
+// characters.
+func TestBellNamesFitGetLockAndAreSafeLiterals(t *testing.T) {
+	seen := map[string]string{}
+	for _, n := range []string{"a", "a\x00", "'", "`", strings.Repeat("é", 512), "x' OR 1=1 --"} {
+		for _, table := range []string{DefaultTable, "other"} {
+			b := bellName(table, n)
+			if len(b) > 64 || !strings.HasPrefix(b, "dlock:") || strings.Trim(b[len("dlock:"):], "0123456789abcdef") != "" {
+				t.Errorf("bellName(%q, %q) = %q: want at most 64 of [a-z0-9:]", table, n, b)
+			}
+			if prev, dup := seen[b]; dup {
+				t.Errorf("bellName collision: %q and %q", prev, table+"/"+n)
+			}
+			seen[b] = table + "/" + n
+		}
+	}
+}
+
+// testFrozenServer stops the server (SIGSTOP) for longer than a lease:
+// the holder's Done closes meanwhile, and after the server thaws the lock
+// is granted to another client with a higher token.
+func (s server) testFrozenServer(t *testing.T) {
+	ttl := 2 * time.Second
+	holder := dlock.New(s.open(t, s.Addr, "?timeout=1s"), dlock.WithTTL(ttl))
+	other := s.client(t)
+	l, err := holder.Mutex("frozen").TryLock(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + 30*time.Second):
+		t.Fatal("the holder's Done did not close while the server was frozen")
+	}
+	s.Resume()
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	// The server's clock went on: the lease is due (or soon is).
+	l2, err := other.Mutex("frozen").Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after %d", l2.Token(), l.Token())
+	}
+	_ = l2.Unlock(ctxT(t, 10*time.Second))
+}

@@ -1,0 +1,354 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The waiter side of the bells. A waiting Lock registers with its driver
+// (no I/O); its goroutine starts waiting on the server only after an
+// attempt of this driver found the lock held ("armed"), so an uncontended
+// Lock costs nothing more than a TryLock. A lock held by this same driver is
+// waited for in-process: Release wakes this driver's waiters directly, and
+// no session waits on a bell that only this process could ring.
+
+// localName is the driver's own waiters of one lock name.
+type localName struct {
+	n        int           // waiters registered
+	armed    chan struct{} // closed when an attempt found the lock held
+	isArmed  bool
+	released chan struct{} // closed, and replaced, when this driver releases the lock
+	failed   chan struct{} // closed, and replaced, when an attempt found the lock held
+}
+
+// waitSession is a connection with the wait statement prepared on it, kept
+// for the next waiter while it is clean (no user lock, no kill pending).
+type waitSession struct {
+	conn *sql.Conn
+	id   uint64
+	stmt *sql.Stmt
+}
+
+const maxIdleSessions = 4
+
+// Subscribe implements driver.Subscriber (see the package doc and above).
+// stop returns once no statement of the waiter runs on the server: a
+// blocked GET_LOCK is ended with KILL QUERY.
+func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if _, err := d.stmt(ctx, d.q.wait); err != nil { // creates the table if needed
+		return nil, nil, err
+	}
+	d.lmu.Lock()
+	ln := d.locals[name]
+	if ln == nil {
+		ln = &localName{armed: make(chan struct{}), released: make(chan struct{}), failed: make(chan struct{})}
+		d.locals[name] = ln
+	}
+	ln.n++
+	d.lmu.Unlock()
+	w := &waiter{d: d, ln: ln, name: name, bell: bellName(d.table, name),
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{})}
+	go w.run()
+	return w.wake, w.stop, nil
+}
+
+// attemptFailed tells this driver's waiters of name that an attempt found
+// the lock held: the first such attempt starts their waits.
+func (d *Driver) attemptFailed(name string) {
+	d.lmu.Lock()
+	defer d.lmu.Unlock()
+	ln := d.locals[name]
+	if ln == nil {
+		return
+	}
+	if !ln.isArmed {
+		ln.isArmed = true
+		close(ln.armed)
+	}
+	close(ln.failed)
+	ln.failed = make(chan struct{})
+}
+
+// releasedLocally wakes this driver's waiters of name.
+func (d *Driver) releasedLocally(name string) {
+	d.lmu.Lock()
+	defer d.lmu.Unlock()
+	if ln := d.locals[name]; ln != nil {
+		close(ln.released)
+		ln.released = make(chan struct{})
+	}
+}
+
+func (d *Driver) unregister(name string, ln *localName) {
+	d.lmu.Lock()
+	defer d.lmu.Unlock()
+	if ln.n--; ln.n == 0 && d.locals[name] == ln {
+		delete(d.locals, name)
+	}
+}
+
+func (d *Driver) takeSession() (*waitSession, error) {
+	d.lmu.Lock()
+	if n := len(d.idle); n > 0 {
+		s := d.idle[n-1]
+		d.idle = d.idle[:n-1]
+		d.lmu.Unlock()
+		return s, nil
+	}
+	d.lmu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &waitSession{conn: conn}
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&s.id); err != nil {
+		discard(conn)
+		return nil, err
+	}
+	if s.stmt, err = conn.PrepareContext(ctx, d.q.wait); err != nil {
+		discard(conn)
+		return nil, err
+	}
+	return s, nil
+}
+
+// putSession keeps a clean session for reuse, or ends it.
+func (d *Driver) putSession(s *waitSession, clean bool) {
+	if clean {
+		d.lmu.Lock()
+		if len(d.idle) < maxIdleSessions && !d.closing {
+			d.idle = append(d.idle, s)
+			d.lmu.Unlock()
+			return
+		}
+		d.lmu.Unlock()
+	}
+	s.stmt.Close()
+	if clean {
+		s.conn.Close()
+	} else {
+		discard(s.conn) // a killed or failed wait may have left a bell taken
+	}
+}
+
+func (d *Driver) closeSessions() {
+	d.lmu.Lock()
+	d.closing = true
+	idle := d.idle
+	d.idle = nil
+	d.lmu.Unlock()
+	for _, s := range idle {
+		s.stmt.Close()
+		s.conn.Close()
+	}
+}
+
+type waiter struct {
+	d    *Driver
+	ln   *localName
+	name string
+	bell string
+	wake chan struct{}
+
+	mu      sync.Mutex
+	session *waitSession // while a statement runs
+	killed  bool         // stop sent a KILL QUERY to the session
+	stopped chan struct{}
+	exited  chan struct{}
+	once    sync.Once
+}
+
+// Wait statement outcomes (see queries.go).
+const (
+	waitNoBell  = 0
+	waitFree    = 1
+	waitHeld    = 2
+	waitRang    = 3
+	waitOurs    = 4
+	waitPending = 5
+)
+
+func (w *waiter) run() {
+	defer close(w.exited)
+	select {
+	case <-w.ln.armed:
+	case <-w.stopped:
+		return
+	}
+	s, err := w.d.takeSession()
+	if err != nil {
+		return // the portable layer's safety poll still wakes the waiter
+	}
+	clean := true
+	defer func() { w.d.putSession(s, clean) }()
+	poll, pending := pollMin, 0
+	signalled := false // armed: an attempt has just failed
+	for {
+		w.d.lmu.Lock()
+		released, failed := w.ln.released, w.ln.failed
+		w.d.lmu.Unlock()
+		var ours any
+		if id := w.d.bells.ownID(); id != 0 {
+			ours = id
+		}
+		if !w.enter(s) {
+			return
+		}
+		var st sql.NullInt64
+		err := s.stmt.QueryRowContext(context.Background(), ours, w.bell, w.bell, waitCap, w.bell, w.bell, []byte(w.name)).Scan(&st)
+		killed := w.leave()
+		if killed || err != nil {
+			clean = false
+			return
+		}
+		if st.Int64 != waitPending && st.Int64 != waitNoBell {
+			pending = 0 // a pending bell was taken, or the holder changed
+		}
+		switch st.Int64 {
+		case waitRang:
+			// Look again once the attempt this wakes has failed (or
+			// after a while): until then the state is in flux, and the
+			// lock is likely ours. After a failed attempt, give the
+			// winner a moment to take its bell, so as to wait on it
+			// rather than poll for it.
+			w.notify()
+			signalled, poll = true, pollMin
+			t := time.NewTimer(pollMax)
+			select {
+			case <-failed:
+				signalled = false // our waiter waits again: a release is news
+				t.Reset(pollMin)
+				select {
+				case <-t.C:
+				case <-w.stopped:
+					t.Stop()
+					return
+				}
+			case <-t.C:
+			case <-w.stopped:
+				t.Stop()
+				return
+			}
+			t.Stop()
+			continue
+		case waitHeld:
+			signalled, poll = false, pollMin
+			continue
+		case waitOurs: // this driver holds it: its Release wakes us
+			signalled, poll = false, pollMin
+			t := time.NewTimer(waitCap * time.Second)
+			select {
+			case <-released:
+				t.Stop()
+				w.notify()
+				signalled = true
+				continue
+			case <-w.stopped:
+				t.Stop()
+				return
+			case <-t.C:
+				continue
+			}
+		case waitFree: // try, once per free spell
+			if !signalled {
+				w.notify()
+				signalled = true
+			}
+		case waitPending: // the holder takes its bell in a moment
+			signalled = false
+			if pending++; pending <= pendingPolls {
+				if !w.sleep(pendingPoll) {
+					return
+				}
+				continue
+			}
+		default: // held without a bell: poll
+			signalled = false
+		}
+		if !w.sleep(poll) {
+			return
+		}
+		poll = min(2*poll, pollMax)
+	}
+}
+
+func (w *waiter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enter records that a statement is about to run on s, unless stop was
+// called.
+func (w *waiter) enter(s *waitSession) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.stopped:
+		return false
+	default:
+	}
+	w.session = s
+	return true
+}
+
+// leave records that the statement ended, and reports whether stop sent a
+// KILL QUERY for it.
+func (w *waiter) leave() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.session = nil
+	return w.killed
+}
+
+func (w *waiter) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.stopped:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// stop ends the subscription and returns (within a bound) once its
+// statement has ended on the server. A statement that does not end by
+// itself at once is blocked in GET_LOCK: it is ended with KILL QUERY, and
+// its session is not reused.
+func (w *waiter) stop() {
+	w.once.Do(func() {
+		close(w.stopped)
+		defer w.d.unregister(w.name, w.ln)
+		wait := 30 * time.Millisecond
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			select {
+			case <-w.exited:
+				return
+			case <-time.After(wait):
+			}
+			if time.Now().After(deadline) {
+				return
+			}
+			w.mu.Lock()
+			s := w.session
+			if s != nil {
+				w.killed = true
+			}
+			w.mu.Unlock()
+			if s != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, _ = w.d.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", s.id))
+				cancel()
+			}
+			wait = 200 * time.Millisecond
+		}
+	})
+}

@@ -1,0 +1,144 @@
+// Package pglock is dlock's PostgreSQL backend: a lock in the database you
+// already run, with fencing tokens, leases judged by the server's clock, and
+// waiters woken by LISTEN/NOTIFY.
+//
+//	import _ "github.com/dlock/dlock/backend/pglock"
+//	c, err := dlock.Open(ctx, "postgres://app:secret@db:5432/app?sslmode=verify-full&table=locks")
+//
+// or, over a pool the program already has:
+//
+//	d, err := pglock.New(pool, pglock.WithTable("ops.locks"))
+//	c := dlock.New(d)
+//
+// # How it works
+//
+// Each lock name has a row in a lease table (default "dlock_leases"; made
+// on first use with CREATE … IF NOT EXISTS, or by Migrate): the name as
+// bytea, stored and compared byte for byte, so any name — quotes, NUL
+// bytes, 1024 bytes — is itself and nothing else; the owner key; the fencing
+// token; the holder's metadata; expires_at. Every value from a caller is a
+// bind parameter; the table's name is quoted as an identifier. The
+// statements are in queries.go.
+//
+//   - Acquire is one statement: INSERT … ON CONFLICT (name) DO UPDATE … WHERE
+//     the lease has expired (expires_at <= clock_timestamp()) RETURNING the
+//     token. When the lock is held, the same statement returns the holder's
+//     remaining TTL, which bounds the fallback poll.
+//   - The token is nextval of a sequence, drawn while the statement holds
+//     the name's row lock, so each grant's token is drawn after the previous
+//     grant committed: tokens strictly increase per name. Rows are
+//     therefore never deleted: release marks the row free (an empty
+//     owner), so the next grant updates it. (An INSERT draws its token before the conflict check; if
+//     rows were deleted, an insert that drew early and stalled could land
+//     after a later grant with a smaller token.) Free rows cost a few dozen
+//     bytes per name ever locked; deleting a free row is safe only while no
+//     client acquires that name.
+//   - Extend and Release are owner-checked (WHERE name = $1 AND owner = $2
+//     AND expires_at > clock_timestamp()); Release also sends pg_notify in
+//     the same statement, delivered when it commits. So does Break, and so
+//     does an acquire that took over an expired lease (waiters then re-arm
+//     their timers on the new holder).
+//   - Waiting: one LISTEN connection per Driver, shared by all its waiters
+//     (not one per waiter); a notification's payload is a 64-bit hash of
+//     the name, so it fits any name. A waiter retries when woken, when the
+//     holder's TTL runs out by the server's clock, and otherwise on a
+//     jittered 2-second safety poll (driver.AcquireByRetry). Should the
+//     LISTEN connection break, every waiter is woken to look for itself
+//     and the connection is made again.
+//   - Grant.Recovered (for WithLockDelay) is true when the grant ended a
+//     lease that was not released: expired, crashed or broken.
+//
+// # Guarantees
+//
+// Clock: expiry is decided by the server's clock alone (clock_timestamp(),
+// not now(), which is the transaction's start). The client sends only
+// durations and measures its own deadline on its monotonic clock from the
+// send time of its last confirmed renewal; the two clocks need only tick at
+// nearly the same rate.
+//
+// Fencing durability: a sequence is not transactional — a value once drawn
+// is never handed out again, even by a transaction that rolls back — and
+// PostgreSQL WAL-logs it ahead (32 values at a time), so after crash
+// recovery it resumes at or above every value whose WAL record reached
+// disk, skipping up to 32. A grant returns its token only after its
+// statement committed, and with synchronous_commit=on and fsync=on (the
+// defaults) the commit flushes the WAL up to and including the sequence's
+// record. Hence every token a client has received survives a crash of the
+// server, and later tokens are higher. This does not hold with
+// synchronous_commit=off (a crash can lose the last commits, grant and
+// sequence advance together, after their tokens were handed out), nor
+// across a failover to an asynchronous standby that had not received the
+// WAL; nor if the sequence is reset by hand (setval, or dropping it).
+// Dropping the table leaves the sequence, on purpose.
+//
+// Crash of a holder: its lease expires after its TTL by the server's clock
+// (at once for session locks, below). Partition: the holder cannot renew;
+// its Lease.Done closes when its own deadline passes, which is before the
+// server's TTL runs out, so it knows before anyone else is granted the lock.
+// Server restart: the table and sequence are durable; leases whose TTL ran
+// out during the downtime are granted anew, others remain held and their
+// holders renew them once the server is back (or declare them lost, if the
+// downtime outlasted their deadline); tokens keep increasing.
+//
+// # Session locks
+//
+// WithSessionLocks (URL: mode=session) holds each lock as a session-level
+// advisory lock, pg_advisory_lock(key) with key a 64-bit hash of the table
+// and the name, on a connection of its own — for users who want a lock
+// freed the instant its holder's connection dies (a killed process frees
+// it at once, not after a TTL). The fencing token still comes from the
+// table's sequence: after taking the advisory lock the holder writes the
+// name's row (a takeover of a previous session holder's row is allowed,
+// since that session has ended). The trade-offs:
+//
+//   - One connection per held lock, and per waiter (waiters wait in the
+//     server's lock queue, in pg_advisory_lock). Count them against
+//     max_connections. A released lock's connection, holding nothing, is
+//     kept for reuse (up to 4 per driver); beyond that each lock opens a
+//     connection, which costs far more than the two statements of a lease.
+//     Taking a session lock is one round trip for the advisory lock and
+//     one for the row; releasing it, one.
+//   - The server frees the lock when the connection ends, before the holder
+//     can know. The holder watches its idle connection (a non-blocking peek
+//     every 100ms) and closes Lost as soon as the server has closed it or
+//     sent the error that precedes the close; at the latest it learns at
+//     its next renewal (every TTL/3), which pings the connection with an
+//     owner-checked UPDATE of the row. So after a connection cut another
+//     client may be granted the lock a moment before the old holder's Done
+//     closes: the fencing token is the defence, as always.
+//   - A silent partition does not end the connection at once; the server
+//     ends it by idle_session_timeout, which is set to the TTL on the lock's
+//     connection, while the holder declares the loss at its own deadline,
+//     before that. Requires PostgreSQL 14 or later (idle_session_timeout,
+//     client_connection_check_interval).
+//   - Two names whose 64-bit keys collide exclude each other (a chance of
+//     about n²/2⁶⁵ among n names); their rows and tokens stay distinct.
+//   - Lease-mode and session-mode clients may share a table: each respects
+//     the other's live row; a session lock that crashed keeps lease-mode
+//     clients waiting until its row's TTL runs out.
+//
+// # URL
+//
+// postgres:// or postgresql://, as libpq and pgx read it:
+// postgres://user:password@host:port/database?param=value. pglock's own
+// parameters:
+//
+//	table=NAME    the lease table, "name" or "schema.name" (default dlock_leases);
+//	              the token sequence is NAME_token_seq, the NOTIFY channel
+//	              dlock_ followed by a hash of the table's name
+//	mode=session  session-scoped advisory locks (default mode=lease)
+//
+// Everything else goes to pgx: sslmode (disable, prefer, require,
+// verify-ca, verify-full), sslrootcert, sslcert, sslkey, connect_timeout,
+// application_name, search_path, pool_max_conns, … Passwords never appear
+// in errors (dlock.Open redacts them).
+//
+// # Privileges
+//
+// Creating the table needs CREATE on its schema (which PostgreSQL 15 and
+// later no longer grant to every role on "public"). A role without it gets
+// an error that names the grants: run Migrate once as the schema's owner,
+// then GRANT SELECT, INSERT, UPDATE, DELETE ON the table and USAGE ON the
+// sequence to the locking role. Break of a session lock terminates the
+// holder's backend, which needs the same role or pg_signal_backend.
+package pglock

@@ -1,0 +1,499 @@
+package pglock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+// DefaultTable is the lease table's name when none is given.
+const DefaultTable = "dlock_leases"
+
+// MinTTL is the shortest lease this backend grants.
+const MinTTL = 100 * time.Millisecond
+
+func init() {
+	dlock.Register("postgres", open)
+	dlock.Register("postgresql", open)
+}
+
+// Option configures a Driver.
+type Option func(*config) error
+
+type config struct {
+	table   string
+	session bool
+}
+
+// WithTable sets the lease table's name: "name" (in the first schema of the
+// search path) or "schema.name". The token sequence is the table's name
+// with "_token_seq" appended, in the same schema. Default DefaultTable.
+func WithTable(name string) Option {
+	return func(c *config) error {
+		c.table = name
+		return nil
+	}
+}
+
+// WithSessionLocks makes every lock a session-scoped advisory lock held on
+// a connection of its own, freed the moment that connection ends; see the
+// package documentation for the trade-off.
+func WithSessionLocks() Option {
+	return func(c *config) error {
+		c.session = true
+		return nil
+	}
+}
+
+// Driver is the PostgreSQL backend. Make one with New or dlock.Open.
+type Driver struct {
+	pool    *pgxpool.Pool
+	ownPool bool   // made by Open: closed by Close
+	ident   string // the table, quoted
+	seq     string // the sequence, quoted
+	channel string // the NOTIFY channel of this table
+	session bool
+
+	acquireSQL, extendSQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
+
+	migrateMu sync.Mutex
+	migrated  atomic.Bool
+
+	listen   *listener
+	sessions *sessionSet
+}
+
+// New returns a driver that keeps its leases in a table of the database
+// pool connects to. The table and its sequence are created on first use if
+// they do not exist (see Migrate). The pool stays the caller's: Close does
+// not close it. Waiting uses one further connection of its own (LISTEN),
+// and session locks one per held lock, made from the pool's configuration.
+func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pglock.New: pool is nil", dlock.ErrInvalidOption)
+	}
+	c := config{table: DefaultTable}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	ident, seq, err := quoteTable(c.table)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(ident))
+	d := &Driver{
+		pool:    pool,
+		ident:   ident,
+		seq:     seq,
+		channel: "dlock_" + hex.EncodeToString(sum[:8]),
+		session: c.session,
+	}
+	for _, q := range []struct {
+		dst *string
+		sql string
+	}{
+		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
+		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL}, {&d.createSQL, createSQL},
+	} {
+		*q.dst = bind(q.sql, ident, seq)
+	}
+	d.listen = newListener(pool.Config().ConnConfig, d.channel)
+	d.sessions = &sessionSet{conns: map[*session]struct{}{}}
+	return d, nil
+}
+
+// quoteTable checks a table name ("name" or "schema.name") and returns the
+// quoted identifiers of the table and its sequence.
+func quoteTable(name string) (table, seq string, err error) {
+	parts := strings.Split(name, ".")
+	bad := len(parts) > 2
+	for _, p := range parts {
+		// 63 bytes is PostgreSQL's identifier limit; the sequence's name
+		// adds 10 to the table's.
+		bad = bad || p == "" || strings.ContainsRune(p, 0) || len(p) > 63
+	}
+	if bad || len(parts[len(parts)-1]) > 63-len("_token_seq") {
+		return "", "", fmt.Errorf("%w: pglock table %q: want \"name\" or \"schema.name\", each part 1..63 bytes without NUL, the name at most 53", dlock.ErrInvalidOption, name)
+	}
+	seqParts := append([]string(nil), parts...)
+	seqParts[len(seqParts)-1] += "_token_seq"
+	return pgx.Identifier(parts).Sanitize(), pgx.Identifier(seqParts).Sanitize(), nil
+}
+
+// open is the dlock.Open function for postgres:// and postgresql:// URLs.
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	q := u.Query()
+	var opts []Option
+	if t := q.Get("table"); t != "" {
+		opts = append(opts, WithTable(t))
+	}
+	switch m := q.Get("mode"); m {
+	case "", "lease":
+	case "session":
+		opts = append(opts, WithSessionLocks())
+	default:
+		return nil, fmt.Errorf("%w: pglock URL: mode=%q: want lease or session", dlock.ErrInvalidOption, m)
+	}
+	// The rest of the URL is pgx's: host, user, password, database, sslmode
+	// and the other libpq parameters, pool_max_conns and friends.
+	q.Del("table")
+	q.Del("mode")
+	pu := *u
+	pu.RawQuery = q.Encode()
+	cfg, err := pgxpool.ParseConfig(pu.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: pglock URL: %v", dlock.ErrInvalidOption, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pglock: %w", driver.ErrUnavailable, err)
+	}
+	d, err := New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	d.ownPool = true
+	if err := pool.Ping(ctx); err != nil {
+		d.Close()
+		return nil, d.fail(ctx, err)
+	}
+	return d, nil
+}
+
+// Migrate creates the lease table and the token sequence if they do not
+// exist. It needs the CREATE privilege on the schema; run it once as the
+// schema's owner where the locking role has only table privileges. Without
+// it the first operation does the same.
+func (d *Driver) Migrate(ctx context.Context) error {
+	d.migrateMu.Lock()
+	defer d.migrateMu.Unlock()
+	return d.migrateLocked(ctx, true)
+}
+
+// ensure creates the table on first use.
+func (d *Driver) ensure(ctx context.Context) error {
+	if d.migrated.Load() {
+		return nil
+	}
+	d.migrateMu.Lock()
+	defer d.migrateMu.Unlock()
+	if d.migrated.Load() {
+		return nil
+	}
+	return d.migrateLocked(ctx, false)
+}
+
+func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
+	for attempt := 0; ; attempt++ {
+		var exists bool
+		if err := d.pool.QueryRow(ctx, existsSQL, d.ident, d.seq).Scan(&exists); err != nil {
+			return d.fail(ctx, err)
+		}
+		if exists && !create {
+			d.migrated.Store(true)
+			return nil
+		}
+		// CREATE … IF NOT EXISTS checks the schema privilege even when the
+		// object exists, hence the look first.
+		_, err := d.pool.Exec(ctx, d.createSQL, pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			d.migrated.Store(true)
+			return nil
+		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") && attempt < 3:
+			// Another client created it at the same moment: look again.
+			continue
+		case errors.As(err, &pe) && pe.Code == "42501":
+			return d.privilegeError(ctx, err, true)
+		default:
+			return d.fail(ctx, err)
+		}
+	}
+}
+
+// privilegeError explains which privilege the connecting role lacks and
+// what to grant.
+func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool) error {
+	role, schema := "<role>", "<schema>"
+	var r, s *string
+	if err := d.pool.QueryRow(ctx, "SELECT current_user::text, current_schema()::text").Scan(&r, &s); err == nil {
+		if r != nil {
+			role = pgx.Identifier{*r}.Sanitize()
+		}
+		if s != nil {
+			schema = pgx.Identifier{*s}.Sanitize()
+		}
+	}
+	if i := strings.LastIndex(d.ident, `"."`); i >= 0 {
+		schema = d.ident[:i+1]
+	}
+	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s", d.ident, role, d.seq, role)
+	if creating {
+		return fmt.Errorf("%w: pglock: role %s may not create the lock table %s: %w; either run Migrate once as a role that may (then %s), or GRANT CREATE ON SCHEMA %s TO %s",
+			driver.ErrUnavailable, role, d.ident, cause, grants, schema, role)
+	}
+	return fmt.Errorf("%w: pglock: role %s may not use the lock table %s: %w; grant it with: %s", driver.ErrUnavailable, role, d.ident, cause, grants)
+}
+
+// fail turns an error from pgx into the driver's: the caller's context
+// error as it is, a missing privilege explained, anything else
+// ErrUnavailable.
+func (d *Driver) fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		// Whatever the driver saw (a cancelled statement, a closed
+		// connection), the caller's context ended it.
+		return fmt.Errorf("pglock: %w (%v)", ctx.Err(), err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		// A dial that used the deadline as its own can fail a moment
+		// before the context reports it.
+		return fmt.Errorf("pglock: %w (%v)", context.DeadlineExceeded, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return d.privilegeError(ctx, err, false)
+	}
+	return fmt.Errorf("%w: pglock: %w", driver.ErrUnavailable, err)
+}
+
+// key is a lock name's 64-bit identity within this table: the advisory
+// lock key of a session lock and the payload of its notifications. Names
+// are stored and compared in full; only these two uses rely on the hash,
+// and a collision costs a spurious wake-up or, for session locks, two
+// names that exclude each other (a chance of about n²/2⁶⁵ for n names).
+func (d *Driver) key(name string) int64 {
+	h := sha256.New()
+	h.Write([]byte(d.ident))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
+}
+
+func payload(key int64) string {
+	return fmt.Sprintf("%016x", uint64(key))
+}
+
+// Capabilities implements driver.Driver.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{DurableFencing: true, Sessions: d.session, LockDelay: true, MinTTL: MinTTL}
+}
+
+// Acquire implements driver.Driver.
+func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if err := d.ensure(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if d.session {
+		return d.acquireSession(ctx, req)
+	}
+	return driver.AcquireByRetry(ctx, req, d)
+}
+
+// TryAcquire implements driver.Retrier: one statement, which either grants
+// the lock or reports how long the holder's lease has left.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	return d.tryAcquire(ctx, d.pool, req, nil)
+}
+
+// querier is a pool or a single connection (a session lock's).
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, sessionKey *int64) (driver.Grant, time.Duration, error) {
+	var (
+		token     *int64
+		recovered *bool
+		leftUS    int64
+	)
+	k := d.key(req.Name)
+	err := q.QueryRow(ctx, d.acquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
+		d.channel, payload(k), sessionKey).Scan(&token, &recovered, &leftUS, nil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Held by a row our statement's snapshot did not yet see: the lease
+		// is new, so its TTL is unknown.
+		return driver.Grant{}, 0, driver.ErrNotAcquired
+	case err != nil:
+		return driver.Grant{}, 0, d.fail(ctx, err)
+	case token == nil:
+		return driver.Grant{}, max(time.Duration(leftUS)*time.Microsecond, 0), driver.ErrNotAcquired
+	}
+	return driver.Grant{Token: uint64(*token), Recovered: recovered != nil && *recovered}, 0, nil
+}
+
+// Extend implements driver.Driver.
+func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	if s, ok := h.Handle.(*session); ok {
+		return s.extend(ctx, d, h, ttl)
+	}
+	return d.extend(ctx, d.pool, h, ttl)
+}
+
+func (d *Driver) extend(ctx context.Context, q querier, h driver.Held, ttl time.Duration) error {
+	tag, err := q.Exec(ctx, d.extendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
+	if err != nil {
+		return d.fail(ctx, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %q expired or was taken over", driver.ErrLeaseLost, h.Name)
+	}
+	return nil
+}
+
+// Release implements driver.Driver.
+func (d *Driver) Release(ctx context.Context, h driver.Held) error {
+	if s, ok := h.Handle.(*session); ok {
+		return s.release(ctx, d, h)
+	}
+	return d.release(ctx, d.pool, h)
+}
+
+func (d *Driver) release(ctx context.Context, q querier, h driver.Held) error {
+	return d.released(ctx, h, q.QueryRow(ctx, d.releaseSQL, d.releaseArgs(h)...).Scan(nil))
+}
+
+func (d *Driver) releaseArgs(h driver.Held) []any {
+	return []any{[]byte(h.Name), h.Owner, d.channel, payload(d.key(h.Name))}
+}
+
+// released interprets the outcome of releaseSQL.
+func (d *Driver) released(ctx context.Context, h driver.Held, err error) error {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q expired or was taken over before its release", driver.ErrLeaseLost, h.Name)
+	case err != nil:
+		return d.fail(ctx, err)
+	}
+	return nil
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	if err := d.ensure(ctx); err != nil {
+		return driver.Info{}, err
+	}
+	rows, err := d.pool.Query(ctx, d.inspectSQL, []byte(name))
+	if err != nil {
+		return driver.Info{}, d.fail(ctx, err)
+	}
+	infos, err := collectInfos(rows)
+	if err != nil {
+		return driver.Info{}, d.fail(ctx, err)
+	}
+	if len(infos) == 0 {
+		return driver.Info{Name: name}, nil
+	}
+	return infos[0], nil
+}
+
+// List implements driver.Driver. Names are compared as bytes, so the
+// prefix is a range scan of the primary key.
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if err := d.ensure(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := d.pool.Query(ctx, d.listSQL, []byte(prefix), prefixEnd([]byte(prefix)))
+	if err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	infos, err := collectInfos(rows)
+	if err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	return infos, nil
+}
+
+// prefixEnd is the least byte string greater than every string that begins
+// with prefix, or nil if there is none.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func collectInfos(rows pgx.Rows) ([]driver.Info, error) {
+	var infos []driver.Info
+	for rows.Next() {
+		var (
+			name, holder []byte
+			token, left  int64
+		)
+		if err := rows.Scan(&name, &token, &holder, &left); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		infos = append(infos, driver.Info{Name: string(name), Held: true, Token: uint64(token), Holder: holder,
+			ExpiresIn: max(time.Duration(left)*time.Microsecond, 0)})
+	}
+	return infos, rows.Err()
+}
+
+// Break implements driver.Driver.
+func (d *Driver) Break(ctx context.Context, name string) error {
+	if err := d.ensure(ctx); err != nil {
+		return err
+	}
+	err := d.pool.QueryRow(ctx, d.breakSQL, []byte(name), d.channel, payload(d.key(name))).Scan(nil, nil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
+	case err != nil:
+		return d.fail(ctx, err)
+	}
+	return nil
+}
+
+// Subscribe implements driver.Subscriber over the driver's one LISTEN
+// connection.
+func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(name)))
+	if err != nil {
+		return nil, nil, d.fail(ctx, err)
+	}
+	return wake, stop, nil
+}
+
+// Close implements driver.Driver: it closes the LISTEN connection, the
+// connections of session locks (which frees those locks at once) and, if
+// the driver was made by dlock.Open, the pool. Leases of the lease table
+// are left to expire.
+func (d *Driver) Close() error {
+	d.listen.close()
+	d.sessions.closeAll()
+	if d.ownPool {
+		d.pool.Close()
+	}
+	return nil
+}
+
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.Retrier    = (*Driver)(nil)
+	_ driver.Subscriber = (*Driver)(nil)
+)

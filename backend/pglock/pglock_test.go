@@ -1,0 +1,289 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/pglock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newPool connects to rawURL; the pool is closed when the test ends.
+func newPool(t testing.TB, rawURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(ctxT(t, 30*time.Second), rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// newDriver makes a driver over a pool of its own.
+func newDriver(t testing.TB, rawURL string, opts ...pglock.Option) *pglock.Driver {
+	t.Helper()
+	d, err := pglock.New(newPool(t, rawURL), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newClient(t testing.TB, rawURL string, opts ...pglock.Option) *dlock.Client {
+	t.Helper()
+	return dlock.New(newDriver(t, rawURL, opts...))
+}
+
+// TestHostileNamesAreStoredAndMatchedExactly: names with quotes, NUL bytes,
+// SQL and LIKE metacharacters and the longest allowed length are bind
+// parameters, never SQL text: each locks only itself and comes back as it
+// went in, and the table survives.
+func TestHostileNamesAreStoredAndMatchedExactly(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	c := newClient(t, srv.URL(srv.Addr, ""), pglock.WithTable(`odd"table; --`))
+	other := newClient(t, srv.URL(srv.Addr, ""), pglock.WithTable(`odd"table; --`))
+	names := []string{
+		`x'); DROP TABLE "odd""table; --"; --`,
+		`x'); DROP TABLE dlock_leases; --`,
+		`"double" 'single' \back\slash`,
+		"nul\x00inside", "nul\x00", "nul",
+		"%", "_", "a%", "a_", "ab", `a\`,
+		"$1", "?", "; SELECT pg_sleep(10); --",
+		"ключ/名前/🔒",
+		strings.Repeat("é", 512), // 1024 bytes
+	}
+	ctx := ctxT(t, 60*time.Second)
+	leases := map[string]*dlock.Lease{}
+	for _, n := range names {
+		l, err := c.Mutex(n).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", n, err)
+		}
+		leases[n] = l
+	}
+	for _, n := range names {
+		if _, err := other.Mutex(n).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock(%q) by another client: %v, want ErrNotAcquired", n, err)
+		}
+		in, err := other.Inspect(ctx, n)
+		if err != nil || !in.Held || in.Name != n || in.Token != leases[n].Token() {
+			t.Errorf("Inspect(%q) = %+v, %v; want held with token %d", n, in, err, leases[n].Token())
+		}
+	}
+	// A prefix is bytes, not a pattern: "a%" lists only "a%".
+	for prefix, want := range map[string][]string{
+		"a%": {"a%"}, "a_": {"a_"}, "nul\x00": {"nul\x00", "nul\x00inside"}, "%": {"%"},
+	} {
+		infos, err := other.List(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, in := range infos {
+			got = append(got, in.Name)
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Errorf("List(%q) = %q, want %q", prefix, got, want)
+		}
+	}
+	all, err := other.List(ctx, "")
+	if err != nil || len(all) != len(names) {
+		t.Errorf("List(\"\") = %d locks, %v; want %d", len(all), err, len(names))
+	}
+	for _, n := range names {
+		if err := leases[n].Unlock(ctx); err != nil {
+			t.Errorf("Unlock(%q): %v", n, err)
+		}
+	}
+	if got := srv.Exec(`SELECT count(*) FROM pg_tables WHERE tablename IN ('odd"table; --')`); strings.TrimSpace(got) != "1" {
+		t.Errorf("the lock table is gone: %q", got)
+	}
+}
+
+// TestRoleWithoutCreateIsToldWhatToGrant: a role that may not create the
+// table gets an error naming the grants; once the schema owner has run
+// Migrate and granted table privileges, the role can lock.
+func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	srv.Exec(`CREATE ROLE locker LOGIN`)
+	lockerURL := strings.Replace(srv.URL(srv.Addr, ""), "postgres://"+srv.User+"@", "postgres://locker@", 1)
+	ctx := ctxT(t, 60*time.Second)
+
+	locker := newClient(t, lockerURL)
+	_, err := locker.Mutex("job").TryLock(ctx)
+	if err == nil || !strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "public" TO "locker"`) || !strings.Contains(err.Error(), "Migrate") {
+		t.Fatalf("TryLock as a role without CREATE: %v; want an error that says what to grant", err)
+	}
+
+	admin := newDriver(t, srv.URL(srv.Addr, ""))
+	if err := admin.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate as the schema owner: %v", err)
+	}
+	locker = newClient(t, lockerURL)
+	_, err = locker.Mutex("job").TryLock(ctx)
+	want := `GRANT SELECT, INSERT, UPDATE, DELETE ON "dlock_leases" TO "locker"; GRANT USAGE ON SEQUENCE "dlock_leases_token_seq" TO "locker"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("TryLock as a role without table privileges: %v; want an error containing %q", err, want)
+	}
+
+	srv.Exec(want)
+	l, err := newClient(t, lockerURL).Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the grants: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGrantReportsTakeoverOfUnreleasedLease: Recovered is set when the
+// previous lease expired or was broken, not when it was released.
+func TestGrantReportsTakeoverOfUnreleasedLease(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	d := newDriver(t, srv.URL(srv.Addr, ""))
+	ctx := ctxT(t, 60*time.Second)
+	acquire := func(owner string, ttl time.Duration) driver.Grant {
+		t.Helper()
+		g, err := d.Acquire(ctx, driver.Request{Name: "n", Owner: owner, TTL: ttl, Wait: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	g1 := acquire("owner1", 200*time.Millisecond)
+	if g1.Recovered {
+		t.Error("first grant reported a takeover")
+	}
+	g2 := acquire("owner2", time.Minute) // waits for g1 to expire
+	if !g2.Recovered || g2.Token <= g1.Token {
+		t.Errorf("grant after expiry: %+v, want Recovered and a token above %d", g2, g1.Token)
+	}
+	if err := d.Release(ctx, driver.Held{Name: "n", Owner: "owner1"}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("release by the expired owner: %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctx, driver.Held{Name: "n", Owner: "owner2"}); err != nil {
+		t.Fatal(err)
+	}
+	g3 := acquire("owner3", time.Minute)
+	if g3.Recovered || g3.Token <= g2.Token {
+		t.Errorf("grant after release: %+v, want not Recovered and a token above %d", g3, g2.Token)
+	}
+	if err := d.Break(ctx, "n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Extend(ctx, driver.Held{Name: "n", Owner: "owner3"}, time.Minute); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("extend after Break: %v, want ErrLeaseLost", err)
+	}
+	g4 := acquire("owner4", time.Minute)
+	if !g4.Recovered || g4.Token <= g3.Token {
+		t.Errorf("grant after Break: %+v, want Recovered and a token above %d", g4, g3.Token)
+	}
+}
+
+// TestWaitersShareOneListenConnection: many waiters of one driver cost one
+// LISTEN connection, and a release wakes them.
+func TestWaitersShareOneListenConnection(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	u := srv.URL(srv.Addr, "application_name=waiters")
+	holder := newClient(t, srv.URL(srv.Addr, ""))
+	ctx := ctxT(t, 60*time.Second)
+	l, err := holder.Mutex("busy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiters := newClient(t, u)
+	const n = 20
+	got := make(chan *dlock.Lease, n)
+	for range n {
+		go func() {
+			w, err := waiters.Mutex("busy", dlock.WithTTL(time.Minute)).Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				got <- nil
+				return
+			}
+			got <- w
+		}()
+	}
+	// Let the waiters subscribe, then count listening sessions.
+	deadline := time.Now().Add(30 * time.Second)
+	var count string
+	for time.Now().Before(deadline) {
+		count = strings.TrimSpace(srv.Exec(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'waiters' AND query LIKE 'LISTEN%'`))
+		if count != "0" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if count != "1" {
+		t.Errorf("%d waiters hold %s LISTEN connections, want 1", n, count)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Each waiter in turn gets the lock and hands it on.
+	for range n {
+		w := <-got
+		if w == nil {
+			continue
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestSubscriberIsWokenByRelease: the NOTIFY sent by a release on one
+// driver reaches a subscriber on another.
+func TestSubscriberIsWokenByRelease(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	a := newDriver(t, srv.URL(srv.Addr, ""))
+	b := newDriver(t, srv.URL(srv.Addr, ""))
+	ctx := ctxT(t, 60*time.Second)
+	g, err := a.Acquire(ctx, driver.Request{Name: "n\x00", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, stop, err := b.Subscribe(ctx, "n\x00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	other, stopOther, err := b.Subscribe(ctx, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopOther()
+	if err := a.Release(ctx, driver.Held{Name: "n\x00", Owner: "o", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-ctx.Done():
+		t.Fatal("the release sent no wake-up")
+	}
+	select {
+	case <-other:
+		t.Error("a release of \"n\\x00\" woke the waiter on \"n\"")
+	default:
+	}
+}

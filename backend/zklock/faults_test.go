@@ -1,0 +1,499 @@
+package zklock
+
+import (
+	"bufio"
+	"errors"
+	"math/rand/v2"
+	"strings"
+
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// opener opens a driver on the deployment under test, with root as its root.
+type opener func(t testing.TB, root string) *Driver
+
+func client(t testing.TB, d *Driver) *dlock.Client {
+	return dlock.New(d, dlock.WithTTL(d.Capabilities().MinTTL))
+}
+
+func mustLock(t testing.TB, c *dlock.Client, name string) *dlock.Lease {
+	t.Helper()
+	l, err := c.Mutex(name).Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", name, err)
+	}
+	return l
+}
+
+func mustUnlock(t testing.TB, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+		t.Fatalf("Unlock(%q): %v", l.Name(), err)
+	}
+}
+
+// renewedSince reports whether a renewal of l sent after t was confirmed:
+// its deadline is then the renewal's send time plus the TTL less 1%.
+func renewedSince(l *dlock.Lease, t time.Time) bool {
+	return l.Expires().After(t.Add(l.TTL() * 98 / 100))
+}
+
+// waitFor polls cond every 50ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
+// testNoHerd queues five waiters and asks the server who watches what:
+// nobody may watch the queue's parent (a children watch wakes everyone on
+// every change), and each lock node is watched by at most the two waiters
+// behind it (and its owner, once its lease was renewed), so that a release
+// wakes two waiters at most.
+func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	const waiters = 5
+	d := open(t, "/herd")
+	holder, inspector := client(t, d), client(t, open(t, "/herd"))
+	name := "herd"
+	l := mustLock(t, holder, name)
+	errs := make(chan error, waiters)
+	for range waiters {
+		c := client(t, open(t, "/herd"))
+		go func() {
+			lw, err := c.Mutex(name).Lock(ctxT(t, 120*time.Second))
+			if err == nil {
+				err = lw.Unlock(ctxT(t, 30*time.Second))
+			}
+			errs <- err
+		}()
+	}
+	if !waitFor(30*time.Second, func() bool {
+		in, err := inspector.Inspect(ctxT(t, 30*time.Second), name)
+		return err == nil && len(in.Waiters) == waiters
+	}) {
+		t.Fatalf("%d waiters did not queue within 30s", waiters)
+	}
+	parent := d.lockPath(name)
+	// Watches are set right after a waiter shows in the queue: wait until
+	// every node but the last is watched.
+	var watched map[string]int
+	waitFor(10*time.Second, func() bool {
+		watched = watchesByPath(t, z.Servers[0])
+		n := 0
+		for p, c := range watched {
+			if strings.HasPrefix(p, parent+"/") && c >= 1 {
+				n++
+			}
+		}
+		return n == waiters
+	})
+	nodes := 0
+	for p, sessions := range watched {
+		switch {
+		case p == parent:
+			t.Errorf("%d sessions watch the queue's parent %s: every change wakes them all", sessions, p)
+		case strings.HasPrefix(p, parent+"/"):
+			nodes++
+			if sessions > 3 {
+				t.Errorf("%s is watched by %d sessions; want at most the two waiters behind it and its owner", p, sessions)
+			}
+		}
+	}
+	if nodes < waiters {
+		t.Errorf("%d lock nodes watched, want at least %d (all but the last waiter's)\n%v", nodes, waiters, watched)
+	}
+	mustUnlock(t, l)
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+	}
+}
+
+// watchesByPath parses the four-letter word wchp: each watched path,
+// followed by the sessions watching it, indented.
+func watchesByPath(t *testing.T, s *testenv.ZooKeeperServer) map[string]int {
+	t.Helper()
+	out, err := s.FourLetter("wchp")
+	if err != nil {
+		t.Fatalf("wchp: %v", err)
+	}
+	m := map[string]int{}
+	var path string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "/"):
+			path = line
+			m[path] = 0
+		case strings.TrimSpace(line) != "" && path != "":
+			m[path]++
+		}
+	}
+	return m
+}
+
+// testPausedServer freezes the server for longer than the session
+// timeout: the holder's Done closes while the server is frozen, and once
+// it thaws, another client is granted the lock with a higher token.
+func testPausedServer(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	srv := z.Servers[0]
+	holder := client(t, open(t, "/faults"))
+	name := "paused"
+	l := mustLock(t, holder, name)
+	srv.Pause()
+	paused := time.Now()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	select {
+	case <-l.Done():
+		t.Logf("Done closed %v after the server froze (lease %v)", time.Since(paused).Round(time.Millisecond), l.TTL())
+	case <-time.After(3 * testSession):
+		t.Fatalf("Done not closed %v after the server froze (lease %v)", 3*testSession, l.TTL())
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	// Past the session timeout, so that the server expires the session
+	// when it thaws (or the holder, reconnecting first, deletes its node).
+	time.Sleep(time.Until(paused.Add(testSession + time.Second)))
+	srv.Resume()
+	resumed = true
+	l2 := mustLock(t, client(t, open(t, "/faults")), name)
+	if l2.Token() <= l.Token() {
+		t.Errorf("token after the session expired %d, want > %d", l2.Token(), l.Token())
+	}
+	mustUnlock(t, l2)
+}
+
+// testServerEndsSession makes the server expire a holder's session while
+// its traffic is blocked, with the lease deadline out of the way (the
+// driver is told the session lasts an hour): the server's verdict alone,
+// seen by the holder's watch when it reconnects, must close Grant.Lost,
+// and another client must be granted the lock meanwhile with a higher
+// token.
+func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	p := testenv.NewProxy(t, z.Servers[0].Addr)
+	conn, _, err := zk.Connect([]string{p.Addr()}, testSession, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !waitFor(30*time.Second, func() bool { return conn.State() == zk.StateHasSession }) {
+		t.Fatal("no session within 30s")
+	}
+	d, err := New(conn, time.Hour, WithRoot("/faults"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	name := "expired-session"
+	g, err := d.Acquire(ctxT(t, 30*time.Second), driver.Request{Name: name, Owner: strings.Repeat("e", 32), TTL: time.Hour, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := driver.Held{Name: name, Owner: strings.Repeat("e", 32), Token: g.Token, Handle: g.Handle}
+	if err := d.Extend(ctxT(t, 30*time.Second), held, time.Hour); err != nil { // a renewal: the holder watches its node from now on
+		t.Fatal(err)
+	}
+	p.Block()
+	other := client(t, open(t, "/faults"))
+	l2 := mustLock(t, other, name) // granted once the server expired the session
+	select {
+	case <-g.Lost:
+		t.Fatal("Lost closed while the holder was cut off: it cannot know yet")
+	default:
+	}
+	if l2.Token() <= g.Token {
+		t.Errorf("token after the session expired %d, want > %d", l2.Token(), g.Token)
+	}
+	p.Unblock()
+	select {
+	case <-g.Lost:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Lost not closed 30s after the holder reconnected to learn its session expired")
+	}
+	if err := d.Extend(ctxT(t, 30*time.Second), held, time.Hour); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Extend after the session expired: %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctxT(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Release after the session expired: %v, want ErrLeaseLost", err)
+	}
+	if _, err := other.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("the new holder's lock must still be held; TryLock: %v", err)
+	}
+	mustUnlock(t, l2)
+}
+
+// testShortDisconnectKeepsLease cuts and briefly freezes a holder's
+// connection: go-zookeeper reconnects within the session and the lease
+// survives, with the same node and token.
+func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	p := testenv.NewProxy(t, z.Servers[0].Addr)
+	holder := client(t, openURL(t, zkURL([]string{p.Addr()}, "/faults", "session-timeout="+testSession.String())))
+	name := "short-disconnect"
+	l := mustLock(t, holder, name)
+	// A closed connection (go-zookeeper redials after about a second),
+	// then a silent one.
+	p.Cut()
+	cut := time.Now()
+	if !waitFor(2*l.TTL()+10*time.Second, func() bool { return renewedSince(l, cut) }) {
+		t.Fatalf("no renewal confirmed after the connection was closed; lease: %v", l.Err())
+	}
+	p.Block()
+	time.Sleep(l.TTL() / 4)
+	p.Unblock()
+	unblocked := time.Now()
+	if !waitFor(2*l.TTL()+10*time.Second, func() bool { return renewedSince(l, unblocked) }) {
+		t.Fatalf("no renewal confirmed after the silence; lease: %v", l.Err())
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost across a short disconnection: %v", l.Err())
+	default:
+	}
+	in, err := client(t, open(t, "/faults")).Inspect(ctxT(t, 30*time.Second), name)
+	if err != nil || !in.Held || in.Token != l.Token() {
+		t.Fatalf("Inspect after the reconnection: %+v, %v; want held with token %d", in, err, l.Token())
+	}
+	mustUnlock(t, l)
+}
+
+// testCutsLeaveNoOrphans cuts the connection at random moments while Lock
+// runs, many times: creates whose replies were lost must be found (or
+// cleaned up), so that afterwards no node of ours is left in the queue.
+func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	p := testenv.NewProxy(t, z.Servers[0].Addr)
+	d := openURL(t, zkURL([]string{p.Addr()}, "/faults", "session-timeout="+testSession.String()))
+	c := client(t, d)
+	name := "cuts"
+	// Each cut costs about a second: go-zookeeper waits that long before
+	// it dials a server list it has been through again.
+	const cuts = 12
+	granted := 0
+	for range cuts {
+		cut := make(chan struct{})
+		go func() {
+			defer close(cut)
+			time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond)
+			p.Cut()
+		}()
+		l, err := c.Mutex(name).Lock(ctxT(t, 30*time.Second))
+		<-cut
+		switch {
+		case err == nil:
+			granted++
+			_ = l.Unlock(ctxT(t, 30*time.Second)) // a cut may fail it; the driver deletes the node later
+		case !errors.Is(err, dlock.ErrUnavailable):
+			t.Fatalf("Lock with a cut connection: %v, want success or ErrUnavailable", err)
+		}
+	}
+	if granted == 0 {
+		t.Fatalf("no Lock succeeded across %d cuts", cuts)
+	}
+	inspector := client(t, open(t, "/faults"))
+	var in dlock.Info
+	if !waitFor(2*testSession+10*time.Second, func() bool {
+		var err error
+		in, err = inspector.Inspect(ctxT(t, 30*time.Second), name)
+		return err == nil && !in.Held && len(in.Waiters) == 0
+	}) {
+		t.Fatalf("after %d cut Locks (%d granted and released) the queue is not empty: %+v", cuts, granted, in)
+	}
+}
+
+// testDigestACL takes a lock as one digest identity: another identity and
+// an anonymous client can neither delete its node, nor break, read or take
+// the lock.
+func testDigestACL(t *testing.T, z *testenv.ZooKeeper) {
+	q := "session-timeout=" + testSession.String()
+	alice := openURL(t, strings.Replace(zkURL(z.Addrs(), "/acl", q), "zk://", "zk://alice:s3cret@", 1))
+	bob := openURL(t, strings.Replace(zkURL(z.Addrs(), "/acl", q), "zk://", "zk://bob:0ther@", 1))
+	anon := openURL(t, zkURL(z.Addrs(), "/acl", q))
+	name := "ledger"
+	l := mustLock(t, client(t, alice), name)
+	parent := alice.lockPath(name)
+	kids, _, err := alice.Conn().Children(parent)
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("children of %s: %v, %v", parent, kids, err)
+	}
+	node := parent + "/" + kids[0]
+	acl, _, err := alice.Conn().GetACL(node)
+	if err != nil || len(acl) != 1 || acl[0].Scheme != "digest" || !strings.HasPrefix(acl[0].ID, "alice:") || acl[0].Perms != zk.PermAll {
+		t.Errorf("ACL of the lock node: %+v, %v; want digest alice with all permissions only", acl, err)
+	}
+	for who, d := range map[string]*Driver{"bob": bob, "anonymous": anon} {
+		if err := d.Conn().Delete(node, -1); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s deleting alice's lock node: %v, want zk.ErrNoAuth", who, err)
+		}
+		c := client(t, d)
+		if err := c.Break(ctxT(t, 30*time.Second), name); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s breaking alice's lock: %v, want an error wrapping zk.ErrNoAuth", who, err)
+		}
+		if _, err := c.Inspect(ctxT(t, 30*time.Second), name); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s inspecting alice's lock: %v, want an error wrapping zk.ErrNoAuth", who, err)
+		}
+		if _, err := c.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s taking alice's lock: %v, want an error wrapping zk.ErrNoAuth", who, err)
+		}
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("alice lost her lease: %v", l.Err())
+	default:
+	}
+	in, err := client(t, alice).Inspect(ctxT(t, 30*time.Second), name)
+	if err != nil || !in.Held || in.Token != l.Token() {
+		t.Errorf("alice's Inspect: %+v, %v; want held with token %d", in, err, l.Token())
+	}
+	if err := client(t, alice).Break(ctxT(t, 30*time.Second), name); err != nil {
+		t.Errorf("alice breaking her own lock: %v", err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("Done not closed 30s after Break")
+	}
+}
+
+// testEmptyParentsGo checks that lock parents do not pile up: the server
+// deletes them once empty, and a lock whose parent is deleted between two
+// uses is still granted (the create that finds no parent makes it again).
+func testEmptyParentsGo(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	d := open(t, "/containers")
+	c := client(t, d)
+	for i := range 20 {
+		mustUnlock(t, mustLock(t, c, "name-"+string(rune('a'+i))))
+	}
+	var kids []string
+	if !waitFor(30*time.Second, func() bool {
+		var err error
+		kids, _, err = d.Conn().Children(d.root)
+		return err == nil && len(kids) == 0
+	}) {
+		t.Fatalf("%d empty lock parents left under %s after 30s: %v", len(kids), d.root, kids)
+	}
+	name := "reused"
+	parents := map[int64]bool{}
+	for range 8 {
+		l := mustLock(t, c, name)
+		_, st, err := d.Conn().Exists(d.lockPath(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parents[st.Czxid] = true
+		mustUnlock(t, l)
+		time.Sleep(driver.Jitter(time.Second)) // around the server's 500ms check
+	}
+	if len(parents) < 2 {
+		t.Errorf("the parent of %q was never deleted and re-created across 8 uses", name)
+	}
+}
+
+// testRestarts restarts the server while locks are held, with the outcome
+// the package documentation states: a holder whose lease outlasts the
+// outage keeps its lock (same token); one whose lease ran out during the
+// outage has lost it, and the next grant's token is higher.
+func testRestarts(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	t.Run("OutageShorterThanLeaseKeepsLock", func(t *testing.T) {
+		long := openURL(t, zkURL(z.Addrs(), "/restart", "session-timeout=30s"))
+		l := mustLock(t, client(t, long), "short")
+		z.Restart(t)
+		restarted := time.Now()
+		if !waitFor(2*l.TTL(), func() bool { return renewedSince(l, restarted) }) {
+			t.Fatalf("no renewal confirmed after the restart; lease: %v", l.Err())
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost across a restart shorter than it: %v", l.Err())
+		default:
+		}
+		other := client(t, open(t, "/restart"))
+		if _, err := other.Mutex("short").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock of the kept lock: %v, want ErrNotAcquired", err)
+		}
+		mustUnlock(t, l)
+		l2 := mustLock(t, other, "short")
+		if l2.Token() <= l.Token() {
+			t.Errorf("token after restart %d, want > %d", l2.Token(), l.Token())
+		}
+		mustUnlock(t, l2)
+	})
+	t.Run("OutageLongerThanLeaseLosesLock", func(t *testing.T) {
+		srv := z.Servers[0]
+		l := mustLock(t, client(t, open(t, "/restart")), "long")
+		srv.Kill()
+		killed := time.Now()
+		select {
+		case <-l.Done():
+		case <-time.After(3 * testSession):
+			srv.Start(t)
+			t.Fatalf("Done not closed %v into the outage (lease %v)", 3*testSession, l.TTL())
+		}
+		time.Sleep(time.Until(killed.Add(testSession)))
+		srv.Start(t)
+		l2 := mustLock(t, client(t, open(t, "/restart")), "long")
+		if l2.Token() <= l.Token() {
+			t.Errorf("token after restart %d, want > %d", l2.Token(), l.Token())
+		}
+		mustUnlock(t, l2)
+	})
+}
+
+// testLeaderStopped kills the ensemble's leader: the two other servers
+// elect a new one and the lock keeps being granted, with increasing tokens;
+// the holder of another lock either keeps it (it reconnected within its
+// lease) or sees it lost — never both it and someone else hold it.
+func testLeaderStopped(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	holder := client(t, open(t, "/ensemble"))
+	held := mustLock(t, holder, "held")
+	other := client(t, open(t, "/ensemble"))
+	var last uint64
+	grant := func(round int) {
+		l := mustLock(t, other, "granting")
+		if l.Token() <= last {
+			t.Errorf("grant %d: token %d, want > %d", round, l.Token(), last)
+		}
+		last = l.Token()
+		mustUnlock(t, l)
+	}
+	grant(0)
+	leader := z.Leader()
+	if leader == nil {
+		t.Fatal("the ensemble has no leader")
+	}
+	leader.Kill()
+	stopped := time.Now()
+	for i := range 5 {
+		grant(i + 1)
+	}
+	t.Logf("5 grants within %v of killing the leader (server %d)", time.Since(stopped).Round(time.Millisecond), leader.ID)
+	select {
+	case <-held.Done():
+		t.Logf("the holder of another lock lost it during the election: %v", held.Err())
+	default:
+		if _, err := other.Mutex("held").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock of a lock whose holder kept its lease: %v, want ErrNotAcquired", err)
+		}
+		mustUnlock(t, held)
+	}
+	leader.Start(t)
+	grant(6)
+}

@@ -1,0 +1,97 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Inspect lists the lock's queue: the lowest node is the holder (its czxid
+// the token), the others are the waiters in order. Each node's data is its
+// owner's Request.Holder. ExpiresIn is 0: the lock lasts as long as the
+// holder's session.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	info := driver.Info{Name: name}
+	parent := d.lockPath(name)
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return info, nil
+	}
+	if err != nil {
+		return info, d.fail(ctx, "list "+parent, err)
+	}
+	type node struct {
+		data []byte
+		stat *zk.Stat
+	}
+	for _, q := range queueOf(kids) {
+		n, err := retry(ctx, d, func() (node, error) {
+			data, st, err := d.conn.Get(parent + "/" + q.name)
+			return node{data, st}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // gone since the listing
+		}
+		if err != nil {
+			return info, d.fail(ctx, "read "+parent, err)
+		}
+		if !info.Held {
+			info.Held, info.Token, info.Holder = true, uint64(n.stat.Czxid), n.data
+			continue
+		}
+		info.Waiters = append(info.Waiters, n.data)
+	}
+	return info, nil
+}
+
+// List inspects every lock under the root whose name starts with prefix
+// and that is held or waited on.
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(d.root) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, d.fail(ctx, "list "+d.root, err)
+	}
+	var out []driver.Info
+	for _, k := range kids {
+		name, ok := unescapeName(k)
+		if !ok || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		in, err := d.Inspect(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if in.Held {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
+// Break deletes the holder's node, whoever owns it: the holder's watch
+// reports the loss at once, and the next waiter is granted, with a higher
+// token. It needs the delete permission on the lock's parent.
+func (d *Driver) Break(ctx context.Context, name string) error {
+	parent := d.lockPath(name)
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return d.fail(ctx, "list "+parent, err)
+	}
+	q := queueOf(kids)
+	if len(q) == 0 {
+		return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
+	}
+	_, err = retry(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(parent+"/"+q[0].name, -1) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) { // NoNode: released meanwhile
+		return d.fail(ctx, "delete "+parent+"/"+q[0].name, err)
+	}
+	return nil
+}

@@ -1,0 +1,612 @@
+// Package zklock is dlock's ZooKeeper backend: Apache Curator's
+// InterProcessMutex recipe over github.com/go-zookeeper/zk, with a context
+// on every call, a try-lock, and a lease whose loss is observable.
+//
+// # The recipe
+//
+// Every lock name has a parent node, <root>/<escaped name>, and each
+// request to lock it creates an ephemeral sequential child
+// "_c_<guid>-lock-<sequence>" holding the requester's metadata
+// (Request.Holder, shown by Inspect). The child with the lowest sequence
+// holds the lock; the others wait in sequence order, so grants are FIFO
+// (Capabilities.Fair).
+//
+// The create goes in one transaction with an empty write to the parent:
+// the parent's stat that this write returns tells how many children the
+// parent has — one means the new node is alone and holds the lock, so an
+// uncontended lock is a single round trip — and carries the transaction's
+// zxid, the new node's czxid (go-zookeeper returns neither the stat nor the
+// zxid of a plain create).
+//
+// A waiter watches the node just ahead of it, and, from third place back,
+// also the node ahead of that one; nobody watches the parent. When the node
+// just ahead goes and it was the only one ahead (no lower node can appear),
+// the waiter holds the lock without another round trip. When the node two
+// places ahead goes, the waiter's predecessor has most likely just been
+// granted the lock: the waiter lists the queue then, while the predecessor
+// holds, so that the predecessor's release is its turn at once. A deletion
+// therefore wakes at most two waiters, never the whole queue (no herd), and
+// a hand-off under contention costs the release's write and one watch
+// event.
+//
+// The "_c_<guid>-" prefix is Curator's protected mode: if the connection
+// drops before the reply to a create arrives, the client cannot know
+// whether the node exists. It looks for its GUID among the children (after
+// a sync, so that the server it asks has seen whatever the leader has) and
+// adopts the node it finds, rather than creating a second one and leaving
+// an orphan that would hold the lock for the life of the session. A waiter
+// whose context ends deletes its node, in the background if the connection
+// is down at that moment, for as long as the node's session lives; a try-lock
+// that finds the lock held first only lists the queue, and does not enqueue
+// at all.
+//
+// Parent nodes are ZooKeeper container nodes, created on demand: the server
+// deletes a container once its last child is gone (every
+// znode.container.checkIntervalMs, one minute by default), so lock names do
+// not accumulate empty parents. A create that races with that deletion
+// fails with NoNode and is retried after re-creating the parent. (The server
+// keeps a container that never had a child; that happens only when every
+// create under a new parent failed, and the next use of the name clears
+// it.) The root (and the path leading to it) are ordinary persistent
+// nodes, with the ACL of the driver that creates them first.
+//
+// # Names
+//
+// Lock names are any UTF-8 string of 1..1024 bytes; ZooKeeper path segments
+// cannot hold '/', NUL, control characters, some Unicode ranges, nor be "."
+// or "..". The parent's segment is the name with printable ASCII kept as it
+// is, except '/', '%' and a leading '.', and every other byte written as
+// %XX (upper-case hex): "orders/42" is "orders%2F42", ".." is "%2E.",
+// "ключ" is "%D0%BA%D0%BB%D1%8E%D1%87". The mapping is one-to-one, so no two
+// names share a lock, and List decodes it back.
+//
+// # Fencing token
+//
+// The token is the lock node's creation zxid (czxid). ZooKeeper orders all
+// writes of the ensemble in one sequence of zxids (the leader's epoch in
+// the high 32 bits, a counter in the low ones; a new leader starts a higher
+// epoch), and a zxid is written to the transaction log before the write is
+// acknowledged, so it survives restarts of any or all servers. A holder's
+// node was created after the node of the holder before it (it queued behind
+// it, or was created after that one's deletion), so each grant's czxid is
+// higher than the previous grant's: strictly increasing per name, across
+// release, session expiry, crash, Break and server restarts
+// (Capabilities.DurableFencing). The sequence number would not do: it
+// counts per parent, and restarts from zero when the empty parent is
+// deleted.
+//
+// # Sessions, leases and time
+//
+// A ZooKeeper lock lives as long as its node, and an ephemeral node as
+// long as its session: the server ends a session that it has not heard from
+// for the session timeout, measured by the server's clock, and deletes the
+// session's nodes. The driver uses one session (its connection) for all its
+// locks; when ZooKeeper expires it, every lease of the driver is lost: the
+// watch each holder keeps on its own node (from the lease's first renewal
+// on; the renewal itself checks the node before that) reports it and
+// Grant.Lost closes (go-zookeeper then opens a new session for later
+// calls).
+//
+// A client cannot see its session expire while it is cut off from the
+// servers, so the lease is also bounded in time: any reply to a request
+// proves that the session was alive when the request was sent, and that
+// the server will not expire it until at least a session timeout later.
+// The lease TTL (Grant.TTL, Lease.TTL) is two thirds of the negotiated
+// session timeout, and dlock's portable deadline runs from the send time of
+// the last confirmed renewal; a renewal (Extend) checks that the node still
+// exists and belongs to the session. The third held back covers the delay
+// with which a follower reports its clients' activity to the leader (which
+// expires sessions) — half a tick, and a session timeout is at least two
+// ticks — and go-zookeeper's own failure detector, which gives up a silent
+// connection after two thirds of the timeout. So Done closes before the
+// server can expire the session, as long as the client's and the server's
+// clocks run at nearly the same rate (dlock allows 1%).
+//
+// A disconnection shorter than that keeps the lease: go-zookeeper
+// reconnects (to any server of the ensemble) within the session, the
+// renewal succeeds, and the node never went away. If the lease's deadline
+// passes while the session survives (a disconnection just longer than the
+// lease), the driver deletes the node itself once it can, since its holder
+// has been told it lost the lock and will not release it.
+//
+// The requested TTL cannot shorten a session: a crashed holder's lock is
+// freed when its session times out, so Capabilities.MinTTL is the session
+// timeout and a shorter WithTTL is refused; a longer one is granted as the
+// session's lease (two thirds of the session timeout, renewed every third
+// of that). To change it, change the session timeout
+// (?session-timeout=, within the server's minSessionTimeout and
+// maxSessionTimeout: 2 and 20 ticks by default).
+//
+// # Failures
+//
+//   - Clock: session timeouts are measured by the servers; the client uses
+//     its monotonic clock for the lease and assumes only a bounded rate
+//     difference.
+//   - Holder crash: its session times out (the session timeout after its
+//     last message) and the server deletes its node; the next waiter is
+//     woken by its watch. A clean Close ends the session at once.
+//   - Partition: the holder's side stops confirming renewals and closes
+//     Done at its deadline, before the server can expire the session; the
+//     server expires it a session timeout after it last heard from the
+//     client and the next waiter is granted, with a higher token.
+//   - Server restart: sessions and ephemeral nodes are in the snapshot and
+//     transaction log, and a restarted server gives every restored session
+//     a fresh timeout. A holder that reconnects before its lease deadline
+//     keeps its lock (same node, same token); a holder whose deadline passed
+//     during the outage sees Done close, and its node is deleted by the
+//     client when it reconnects, or by the server a session timeout after
+//     the restart. Tokens keep increasing either way.
+//   - Ensemble: losing a minority of servers changes nothing for clients
+//     (they reconnect to another server within their session); without a
+//     quorum no lock can be taken or renewed, and holders see Done close at
+//     their deadlines.
+//   - Break deletes the holder's node (it needs the delete permission on
+//     the parent: with digest auth, the same identity); the holder's watch
+//     sees the deletion and Grant.Lost closes at once (in the first third of
+//     a lease, at its first renewal).
+//
+// Capabilities.LockDelay is false: the recipe does not record whether the
+// previous holder released or was lost, so WithLockDelay waits after
+// every grant.
+//
+// # URL
+//
+//		zk://[user:password@]host1:2181,host2:2181[/root][?session-timeout=10s&connect-timeout=15s]
+//
+//	  - hosts: the ensemble's client addresses (port 2181 if omitted).
+//	  - root: the node under which lock parents live; default /dlock (it and
+//	    its ancestors are created when first needed). It plays the part of a
+//	    chroot: "/" is refused, to keep locks out of ZooKeeper's own nodes.
+//	  - user:password: digest authentication. Every node the driver creates
+//	    then carries the ACL digest:user:password with all permissions and
+//	    nothing for anyone else, so another identity can neither read,
+//	    delete nor take these locks.
+//	  - session-timeout: the session timeout asked of the server (default
+//	    10s); the server clamps it to its limits, and the driver uses the
+//	    negotiated value.
+//	  - connect-timeout: how long Open waits for the first session (default
+//	    15s; Open's context may cut it shorter).
+//
+// Passwords never appear in errors.
+package zklock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+// Defaults of the URL parameters.
+const (
+	DefaultRoot           = "/dlock"
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultConnectTimeout = 15 * time.Second
+)
+
+func init() {
+	dlock.Register("zk", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
+		return Open(ctx, u)
+	})
+}
+
+// Driver is a dlock driver over one ZooKeeper connection and session.
+type Driver struct {
+	conn    *zk.Conn
+	ownConn bool // Close closes conn
+	root    string
+	acl     []zk.ACL
+
+	sessionTimeout atomic.Int64 // negotiated, in nanoseconds
+	minTTL         time.Duration
+
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	aliveMu sync.Mutex
+	alive   struct {
+		sent    time.Time // send time of the last request the server answered
+		session int64     // the session it was answered in
+	}
+}
+
+// Option configures a Driver made by New.
+type Option func(*Driver) error
+
+// WithRoot sets the node under which lock parents live (default /dlock).
+func WithRoot(path string) Option {
+	return func(d *Driver) error {
+		root, err := cleanRoot(path)
+		if err != nil {
+			return err
+		}
+		d.root = root
+		return nil
+	}
+}
+
+// WithACL sets the ACL of every node the driver creates (default
+// zk.WorldACL(zk.PermAll)). The connection must carry the matching
+// credentials (zk.Conn.AddAuth).
+func WithACL(acl []zk.ACL) Option {
+	return func(d *Driver) error {
+		if len(acl) == 0 {
+			return fmt.Errorf("%w: zklock.WithACL: the ACL is empty", dlock.ErrInvalidOption)
+		}
+		d.acl = acl
+		return nil
+	}
+}
+
+// New returns a driver over a connection the caller made and keeps
+// owning: Close leaves it open. sessionTimeout must be the session timeout
+// the server negotiated for conn — the one asked of zk.Connect, when it lies
+// within the server's minSessionTimeout..maxSessionTimeout — because
+// go-zookeeper does not expose it and the lease is derived from it (see the
+// package documentation). Open, which makes its own connection, reads it
+// from the handshake.
+func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("%w: zklock.New: conn is nil", dlock.ErrInvalidOption)
+	}
+	if sessionTimeout <= 0 {
+		return nil, fmt.Errorf("%w: zklock.New: sessionTimeout must be positive, got %v", dlock.ErrInvalidOption, sessionTimeout)
+	}
+	d := newDriver()
+	d.conn = conn
+	d.sessionTimeout.Store(int64(sessionTimeout))
+	d.minTTL = sessionTimeout
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func newDriver() *Driver {
+	return &Driver{root: DefaultRoot, acl: zk.WorldACL(zk.PermAll), closed: make(chan struct{})}
+}
+
+// Open connects to the ensemble named by a zk:// URL (see the package
+// documentation) and waits for a session.
+func Open(ctx context.Context, u *url.URL) (*Driver, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	d := newDriver()
+	d.ownConn = true
+	d.root = cfg.root
+	if cfg.user != "" {
+		d.acl = zk.DigestACL(zk.PermAll, cfg.user, cfg.password)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	up := make(chan struct{})
+	var upOnce sync.Once
+	conn, _, err := zk.Connect(cfg.hosts, cfg.sessionTimeout,
+		zk.WithDialer(d.dial),
+		zk.WithLogger(quietLogger{}),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				upOnce.Do(func() { close(up) })
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("%w: zookeeper %s: %w", driver.ErrUnavailable, strings.Join(cfg.hosts, ","), err)
+	}
+	d.conn = conn
+	select {
+	case <-up:
+	case <-ctx.Done():
+		conn.Close()
+		return nil, fmt.Errorf("%w: zookeeper %s: no session: %w", driver.ErrUnavailable, strings.Join(cfg.hosts, ","), ctx.Err())
+	}
+	d.minTTL = d.session()
+	if cfg.user != "" {
+		auth := []byte(cfg.user + ":" + cfg.password)
+		if _, err := call(ctx, func() (struct{}, error) { return struct{}{}, conn.AddAuth("digest", auth) }); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("%w: zookeeper: digest authentication as %q: %w", driver.ErrUnavailable, cfg.user, err)
+		}
+	}
+	return d, nil
+}
+
+type config struct {
+	hosts          []string
+	root           string
+	user, password string
+	sessionTimeout time.Duration
+	connectTimeout time.Duration
+}
+
+func parseURL(u *url.URL) (config, error) {
+	cfg := config{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout}
+	bad := func(format string, args ...any) (config, error) {
+		return config{}, fmt.Errorf("%w: zk URL %q: %s", dlock.ErrInvalidOption, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Scheme != "zk" {
+		return bad("the scheme must be zk")
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return bad("empty host in the host list")
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "2181")
+		}
+		cfg.hosts = append(cfg.hosts, h)
+	}
+	root := u.Path
+	if root == "" {
+		root = DefaultRoot
+	}
+	var err error
+	if cfg.root, err = cleanRoot(root); err != nil {
+		return bad("%v", err)
+	}
+	if u.User != nil {
+		cfg.user = u.User.Username()
+		cfg.password, _ = u.User.Password()
+		if cfg.user == "" {
+			return bad("digest authentication needs a user name")
+		}
+	}
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "session-timeout", "connect-timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("%s=%q: want a positive duration such as 10s", k, v)
+			}
+			if k == "session-timeout" {
+				cfg.sessionTimeout = d
+			} else {
+				cfg.connectTimeout = d
+			}
+		default:
+			return bad("unknown parameter %q (known: session-timeout, connect-timeout)", k)
+		}
+	}
+	return cfg, nil
+}
+
+// cleanRoot checks a root path: absolute, not "/", no empty, "." or ".."
+// segment; a trailing "/" is dropped.
+func cleanRoot(p string) (string, error) {
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return "", errors.New(`the root must not be "/": locks would mix with ZooKeeper's own nodes`)
+	}
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("the root %q must be an absolute path", p)
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return "", fmt.Errorf("the root %q has an empty, \".\" or \"..\" segment", p)
+		}
+	}
+	return p, nil
+}
+
+// dial connects to one server and notes the session timeout that the
+// server's handshake reply negotiates (go-zookeeper does not expose it).
+func (d *Driver) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &handshakeConn{Conn: c, d: d}, nil
+}
+
+// handshakeConn reads the session timeout from the first reply on a new
+// connection: the connect response, which starts with its length, the
+// protocol version and the negotiated timeout in milliseconds (int32s, big
+// endian).
+type handshakeConn struct {
+	net.Conn
+	d    *Driver
+	n    int
+	head [12]byte
+}
+
+func (c *handshakeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.n < len(c.head) && n > 0 {
+		c.n += copy(c.head[c.n:], p[:n])
+		if c.n == len(c.head) {
+			if ms := int32(binary.BigEndian.Uint32(c.head[8:12])); ms > 0 {
+				c.d.sessionTimeout.Store(int64(time.Duration(ms) * time.Millisecond))
+			}
+		}
+	}
+	return n, err
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// session is the negotiated session timeout.
+func (d *Driver) session() time.Duration { return time.Duration(d.sessionTimeout.Load()) }
+
+// leaseTTL is the lease a grant carries: two thirds of the session timeout
+// (see the package documentation).
+func (d *Driver) leaseTTL() time.Duration { return d.session() * 2 / 3 }
+
+// Capabilities: FIFO queue, czxid tokens, sessions.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Fair: true, DurableFencing: true, Sessions: true, MinTTL: d.minTTL}
+}
+
+// Conn returns the driver's ZooKeeper connection.
+func (d *Driver) Conn() *zk.Conn { return d.conn }
+
+// Close stops the driver's background work and, if Open made the
+// connection, closes it, which ends the session: ZooKeeper deletes the
+// session's nodes, so locks still held are freed at once.
+func (d *Driver) Close() error {
+	d.closeOnce.Do(func() {
+		close(d.closed)
+		if d.ownConn {
+			d.conn.Close()
+		}
+	})
+	return nil
+}
+
+func (d *Driver) isClosed() bool {
+	select {
+	case <-d.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// confirm records that a request sent at sent was answered.
+func (d *Driver) confirm(sent time.Time) {
+	s := d.conn.SessionID()
+	d.aliveMu.Lock()
+	if s != d.alive.session || sent.After(d.alive.sent) {
+		d.alive.sent, d.alive.session = sent, s
+	}
+	d.aliveMu.Unlock()
+}
+
+// confirmedSince returns the send time of the last answered request of
+// session, or zero.
+func (d *Driver) confirmedSince(session int64) time.Time {
+	d.aliveMu.Lock()
+	defer d.aliveMu.Unlock()
+	if d.alive.session != session {
+		return time.Time{}
+	}
+	return d.alive.sent
+}
+
+// lockPath is the parent node of a lock name's queue.
+func (d *Driver) lockPath(name string) string { return d.root + "/" + escapeName(name) }
+
+// newGUID returns 128 random bits in hex, for a protected node's name.
+func newGUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// call runs a ZooKeeper request, which go-zookeeper cannot cancel, and
+// returns when it completes or ctx ends. A request left behind completes
+// in the background: go-zookeeper answers or fails every request, at the
+// latest when the connection is given up.
+func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if ctx.Done() == nil {
+		return f()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// roundTrip is call for requests whose answer proves the session alive.
+func roundTrip[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
+	sent := time.Now()
+	v, err := call(ctx, f)
+	if err == nil || answered(err) {
+		d.confirm(sent)
+	}
+	return v, err
+}
+
+// retry is roundTrip for idempotent requests: it tries again while the
+// connection is down, for up to a session timeout (by then the session is
+// gone too), or until ctx ends.
+func retry[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
+	give := time.Now().Add(d.session())
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		v, err := roundTrip(ctx, d, f)
+		if err == nil || !transient(err) || time.Now().After(give) || d.isClosed() {
+			return v, err
+		}
+		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+			return v, err
+		}
+	}
+}
+
+// transient reports a failure of the connection, after which the request
+// may or may not have been applied and may be retried.
+func transient(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// answered reports an error that is the server's reply.
+func answered(err error) bool {
+	for _, e := range []error{zk.ErrNoNode, zk.ErrNodeExists, zk.ErrNotEmpty, zk.ErrBadVersion,
+		zk.ErrNoAuth, zk.ErrNoChildrenForEphemerals, zk.ErrInvalidACL} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// fail turns a request's error into the driver's: ctx's own error when ctx
+// ended, ErrUnavailable wrapping ZooKeeper's otherwise.
+func (d *Driver) fail(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return cerr
+	}
+	if d.isClosed() {
+		return fmt.Errorf("%w: zookeeper %s: the driver is closed: %w", driver.ErrUnavailable, op, err)
+	}
+	return fmt.Errorf("%w: zookeeper %s: %w", driver.ErrUnavailable, op, err)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
