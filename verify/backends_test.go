@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/backend/etcdlock"
+	_ "github.com/dlock/dlock/backend/mysqllock"
+	_ "github.com/dlock/dlock/backend/pglock"
 	_ "github.com/dlock/dlock/backend/redislock"
 	_ "github.com/dlock/dlock/backend/redlock"
+	_ "github.com/dlock/dlock/backend/zklock"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -121,6 +124,49 @@ var backends = []backend{
 			return Deployment{
 				Endpoints: eps, URL: joined("redlock", ""), Members: 3,
 				StopMember: func(i int) { nodes[i].Kill() }, StartMember: func(i int) { nodes[i].Start() },
+			}
+		},
+	},
+	{
+		// The session timeout is the lease: the TTL of 2s asks for it.
+		name:   "zookeeper",
+		faults: []Fault{None, Pause, Kill, Net, Restart},
+		start: func(t testing.TB) Deployment {
+			z := testenv.StartZooKeeper(t, testenv.ZooKeeperOptions{})
+			return Deployment{Endpoints: z.Addrs(), URL: joined("zk", "/verify?session-timeout=2s"), Restart: func() { z.Restart(t) }}
+		},
+	},
+	{
+		name:   "zookeeper-3",
+		faults: []Fault{Member},
+		start: func(t testing.TB) Deployment {
+			z := testenv.StartZooKeeperEnsemble(t, 3, testenv.ZooKeeperOptions{})
+			return Deployment{
+				Endpoints: z.Addrs(), URL: joined("zk", "/verify?session-timeout=2s"), Members: 3,
+				StopMember: func(i int) { z.Servers[i].Kill() }, StartMember: func(i int) { z.Servers[i].Start(t) },
+			}
+		},
+	},
+	{
+		name:   "postgres",
+		faults: []Fault{None, Pause, Kill, Net, Restart},
+		start: func(t testing.TB) Deployment {
+			pg := testenv.StartPostgres(t)
+			return Deployment{
+				Endpoints: []string{pg.Addr}, URL: func(eps []string) string { return pg.URL(eps[0], "") },
+				Restart: func() { pg.Restart(t) },
+			}
+		},
+	},
+	{
+		name:   "mariadb",
+		faults: []Fault{None, Pause, Kill, Net, Restart},
+		start: func(t testing.TB) Deployment {
+			m := testenv.StartMariaDB(t)
+			return Deployment{
+				Endpoints: []string{m.Addr},
+				URL:       func(eps []string) string { return m.URL(testenv.MariaDBUser, testenv.MariaDBPassword, eps[0]) },
+				Restart:   func() { m.Restart(t) },
 			}
 		},
 	},

@@ -14,6 +14,11 @@
 // is made even when the lease was lost meanwhile: it is a stale write, and
 // the fence must refuse it if a newer holder has written.
 //
+// When the harness aims a fault at a client (pause, kill, net), it asks the
+// register to mark the next hold to begin; that client then holds a little
+// longer than the fault lasts (or until its lease is lost), so the fault
+// always lands on a lock holder mid-hold.
+//
 // The fenced register is the protected resource. It runs in the harness
 // process on a loopback port and accepts a write only if its token is at
 // least the highest token it accepted; it records each decision in order.

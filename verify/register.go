@@ -24,7 +24,12 @@ type register struct {
 	state    map[string]registerState
 	seq      int64
 	accepted int
-	holding  map[string]bool // proc → its last write was the first of a hold
+	// The next hold to begin is stretched for the fault injector: asked by
+	// stretchNext, marked at its first write, told at its read.
+	stretchWanted bool
+	stretchFor    time.Duration
+	stretchProc   string
+	stretched     chan string
 	conns    map[net.Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
@@ -39,6 +44,7 @@ type registerState struct {
 // JSON object per line each way.
 type registerRequest struct {
 	Op    string `json:"op"` // "w" or "r"
+	Proc  string `json:"proc,omitempty"`
 	Name  string `json:"name"`
 	Token uint64 `json:"token,omitempty"`
 	Value string `json:"value,omitempty"`
@@ -49,6 +55,9 @@ type registerReply struct {
 	Token uint64 `json:"token,omitempty"` // read: the token; refused write: the highest accepted
 	Value string `json:"value,omitempty"` // read: the value
 	Seq   int64  `json:"seq,omitempty"`
+	// StretchFor (read): hold the lock this long (or until the lease is
+	// lost) rather than a random short time: a fault is aimed at this hold.
+	StretchFor time.Duration `json:"stretch_for,omitempty"`
 }
 
 func startRegister(rec *recorder) (*register, error) {
@@ -56,7 +65,7 @@ func startRegister(rec *recorder) (*register, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fenced register: %w", err)
 	}
-	r := &register{ln: ln, rec: rec, state: map[string]registerState{}, holding: map[string]bool{}, conns: map[net.Conn]struct{}{}}
+	r := &register{ln: ln, rec: rec, state: map[string]registerState{}, stretched: make(chan string, 1), conns: map[net.Conn]struct{}{}}
 	r.wg.Add(1)
 	go r.accept()
 	return r, nil
@@ -112,11 +121,16 @@ func (r *register) apply(req registerRequest) registerReply {
 	defer r.mu.Unlock()
 	st := r.state[req.Name]
 	if req.Op == "r" {
-		return registerReply{OK: true, Token: st.token, Value: st.value}
+		rep := registerReply{OK: true, Token: st.token, Value: st.value}
+		if req.Proc != "" && req.Proc == r.stretchProc {
+			r.stretchProc, rep.StretchFor = "", r.stretchFor
+		}
+		return rep
 	}
 	r.seq++
-	if proc, _, n, ok := parseWriteValue(req.Value); ok {
-		r.holding[proc] = n == 1
+	if proc, _, n, ok := parseWriteValue(req.Value); ok && n == 1 && r.stretchWanted && req.Token >= st.token {
+		r.stretchWanted, r.stretchProc = false, proc
+		r.stretched <- proc
 	}
 	e := Event{Op: OpDecide, Name: req.Name, Token: req.Token, Value: req.Value, Seq: r.seq}
 	if req.Token < st.token {
@@ -138,12 +152,26 @@ func (r *register) acceptedCount() int {
 	return r.accepted
 }
 
-// inHold reports whether proc's last write was the first of a hold: it is
-// between its two writes, holding the lock (unless it lost it).
-func (r *register) inHold(proc string) bool {
+// stretchNext asks that the next hold to begin last holdFor, and returns
+// the process that holds it, or "" if none began within wait.
+func (r *register) stretchNext(wait, holdFor time.Duration) string {
+	r.mu.Lock()
+	r.stretchWanted, r.stretchFor = true, holdFor
+	r.mu.Unlock()
+	select {
+	case proc := <-r.stretched:
+		return proc
+	case <-time.After(wait):
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.holding[proc]
+	r.stretchWanted = false
+	select {
+	case proc := <-r.stretched: // it came as we gave up
+		return proc
+	default:
+		return ""
+	}
 }
 
 func (r *register) close() {

@@ -357,7 +357,9 @@ func (h *harness) stopAll() {
 // long enough for the lease to expire, heal, and wait for grants to resume.
 func (h *harness) nemesis(ctx context.Context) {
 	ttl := h.cfg.TTL
-	faultFor := ttl + ttl/2 + 250*time.Millisecond
+	// Long enough for the lease to expire on the server, which counts the
+	// TTL from the last renewal (at most TTL/3 before the fault).
+	faultFor := ttl + ttl/4 + 250*time.Millisecond
 	// The last round ends early enough for the recovery after it to be seen.
 	last := h.until.Add(-(faultFor + ttl + time.Second))
 	sleep := func(d time.Duration) bool {
@@ -372,7 +374,12 @@ func (h *harness) nemesis(ctx context.Context) {
 		return
 	}
 	for round := 0; time.Now().Before(last); round++ {
-		target := h.holder(ctx, ttl)
+		var target *client
+		if h.cfg.Fault == Pause || h.cfg.Fault == Kill || h.cfg.Fault == Net {
+			// The hold outlasts the fault a little, so that the lease can
+			// be lost while held and is released soon after the heal.
+			target = h.holder(ttl, faultFor+ttl/10)
+		}
 		h.inject(ctx, round, target, faultFor)
 		// Let grants resume before the next round.
 		before := h.reg.acceptedCount()
@@ -391,23 +398,19 @@ func (h *harness) nemesis(ctx context.Context) {
 	}
 }
 
-// holder returns a client process that holds a lock now — one between the
-// two writes of a hold — waiting up to wait for one; else a random client.
-func (h *harness) holder(ctx context.Context, wait time.Duration) *client {
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		h.mu.Lock()
-		for _, c := range h.procs {
-			if h.reg.inHold(c.proc) {
-				h.mu.Unlock()
-				return c
-			}
-		}
-		h.mu.Unlock()
-		time.Sleep(2 * time.Millisecond)
-	}
+// holder returns a client process that holds a lock now: it asks the
+// register to stretch the next hold to begin to holdFor (the client holds
+// that long, or until its lease is lost), waiting up to wait; else it
+// returns a random client.
+func (h *harness) holder(wait, holdFor time.Duration) *client {
+	proc := h.reg.stretchNext(wait, holdFor)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	for _, c := range h.procs {
+		if c.proc == proc {
+			return c
+		}
+	}
 	return h.procs[rand.IntN(len(h.procs))]
 }
 
@@ -471,5 +474,8 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 		h.cfg.Deploy.StartMember(i)
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: target})
 	}
-	fmt.Fprintf(h.cfg.Log, "verify: %s on %s healed\n", fault, c.proc)
+	if c != nil {
+		fault += " on " + c.proc
+	}
+	fmt.Fprintf(h.cfg.Log, "verify: %s healed\n", fault)
 }

@@ -53,7 +53,7 @@ func TestVerifyShortProfile(t *testing.T) {
 					}
 					res, err := Run(context.Background(), Config{
 						Backend: be.name, Fault: f, Deploy: dep, Dir: dir,
-						Clients: 4, Duration: 13 * time.Second, TTL: be.ttl, Bound: be.bound,
+						Clients: 4, Duration: 11 * time.Second, TTL: be.ttl, Bound: be.bound,
 						TokensMayReset: be.tokensMayReset,
 						Spawn:          func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
 						Log:            testLog{t},

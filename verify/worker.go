@@ -133,12 +133,16 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		write(1)
 		id = rec.nextID()
 		rec.record(Event{Op: OpRead, Phase: Invoke, ID: id, Hold: hold, Name: name})
-		if rep, err := reg.do(registerRequest{Op: "r", Name: name}); err != nil {
+		holdFor := between(cfg.HoldMin, cfg.HoldMax)
+		if rep, err := reg.do(registerRequest{Op: "r", Proc: cfg.Proc, Name: name}); err != nil {
 			rec.record(Event{Op: OpRead, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
 		} else {
 			rec.record(Event{Op: OpRead, Phase: OK, ID: id, Hold: hold, Name: name, Token: rep.Token, Value: rep.Value})
+			if rep.StretchFor > 0 { // a fault is aimed at this hold
+				holdFor = min(rep.StretchFor, 3*cfg.TTL)
+			}
 		}
-		t := time.NewTimer(between(cfg.HoldMin, cfg.HoldMax))
+		t := time.NewTimer(holdFor)
 		select {
 		case <-t.C:
 		case <-l.Done():
