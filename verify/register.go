@@ -30,9 +30,9 @@ type register struct {
 	stretchFor    time.Duration
 	stretchProc   string
 	stretched     chan string
-	conns    map[net.Conn]struct{}
-	closed   bool
-	wg       sync.WaitGroup
+	conns         map[net.Conn]struct{}
+	closed        bool
+	wg            sync.WaitGroup
 }
 
 type registerState struct {
