@@ -47,9 +47,21 @@ func TestVerifyShortProfile(t *testing.T) {
 					continue
 				}
 				t.Run(string(f), func(t *testing.T) {
-					dir := t.TempDir()
+					// The history outlives a failed test, for a second look.
+					var dir string
 					if out != "" {
 						dir = filepath.Join(out, be.name+"-"+string(f))
+					} else {
+						d, err := os.MkdirTemp("", "dlock-verify-"+be.name+"-"+string(f)+"-")
+						if err != nil {
+							t.Fatal(err)
+						}
+						dir = d
+						t.Cleanup(func() {
+							if !t.Failed() {
+								os.RemoveAll(d)
+							}
+						})
 					}
 					res, err := Run(context.Background(), Config{
 						Backend: be.name, Fault: f, Deploy: dep, Dir: dir,
@@ -73,7 +85,7 @@ func TestVerifyShortProfile(t *testing.T) {
 							}
 							t.Error(v)
 						}
-						t.Errorf("history: %s", res.History)
+						t.Errorf("history (kept): %s", res.History)
 					}
 				})
 			}
