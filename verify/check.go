@@ -124,10 +124,11 @@ func (h *hold) close(t time.Time, by string) {
 //     tokens in non-decreasing order, and a grant's token is greater than
 //     that of every grant completed before it was asked for.
 //  2. exclusion, without faults: no two holds of one name overlap.
-//  3. exclusion, under faults: every overlap of holds A (granted first) and
-//     B is explained — A's lease was lost and A learnt it (Done closed) or A
-//     was killed; A's release did not report success; and no write of A
-//     was accepted after the register accepted a write of B.
+//  3. exclusion, under faults: every overlap of two holds is explained: one
+//     of them (the loser; usually the one granted first) lost its lease and
+//     learnt it (Done closed) or was killed, its release did not report
+//     success, and none of its writes was accepted after the register
+//     accepted a write of the other.
 //  4. recovery: after each heal, the next grant comes within TTL + Bound.
 func Check(events []Event, p Params) *Result {
 	r := &Result{}
@@ -416,8 +417,27 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 		}
 		return best, best != math.MaxInt64
 	}
-	counted, unexplained := map[*hold]bool{}, map[*hold]bool{}
-	defer func() { r.Explained = len(counted) - len(unexplained) }()
+	// explain lists what keeps the overlap from being the allowed kind with
+	// loser as the holder whose lease was lost; nil if nothing does.
+	explain := func(loser, winner *hold) []string {
+		var why []string
+		if !loser.lost && !loser.killed {
+			why = append(why, fmt.Sprintf("%s never learnt it lost the lease", loser.proc))
+		}
+		if loser.releaseOK {
+			why = append(why, fmt.Sprintf("%s's release reported success", loser.proc))
+		}
+		if seq, ok := firstAccepted(winner); ok {
+			for _, v := range loser.values {
+				if d, ok := decisions[v]; ok && d.Phase == OK && d.Seq > seq {
+					why = append(why, fmt.Sprintf("%s's write %s was accepted (decision %d) after %s's (decision %d)", loser.proc, v, d.Seq, winner.proc, seq))
+				}
+			}
+		}
+		return why
+	}
+	losers, unexplained := map[*hold]bool{}, map[*hold]bool{}
+	defer func() { r.Overlaps, r.Explained = len(losers)+len(unexplained), len(losers) }()
 	for i, a := range hs {
 		for _, b := range hs[i+1:] {
 			if !b.start.Before(a.end) {
@@ -426,35 +446,29 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 			if b.name != a.name || !b.start.Before(b.end) || !a.start.Before(a.end) {
 				continue
 			}
-			// The older hold is the one granted first; with tokens that
-			// increase it also has the lower token.
-			older, newer := a, b
-			if !counted[older] {
-				counted[older] = true
-				r.Overlaps++
-			}
 			if !p.Faults {
-				r.violate(CheckExclusion, "without faults, %s overlapped %s", older, newer)
+				r.violate(CheckExclusion, "without faults, %s overlapped %s", a, b)
+				unexplained[a] = true
 				continue
 			}
-			var why []string
-			if !older.lost && !older.killed {
-				why = append(why, "the older holder never learnt it lost the lease")
+			// Usually the hold granted first (a) is the one that was lost;
+			// but a grant can also be dead on arrival (b, lost at once,
+			// with a lower token than a's).
+			whyA := explain(a, b)
+			if len(whyA) == 0 {
+				losers[a] = true
+				continue
 			}
-			if older.releaseOK {
-				why = append(why, "the older holder's release reported success")
-			}
-			if seq, ok := firstAccepted(newer); ok {
-				for _, v := range older.values {
-					if d, ok := decisions[v]; ok && d.Phase == OK && d.Seq > seq {
-						why = append(why, fmt.Sprintf("the older holder's write %s was accepted (decision %d) after the newer holder's (decision %d)", v, d.Seq, seq))
-					}
+			whyB := explain(b, a)
+			if len(whyB) == 0 {
+				losers[b] = true
+				if b.token < a.token {
+					r.Notes = append(r.Notes, fmt.Sprintf("%s was granted after %s, with a lower token, and lost at once (the fence refuses its writes)", b, a))
 				}
+				continue
 			}
-			if len(why) > 0 {
-				r.violate(CheckExclusion, "%s overlapped %s: %s", older, newer, strings.Join(why, "; "))
-				unexplained[older] = true
-			}
+			r.violate(CheckExclusion, "%s overlapped %s: %s", a, b, strings.Join(append(whyA, whyB...), "; "))
+			unexplained[a] = true
 		}
 	}
 }

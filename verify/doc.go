@@ -45,10 +45,11 @@
 //     token is greater than that of every grant completed before it was
 //     asked for.
 //  2. exclusion without faults: no two holds of one name overlap.
-//  3. exclusion under faults: every overlap of two holds is explained — the
-//     older holder's lease was lost and it learnt so (Done closed) or it was
-//     killed, its release did not report success, and none of its writes was
-//     accepted after the register accepted a write of the newer holder.
+//  3. exclusion under faults: every overlap of two holds is explained — one
+//     holder's lease was lost (usually the older one's; a grant can also be
+//     lost on arrival) and it learnt so (Done closed) or it was killed, its
+//     release did not report success, and none of its writes was accepted
+//     after the register accepted a write of the other holder.
 //  4. recovery: after each heal, the next grant comes within TTL plus the
 //     stated bound (Config.Bound, 5s by default: a loaded machine's
 //     reconnect and scheduling delays; the recovery column shows what was
