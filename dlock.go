@@ -157,6 +157,9 @@ func Redact(rawURL string) string {
 		}
 		return rawURL
 	}
+	if _, ok := u.User.Password(); !ok {
+		return rawURL // nothing to hide; u.String would turn "mem://" into "mem:"
+	}
 	return u.Redacted()
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock/dlock/driver"
@@ -17,15 +18,27 @@ import (
 // lowest create revision under the name's prefix: the algorithm of etcd's
 // concurrency.Mutex. The token is the key's create revision.
 //
-// A waiter watches only the key directly ahead of it (no thundering herd),
-// and keeps its lease alive while it waits.
+// A waiter watches only the two keys directly ahead of it (no thundering
+// herd), and keeps its lease alive while it waits.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	sec := ttlSeconds(req.TTL)
+	key := d.lockKey(req.Name, req.Owner)
+	for attempt := 0; ; attempt++ {
+		g, err := d.acquire(ctx, req, sec, key)
+		// A pooled lease can have been revoked by someone else (etcdctl
+		// lease revoke): take a fresh one.
+		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue
+		}
+		return g, err
+	}
+}
+
+func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64, key string) (driver.Grant, error) {
 	l, err := d.getLease(ctx, sec)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	key := d.lockKey(req.Name, req.Owner)
 	pfx := d.namePrefix(req.Name)
 	put := clientv3.OpPut(key, string(req.Holder), clientv3.WithLease(l.id))
 	txn := d.cli.Txn(ctx)
@@ -38,6 +51,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix()).Then(put)
 	}
 	resp, err := txn.Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return driver.Grant{}, err // nothing was put
+	}
 	if err != nil {
 		// The put may have been applied before the error: take it back.
 		d.abandon(key, l, sec)
@@ -50,7 +66,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	// The key is new (its name holds a fresh owner key), so the revision of
 	// the transaction is its create revision.
 	rev := resp.Header.Revision
-	hd := &holding{key: key, rev: rev, sec: sec, lease: l, lost: d.watchKey(key, rev, rev)}
+	hd := &holding{key: key, rev: rev, sec: sec, lease: l, lost: d.watchKey(key, rev)}
 	if req.Wait {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(first) > 0 && first[0].CreateRevision != rev {
@@ -73,24 +89,36 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 // wait returns when hd's key is the lowest in the queue pfx, or with an
 // error when ctx ends or the key or its lease is lost.
 //
-// Each round finds the key directly ahead (the highest create revision
-// below ours) and watches it for deletion. Keys below ours can only
-// disappear — a new key always gets a higher revision — so if the key ahead
-// was the only one below ours, its deletion makes us the holder without
-// another read.
+// A waiter watches the key directly ahead of it and the one ahead of that
+// — never more, so a release wakes at most two waiters, not the whole
+// queue. Keys below ours only ever disappear (a new key always gets a
+// higher revision), so counting them once is enough: when the second key
+// ahead goes and there were only two, the key ahead has become the holder,
+// and its deletion makes us the holder with no further read. The read that
+// would otherwise follow each release is then done while the holder still
+// holds the lock, off the hand-off's path.
 func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
 	leaseErr := d.keepQueued(kctx, hd.lease)
 
-	for failures := 0; ; {
-		ahead, only, hdrRev, err := d.ahead(ctx, pfx, hd.rev)
-		if err == nil && ahead == nil {
+	var near, next *syncedWatch // on the key directly ahead, and the one ahead of it
+	defer func() {
+		for _, w := range []*syncedWatch{near, next} {
+			if w != nil {
+				w.cancel()
+			}
+		}
+	}()
+	atLeast := hd.rev // any state since our key exists answers "who is ahead?"
+	failures := 0
+	for {
+		ahead, readRev, err := d.ahead(ctx, pfx, hd.rev, atLeast)
+		if err == nil && len(ahead) == 0 {
 			return nil
 		}
-		var w *syncedWatch
 		if err == nil {
-			w, err = d.watchDeletion(ctx, string(ahead.Key), ahead.CreateRevision, hdrRev)
+			near, next, err = d.watchAhead(ctx, ahead, readRev, near, next)
 		}
 		if err != nil {
 			// The server is unreachable or has no leader: try again
@@ -106,34 +134,147 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 			continue
 		}
 		failures = 0
-		if w.gone {
-			continue // it went away before the watch began: look again
+		if gone := goneWatch(near, next); gone != nil {
+			// A key ahead went away before its watch began: drop the
+			// watch and read again, from a state at least that recent.
+			atLeast = max(atLeast, gone.goneAt)
+			near, next = dropWatch(near, gone), dropWatch(next, gone)
+			continue
 		}
-		deleted, err := w.waitDelete(ctx, hd.lost.gone, leaseErr)
-		w.cancel()
-		if err != nil {
-			return err
-		}
-		if deleted && only {
-			return nil
+		n := len(ahead) // keys ahead: 1, 2, or 3 meaning "3 or more"
+
+		for n > 0 {
+			var nextCh clientv3.WatchChan
+			if next != nil {
+				nextCh = next.ch
+			}
+			select {
+			case wr, ok := <-near.ch:
+				at, broken := deletion(wr, ok)
+				if at == 0 && !broken {
+					continue
+				}
+				near.cancel()
+				near = nil
+				if at > 0 && n == 1 {
+					return nil // the holder went, and nobody else was ahead
+				}
+				atLeast = max(atLeast, at)
+				n = 0 // look again
+			case wr, ok := <-nextCh:
+				at, broken := deletion(wr, ok)
+				if at == 0 && !broken {
+					continue
+				}
+				next.cancel()
+				next = nil
+				if at > 0 && n == 2 {
+					n = 1 // the key ahead now holds the lock
+					continue
+				}
+				atLeast = max(atLeast, at)
+				n = 0
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-hd.lost.gone:
+				return fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
+			case err := <-leaseErr:
+				return err
+			}
 		}
 	}
 }
 
-// ahead returns the key directly ahead of revision rev in queue pfx (nil
-// if none), whether it is the only key ahead, and the read's revision.
-func (d *Driver) ahead(ctx context.Context, pfx string, rev int64) (kv *mvccpb.KeyValue, only bool, hdrRev int64, err error) {
-	resp, err := d.cli.Get(clientv3.WithRequireLeader(ctx), pfx, clientv3.WithPrefix(),
+// goneWatch returns the first of ws whose key was gone when it began.
+func goneWatch(ws ...*syncedWatch) *syncedWatch {
+	for _, w := range ws {
+		if w != nil && w.gone {
+			return w
+		}
+	}
+	return nil
+}
+
+// dropWatch cancels w and returns nil if it is gone, else returns w.
+func dropWatch(w, gone *syncedWatch) *syncedWatch {
+	if w == gone {
+		w.cancel()
+		return nil
+	}
+	return w
+}
+
+// watchAhead makes near watch ahead[0] and next watch ahead[1] (if any),
+// keeping the watches it already has on those keys and ending the others.
+func (d *Driver) watchAhead(ctx context.Context, ahead []*mvccpb.KeyValue, readRev int64, near, next *syncedWatch) (*syncedWatch, *syncedWatch, error) {
+	have := []*syncedWatch{near, next}
+	take := func(kv *mvccpb.KeyValue) (*syncedWatch, error) {
+		for i, w := range have {
+			if w != nil && w.key == string(kv.Key) && w.createRev == kv.CreateRevision {
+				have[i] = nil
+				return w, nil
+			}
+		}
+		return d.watchDeletion(ctx, string(kv.Key), kv.CreateRevision, readRev)
+	}
+	var err error
+	near, next = nil, nil
+	near, err = take(ahead[0])
+	if err == nil && len(ahead) > 1 {
+		next, err = take(ahead[1])
+	}
+	for _, w := range have {
+		if w != nil {
+			w.cancel()
+		}
+	}
+	if err != nil {
+		for _, w := range []*syncedWatch{near, next} {
+			if w != nil {
+				w.cancel()
+			}
+		}
+		return nil, nil, err
+	}
+	return near, next, nil
+}
+
+// ahead returns up to three keys ahead of revision rev in queue pfx,
+// nearest first, and the revision read.
+//
+// The keys below ours only ever disappear, so the answer from any state at
+// or after revision atLeast is true or, if stale, errs only on the safe
+// side (it shows a key that is gone, whose watch then finds it gone). Such
+// a read is served by the local member without a raft round trip, which
+// under write load would wait for the next disk sync.
+func (d *Driver) ahead(ctx context.Context, pfx string, rev, atLeast int64) ([]*mvccpb.KeyValue, int64, error) {
+	resp, err := d.readAtLeast(ctx, atLeast, pfx, clientv3.WithPrefix(),
 		clientv3.WithMaxCreateRev(rev-1),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(2), clientv3.WithKeysOnly())
+		clientv3.WithLimit(3), clientv3.WithKeysOnly())
 	if err != nil {
-		return nil, false, 0, unavailable(ctx, "get", err)
+		return nil, 0, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, false, resp.Header.Revision, nil
+	return resp.Kvs, resp.Header.Revision, nil
+}
+
+// readAtLeast reads from the local member's state (a serializable read)
+// when that state is at revision atLeast or later, and with a linearizable
+// read otherwise. Its callers ask monotone questions — "is anything left
+// below my key?", "is that key gone?" — that any state from atLeast on
+// answers.
+func (d *Driver) readAtLeast(ctx context.Context, atLeast int64, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if atLeast > 0 {
+		resp, err := d.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		if err == nil && resp.Header.Revision >= atLeast {
+			return resp, nil
+		}
 	}
-	return resp.Kvs[0], len(resp.Kvs) == 1, resp.Header.Revision, nil
+	resp, err := d.cli.Get(clientv3.WithRequireLeader(ctx), key, opts...)
+	if err != nil {
+		return nil, unavailable(ctx, "get", err)
+	}
+	return resp, nil
 }
 
 // retryDelay is the pause before the n-th retry after a failure.

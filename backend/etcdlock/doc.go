@@ -1,1 +1,110 @@
+// Package etcdlock is dlock's etcd backend, and the embedded etcd server
+// that dlock uses when no backend is given.
+//
+//	import _ "github.com/dlock/dlock/backend/etcdlock"
+//	c, err := dlock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
+//
+// or, over a client you already have: dlock.New(etcdlock.New(cli)).
+//
+// # Algorithm
+//
+// It is the algorithm of etcd's own concurrency.Mutex, with one lease per
+// grant. Acquire grants a lease of the requested TTL (rounded up to whole
+// seconds) and, in one transaction, puts a key under the lock's prefix
+// attached to that lease and reads the lowest key. The key with the lowest
+// create revision holds the lock; the others wait in the order they
+// arrived, so waiting is always fair (FIFO). A waiter watches only the keys
+// directly ahead of it — the nearest and the one before that — so a
+// release reaches at most two waiters, not the whole queue, and the next
+// holder learns of its grant from the release's watch event alone, with no
+// further read. The
+// watches start at the server's current revision, so etcd pushes the event
+// the moment the release commits (see watch.go for why concurrency.Mutex is
+// slower there), and all watches of a driver share one gRPC stream. A
+// hand-off therefore costs the release's commit and one watch event. A
+// waiter keeps its lease alive while it waits, and a
+// waiter that gives up (its context ends) deletes its key.
+//
+// TryLock puts its key only if the queue is empty, so a failed attempt
+// leaves nothing behind. Release deletes the key if it is still ours (same
+// create revision) and keeps the lease for the next acquire, which saves
+// two writes per lock and unlock; an idle lease has no keys and simply
+// expires. Extend renews the lease and checks that the key is still ours.
+// Break deletes the holder's key; the holder learns from a watch on its own
+// key (Grant.Lost) within about 150 ms (the watch of a lock held longer
+// than 50 ms; it starts from the key's creation, so it misses nothing), and
+// at the latest at its next renewal.
+//
+// # Guarantees
+//
+// Fencing token: the create revision of the holder's key. etcd's revision
+// is one counter for the whole cluster, persisted in its raft log, so
+// tokens strictly increase across releases, expiry, Break, restarts of any
+// or all members and leader changes (unless the cluster is restored from an
+// older backup).
+//
+// Clocks: the lease TTL runs on the etcd leader's clock, from when a grant
+// or keepalive reaches it. The client counts its own deadline on its
+// monotonic clock from the send time of the last confirmed keepalive, so it
+// declares the lease lost before the server lets it expire, as long as the
+// two clocks run at nearly the same rate; they need not agree on the time.
+// When leadership changes, etcd extends every lease by an election timeout,
+// so a lease may last longer than its TTL on the server, never shorter.
+// etcd grants no lease shorter than 1.5 election timeouts (2 s with the
+// default 1 s timeout); Grant.TTL reports the TTL etcd granted.
+//
+// Crash: a holder that dies stops sending keepalives; its lease expires
+// after the TTL (etcd checks expiry every 500 ms) and its key goes with it,
+// which wakes the next waiter.
+//
+// Partition: a client cut off from a quorum cannot renew; its lease is lost
+// on its side (Done closes) when its deadline passes, before the cluster's
+// majority lets the lease expire and grants the lock to another. A member
+// that loses its quorum refuses reads and writes, and its watches are
+// cancelled, so waiters connected to it move to another member.
+//
+// Server restart: leases survive in etcd's database, and etcd gives each
+// one a full TTL again once a leader is elected, so a holder that reconnects
+// within the TTL keeps its lock.
+//
+// Lock-delay: not reported (Capabilities.LockDelay is false, so the
+// portable layer applies WithLockDelay after every grant): telling a
+// release from an expiry would cost a marker write and read on the hand-off
+// path.
+//
+// # Keys
+//
+// Every key lives under a prefix (default "dlock/"): the lock name, escaped
+// so that any name of 1..1024 bytes is a distinct key prefix (see keys.go),
+// then "/" and the acquirer's 128-bit owner key in hex, holding the
+// holder's metadata as its value:
+//
+//	dlock/orders%2F42/5f0c…e1	{"host":"web-1","pid":4242,…}
+//
+// List reads all locks whose names start with a prefix with one range read.
+//
+// # URLs
+//
+//	etcd://[user:password@]host1:2379[,host2:2379…][?param=value&…]
+//	etcds://…   (TLS)
+//
+// A host without a port gets port 2379 (with several hosts, give each its
+// port). The parameters:
+//
+//	prefix=P         key prefix of the locks (default "dlock/"); clients
+//	                 with different prefixes do not see each other's locks
+//	dial-timeout=D   how long connecting may take, a Go duration (default 5s)
+//	tls=1            use TLS (implied by etcds:// and by the next four)
+//	cacert=FILE      PEM CA bundle for the servers' certificates (default:
+//	                 the system's roots)
+//	cert=, key=FILE  client certificate and its key, both or neither
+//	server-name=NAME the name the servers' certificates must carry
+//
+// user and password are etcd's authentication (etcdctl user add); they are
+// never printed: errors show the URL with the password replaced.
+//
+// # Embedded server
+//
+// StartEmbedded runs an etcd server in the calling process, quiet by
+// default; StartEmbeddedCluster runs several as one cluster, for tests.
 package etcdlock

@@ -185,6 +185,11 @@ func (e *Embedded) Endpoints() []string { return []string{e.cfg.ClientAddr} }
 // filled in: StartEmbedded(ctx, e.Config()) restarts it after Close.
 func (e *Embedded) Config() EmbedConfig { return e.cfg }
 
+// IsLeader reports whether this member is the raft leader of its cluster.
+func (e *Embedded) IsLeader() bool {
+	return e.etcd.Server.Leader() == e.etcd.Server.MemberID()
+}
+
 // Close stops the server and waits until it has stopped. Its data stays in
 // Dir.
 func (e *Embedded) Close() error {

@@ -25,6 +25,9 @@ type Driver struct {
 	owned  bool // Close closes cli
 	prefix string
 	pool   leasePool
+
+	streamOnce sync.Once
+	streamStop context.CancelFunc
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -67,10 +70,42 @@ func (d *Driver) Capabilities() driver.Capabilities {
 // Close closes the client if the driver opened it (dlock.Open). Held locks
 // are not released: their leases expire after their TTL.
 func (d *Driver) Close() error {
+	d.streamOnce.Do(func() {}) // no stream kept after Close
+	if d.streamStop != nil {
+		d.streamStop()
+	}
 	if !d.owned {
 		return nil
 	}
 	return d.cli.Close()
+}
+
+// watchCtx returns ctx marked as every watch of this driver is, so that
+// they all share one gRPC watch stream, which keepWatchStream holds open:
+// etcd's client closes a stream when its last watch ends and opens a new
+// one for the next, which would cost a stream set-up on both sides per wait.
+// The watches require a leader, so that a member cut off from its quorum
+// ends them instead of leaving them silent.
+func (d *Driver) watchCtx(ctx context.Context) context.Context {
+	d.streamOnce.Do(func() {
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(d.cli.Ctx()))
+		d.streamStop = cancel
+		go d.keepWatchStream(ctx)
+	})
+	return clientv3.WithRequireLeader(ctx)
+}
+
+// keepWatchStream keeps one watch open, on a key no lock uses (escaped
+// names never hold a NUL byte), until ctx ends.
+func (d *Driver) keepWatchStream(ctx context.Context) {
+	for failures := 1; ctx.Err() == nil; failures++ {
+		for range d.cli.Watch(ctx, d.prefix+"\x00") {
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retryDelay(failures)):
+		}
+	}
 }
 
 // ttlSeconds rounds a TTL up to whole seconds, etcd's lease granularity.

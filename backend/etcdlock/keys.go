@@ -14,8 +14,7 @@ import (
 // byte, including the bytes of multi-byte UTF-8 characters, is kept as it
 // is. Each byte maps to a fixed string and no such string is a prefix of
 // another, so the mapping is injective (no two names share a key prefix),
-// it keeps byte order, and escape(p) is a prefix of escape(n) exactly when p
-// is a prefix of n — which lets List find all names with a prefix by one
+// and escape(p) is a prefix of escape(n) exactly when p is a prefix of n — which lets List find all names with a prefix by one
 // key-range read. Because an escaped name never contains '/', the '/' after
 // it ends it: the keys of "a" and of "a/b" never mix.
 
@@ -53,9 +52,6 @@ func needsEscape(c byte) bool {
 // unescapeName inverts escapeName; ok is false for a string escapeName
 // cannot have produced.
 func unescapeName(s string) (name string, ok bool) {
-	if !strings.ContainsRune(s, '%') {
-		return s, !strings.ContainsRune(s, '/')
-	}
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
 		c := s[i]

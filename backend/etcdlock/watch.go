@@ -28,17 +28,20 @@ import (
 // syncedWatch is a watch for the deletion of one key, started without
 // missing any event after a read that saw the key.
 type syncedWatch struct {
-	ch     clientv3.WatchChan
-	cancel context.CancelFunc
-	gone   bool // the key was already gone (or replaced) when the watch began
+	key       string
+	createRev int64
+	ch        clientv3.WatchChan
+	cancel    context.CancelFunc
+	gone      bool  // the key was already gone (or replaced) when the watch began
+	goneAt    int64 // the revision of the read that found it gone
 }
 
 // watchDeletion watches key, which a read at revision seenRev found with
 // create revision createRev, for its deletion. It returns once the watch is
 // established; w.gone reports that the key is already gone.
 func (d *Driver) watchDeletion(ctx context.Context, key string, createRev, seenRev int64) (*syncedWatch, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	w := &syncedWatch{cancel: cancel}
+	wctx, cancel := context.WithCancel(d.watchCtx(ctx))
+	w := &syncedWatch{key: key, createRev: createRev, cancel: cancel}
 	w.ch = d.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	var created clientv3.WatchResponse
 	select {
@@ -58,37 +61,30 @@ func (d *Driver) watchDeletion(ctx context.Context, key string, createRev, seenR
 	if created.Header.Revision == seenRev {
 		return w, nil // nothing happened between the read and the watch
 	}
-	resp, err := d.cli.Get(wctx, key, clientv3.WithKeysOnly())
+	resp, err := d.readAtLeast(wctx, created.Header.Revision, key, clientv3.WithKeysOnly())
 	if err != nil {
 		cancel()
-		return nil, unavailable(ctx, "get", err)
+		return nil, err
 	}
-	w.gone = len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+		w.gone, w.goneAt = true, resp.Header.Revision
+	}
 	return w, nil
 }
 
-// waitDelete waits for the watched key's deletion. It returns deleted=false
-// with a nil error when the watch broke and the caller should look again.
-func (w *syncedWatch) waitDelete(ctx context.Context, ownGone <-chan struct{}, leaseErr <-chan error) (deleted bool, err error) {
-	for {
-		select {
-		case wr, ok := <-w.ch:
-			if !ok || wr.Err() != nil {
-				return false, nil
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return true, nil
-				}
-			}
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-ownGone:
-			return false, fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
-		case err := <-leaseErr:
-			return false, err
+// deletion reads one response of a deletion watch: the revision of the
+// deletion if it reports one, or broken if the watch ended (no leader,
+// compaction, cancel) and its key must be looked at again.
+func deletion(wr clientv3.WatchResponse, ok bool) (rev int64, broken bool) {
+	if !ok || wr.Err() != nil || wr.Canceled {
+		return 0, true
+	}
+	for _, ev := range wr.Events {
+		if ev.Type == mvccpb.DELETE {
+			return ev.Kv.ModRevision, false
 		}
 	}
+	return 0, false
 }
 
 // keyWatch reports the deletion of one's own key: a Break, an expired
@@ -96,42 +92,62 @@ func (w *syncedWatch) waitDelete(ctx context.Context, ownGone <-chan struct{}, l
 type keyWatch struct {
 	gone   chan struct{}
 	cancel context.CancelFunc
+	timer  *time.Timer
 
 	mu      sync.Mutex
 	stopped bool
 }
 
-// watchKey starts watching key (created at revision rev; seenRev is the
-// revision of a read that saw it) until stop is called.
-func (d *Driver) watchKey(key string, rev, seenRev int64) *keyWatch {
-	ctx, cancel := context.WithCancel(context.Background())
+// keyWatchDelay is how long a key lives before its watch begins.
+const keyWatchDelay = 50 * time.Millisecond
+
+// watchKey watches our own key, created at revision rev, until stop.
+//
+// The watch begins keyWatchDelay after the key was created, from revision
+// rev+1, so it misses nothing: a lock held for less than that (the common
+// case under contention) costs no watch at all. Starting in the past, the
+// watch may wait for etcd's 100 ms catch-up loop before it is live, so a
+// Break is reported within about 150 ms — and Extend checks the key too.
+func (d *Driver) watchKey(key string, rev int64) *keyWatch {
+	// Closing the client ends the watch too.
+	ctx, cancel := context.WithCancel(d.watchCtx(d.cli.Ctx()))
 	kw := &keyWatch{gone: make(chan struct{}), cancel: cancel}
-	go func() {
+	kw.timer = time.AfterFunc(keyWatchDelay, func() {
+		from := rev + 1
 		for failures := 0; ctx.Err() == nil; {
-			w, err := d.watchDeletion(ctx, key, rev, seenRev)
-			if err != nil {
+			wch := d.cli.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
+			for wr := range wch {
+				if at, broken := deletion(wr, true); at > 0 {
+					kw.fire()
+					cancel()
+					return
+				} else if broken {
+					break
+				}
+				failures = 0
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// The watch ended (compaction, or a server error): look at
+			// the key, and watch again from that read.
+			resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
+			switch {
+			case err != nil:
 				failures++
 				select {
 				case <-ctx.Done():
 				case <-time.After(retryDelay(failures)):
 				}
-				continue
-			}
-			failures = 0
-			deleted := w.gone
-			if !deleted {
-				deleted, _ = w.waitDelete(ctx, nil, nil)
-			}
-			w.cancel()
-			if deleted {
+			case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev:
 				kw.fire()
+				cancel()
 				return
+			default:
+				from = resp.Header.Revision + 1
 			}
-			// The watch broke (no leader, member down, compaction):
-			// whatever happened meanwhile, the next watch's read tells.
-			seenRev = -1
 		}
-	}()
+	})
 	return kw
 }
 
@@ -151,5 +167,6 @@ func (kw *keyWatch) stop() {
 	kw.mu.Lock()
 	kw.stopped = true
 	kw.mu.Unlock()
+	kw.timer.Stop()
 	kw.cancel()
 }

@@ -11,26 +11,28 @@ import (
 // attempt is the outcome of one fair_acquire.lua call.
 type attempt struct {
 	sent    time.Time
-	granted bool
+	outcome int   // redisscript.NotGranted, Granted or HandedOff
 	n       int64 // the token, or the holder's PTTL in ms
 	err     error
 }
 
-// acquireFair waits its turn in the name's FIFO queue. Every attempt is
+// acquireQueued waits its turn in the name's FIFO queue (a plain Lock
+// first tries to take the lock outright, as an unfair mutex lets an
+// arriving goroutine do). Every attempt is
 // one round trip that either grants the lock (this owner is the first live
 // waiter and the lock is free) or renews the owner's place in the queue;
 // attempts run when the previous holder's release names this owner, when
 // the holder's lease would have expired, and every third of the waiter TTL
 // as the heartbeat. When ctx ends, the owner leaves the queue (or gives
 // back a grant that raced with the cancellation) before Acquire returns.
-func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Grant, error) {
+func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	k := d.keys(req.Name)
 	if !req.Wait {
-		ok, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL)
+		o, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", false)
 		switch {
 		case err != nil:
 			return driver.Grant{}, d.unavailable(ctx, err)
-		case !ok:
+		case o == redisscript.NotGranted:
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 		return driver.Grant{Token: uint64(n)}, nil
@@ -43,30 +45,49 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 	defer stop()
 
 	heartbeat := d.waiterTTL / 3
+	// The send time of the last attempt that found the lock held: a
+	// hand-off to this owner happened after it.
+	var notGrantedAt time.Time
+	handedOff := func(token uint64) (driver.Grant, bool) {
+		if time.Since(notGrantedAt) < req.TTL/2 {
+			return driver.Grant{Token: token, Since: notGrantedAt}, true
+		}
+		// This waiter was held up (frozen, or cut off with its connection
+		// open) long enough for most of that lease to be gone: renew it
+		// before trusting it.
+		sent := time.Now()
+		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
+			return driver.Grant{}, false
+		}
+		return driver.Grant{Token: token, Since: sent}, true
+	}
+	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
-		done := make(chan attempt, 1)
-		go func() {
-			// Detached from ctx, so that its outcome is always known.
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
-			defer cancel()
-			a := attempt{sent: time.Now()}
-			a.granted, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL)
-			done <- a
-		}()
-		var a attempt
-		select {
-		case a = <-done:
-		case <-ctx.Done():
-			d.giveUp(ctx, k, req.Owner, done)
+		// The attempt runs detached from ctx, so that its outcome is always
+		// known; it is one round trip, after which a cancelled ctx is seen.
+		// (It runs on this goroutine: a hand-off to another would delay
+		// every grant.)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
+		a := attempt{sent: time.Now()}
+		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc, barge)
+		barge = false
+		cancel()
+		if ctx.Err() != nil {
+			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, ctx.Err()
 		}
 		switch {
 		case a.err != nil:
-			d.giveUp(ctx, k, req.Owner, settled())
+			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
-		case a.granted:
+		case a.outcome == redisscript.Granted:
 			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
+		case a.outcome == redisscript.HandedOff:
+			if g, ok := handedOff(uint64(a.n)); ok {
+				return g, nil
+			}
 		}
+		notGrantedAt = a.sent
 		wait := heartbeat
 		if left := time.Duration(a.n) * time.Millisecond; a.n > 0 && left < wait {
 			wait = left + time.Millisecond // an expiry publishes nothing: look then
@@ -75,44 +96,27 @@ func (d *Driver) acquireFair(ctx context.Context, req driver.Request) (driver.Gr
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			d.giveUp(ctx, k, req.Owner, settled())
+			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, ctx.Err()
 		case <-wake:
+			if token, ok := d.hub.TakeHandoff(req.Owner); ok {
+				if g, ok := handedOff(token); ok {
+					timer.Stop()
+					return g, nil
+				}
+			}
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 }
 
-// giveUp takes the owner out of the queue once the attempt on done has
-// finished — or releases the lock that attempt was granted — and waits a
-// little for that, so that a cancelled Lock normally returns with nothing
-// left behind. (If Redis cannot be reached, the place expires after the
-// waiter TTL, and a lock after its TTL.)
-func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string, done <-chan attempt) {
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		a := <-done
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
-		defer cancel()
-		if a.granted {
-			_, _ = k.Release(cctx, d.rdb, owner)
-		} else {
-			_ = k.LeaveQueue(cctx, d.rdb, owner)
-		}
-	}()
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-finished:
-	case <-t.C:
-	}
-}
-
-// settled is a done channel for giveUp when no attempt is in flight.
-func settled() <-chan attempt {
-	c := make(chan attempt, 1)
-	c <- attempt{}
-	return c
+// giveUp takes the owner out of the queue, passing on a lock that was
+// granted or handed to it meanwhile, so that a cancelled Lock leaves
+// nothing behind. If Redis cannot be reached, the place expires after the
+// waiter TTL, and a lock after its TTL.
+func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = k.LeaveQueue(cctx, d.rdb, owner, d.proc != "")
 }

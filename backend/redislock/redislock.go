@@ -1,6 +1,7 @@
 // Package redislock is dlock's Redis backend: a lease is a key set with a
 // TTL by one Lua script, its fencing token the next value of a per-name
-// counter, and a release wakes the waiters over pub/sub.
+// counter, and a release hands the lock to the next queued waiter and tells
+// it over pub/sub.
 //
 //	import _ "github.com/dlock/dlock/backend/redislock"
 //	c, err := dlock.Open(ctx, "redis://user:pass@localhost:6379/0")
@@ -18,21 +19,42 @@
 // scripts that act only if the lock still holds the caller's owner key (128
 // random bits). Release deletes the key and PUBLISHes on the name's channel.
 //
-// A waiter subscribes before its first attempt (so no release is missed)
-// and tries again when a release is published, or when the holder's PTTL
-// has run out (an expiry publishes nothing), or, as a safety net, after a
-// slow jittered poll. All waiters of a driver share one pub/sub connection,
-// and a release wakes one plain waiter per process, not all of them.
-//
-// With dlock.WithFair, waiters are granted in arrival order: each waiter has
-// a place in a FIFO list in Redis, and the lock is granted only to the
-// first live waiter; the release publishes that waiter's owner key, so only
-// it wakes. An attempt is still one round trip, and it doubles as the
+// Waiting is a FIFO queue in Redis, for plain and fair locks alike: each
+// waiter has a place in a list, and the lock is granted only to the first
+// live waiter. An attempt is one round trip, and it doubles as the
 // waiter's heartbeat: a waiter whose heartbeat stops for the waiter TTL
 // (killed, cut off) is dropped as soon as it reaches the head of the list,
-// and a waiter whose context ends removes itself at once. Plain and fair
-// acquires of one name may be mixed; a plain acquire then ignores the
-// queue.
+// and a waiter whose context ends removes itself before Lock returns
+// (after the round trip in flight, if any). The difference between the
+// modes is arrival: a plain Lock first tries to take the lock outright, as
+// an unfair mutex lets an arriving goroutine do, and TryLock takes a free
+// lock whoever waits; with dlock.WithFair, an arrival never passes a live
+// waiter. (Waiting by retrying, as driver.AcquireByRetry does, would have
+// every process with a waiter try on every release — eight workers, seven
+// failed attempts per grant — and the releasing process, trying at once,
+// would win most of the time; the queue sends one message to one waiter,
+// and hands over in turn.)
+//
+// A release hands the lock over: the release script itself grants it to
+// the first live waiter (new token, the waiter's TTL) and publishes the
+// token on that waiter's process channel — one channel per driver, on the
+// shared pub/sub connection. The waiter needs no request of its own, so a
+// contended lock changes hands in one round trip, not two. PUBLISH returns
+// how many subscribers received the message; when that is 0 the waiter's
+// process is gone (its connection closed when it died), and the script
+// takes the lock back and serves the next waiter — a killed waiter never
+// holds up the queue. The lease of a handed-over grant is counted from the
+// send time of the waiter's last attempt that found the lock held, which
+// is earlier than the hand-off, so the lease deadline stays conservative.
+// A waiter that is frozen (SIGSTOP) or cut off while its connection stays
+// open can be handed the lock; it then holds it, unrenewed, for one TTL, as
+// a frozen holder would. On Redis Cluster, where PUBLISH counts one node's
+// subscribers only, there is no hand-off: the release publishes the first
+// waiter's owner key on the lock's channel, and that waiter tries.
+//
+// Waiters are woken only through the queue; a driver still implements
+// driver.Subscriber (the name's channel carries "" for releases with
+// nobody queued), for callers that wait by other means.
 //
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
@@ -59,8 +81,9 @@
 // Open checks against CONFIG GET where the server allows it.
 //
 // Crash of a holder: its lock frees when its TTL runs out (there are no
-// sessions). Crash of a waiter: its place in a fair queue is dropped after
-// the waiter TTL (WithWaiterTTL, default 2s). Restart of Redis without
+// sessions). Crash of a waiter: a release skips it at once (its
+// process channel has no subscriber any more), and its place is dropped
+// after the waiter TTL (WithWaiterTTL, default 2s) in any case. Restart of Redis without
 // persistence: every lock is free at once — two holders may then believe
 // they hold the lock until the old one's next renewal fails (within a third
 // of its TTL), and tokens restart from 1: a resource that checks tokens
@@ -86,12 +109,15 @@ package redislock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
@@ -112,8 +138,16 @@ type Driver struct {
 	prefix    string
 	waiterTTL time.Duration
 	durable   bool
-	err       error // an invalid option, returned by every call
+	err       error  // an invalid option, returned by every call
+	proc      string // this driver's channel for fair hand-offs; "" on a cluster
+	noHandoff bool   // tests: behave as on a cluster
 	hub       *redisscript.Hub
+}
+
+func randomHex() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // Option configures a Driver.
@@ -142,11 +176,16 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 	}
 	d.where = describe(rdb)
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
-		d.err = fmt.Errorf("%w: redislock: %v", driver.ErrUnsupported, err)
+		d.err = fmt.Errorf("%w: redislock: %v", dlock.ErrInvalidOption, err)
 	} else if d.waiterTTL < 3*MinTTL {
-		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", driver.ErrUnsupported, d.waiterTTL, 3*MinTTL)
+		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", dlock.ErrInvalidOption, d.waiterTTL, 3*MinTTL)
 	}
-	d.hub = redisscript.NewHub(rdb)
+	if _, single := rdb.(*redis.Client); single && !d.noHandoff {
+		// Hand-offs need PUBLISH to count this process's subscription,
+		// which a cluster node does only for its own clients.
+		d.proc = d.prefix + ":proc:" + randomHex()
+	}
+	d.hub = redisscript.NewHub(rdb, d.proc)
 	return d
 }
 
@@ -176,10 +215,10 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	if d.err != nil {
 		return driver.Grant{}, d.err
 	}
-	if req.Fair {
-		return d.acquireFair(ctx, req)
+	if req.Fair || req.Wait {
+		return d.acquireQueued(ctx, req)
 	}
-	return driver.AcquireByRetry(ctx, req, d)
+	return driver.AcquireByRetry(ctx, req, d) // one plain attempt
 }
 
 // TryAcquire makes one plain attempt (driver.Retrier).
@@ -210,9 +249,11 @@ func (d *Driver) subscribe(ctx context.Context, name, owner string, wake chan st
 	if err != nil {
 		return nil, d.unavailable(ctx, err)
 	}
-	if err := redisscript.WaitReady(ctx, subscribeTimeout, ready); err != nil {
-		stop()
-		return nil, d.unavailable(ctx, err)
+	for _, r := range []<-chan struct{}{ready, d.hub.ProcReady()} {
+		if err := redisscript.WaitReady(ctx, subscribeTimeout, r); err != nil {
+			stop()
+			return nil, d.unavailable(ctx, err)
+		}
 	}
 	return stop, nil
 }
@@ -232,7 +273,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 // Release frees the lock if it is still the owner's, and wakes the next
 // waiter.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
-	ok, err := d.keys(h.Name).Release(ctx, d.rdb, h.Owner)
+	ok, err := d.keys(h.Name).Release(ctx, d.rdb, h.Owner, d.proc != "")
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -296,7 +337,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	if d.err != nil {
 		return d.err
 	}
-	ok, err := d.keys(name).Break(ctx, d.rdb)
+	ok, err := d.keys(name).Break(ctx, d.rdb, d.proc != "")
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}

@@ -56,6 +56,11 @@ func TestConformanceFair(t *testing.T) {
 	dlocktest.Run(t, harness(testenv.StartRedis(t), true, redislock.WithWaiterTTL(600*time.Millisecond)))
 }
 
+// As on Redis Cluster, where releases cannot hand the lock over.
+func TestConformanceFairWithoutHandoff(t *testing.T) {
+	dlocktest.Run(t, harness(testenv.StartRedis(t), true, redislock.WithWaiterTTL(600*time.Millisecond), redislock.WithoutHandoff()))
+}
+
 // With appendonly and appendfsync always, a declared durable fencing holds
 // across a restart of the server; the suite checks it with Restart.
 func TestConformanceDurableFencing(t *testing.T) {
@@ -102,5 +107,22 @@ func TestPasswordAndACLUser(t *testing.T) {
 			t.Errorf("error quotes the password: %v", err)
 		}
 		t.Logf("Open(%s): %v", dlock.Redact(u), err)
+	}
+}
+
+func TestOpenRejectsUnfoundedOrBadOptions(t *testing.T) {
+	srv := testenv.StartRedis(t) // no persistence
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, q := range []string{"durable_fencing=true", "durable_fencing=maybe", "waiter_ttl=soon", "waiter_ttl=1ms", "prefix=a{b"} {
+		c, err := dlock.Open(ctx, "redis://"+srv.Addr+"?"+q)
+		if err == nil {
+			c.Close()
+		}
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("Open(?%s) = %v, want ErrInvalidOption", q, err)
+			continue
+		}
+		t.Logf("?%s: %v", q, err)
 	}
 }

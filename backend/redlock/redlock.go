@@ -105,6 +105,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
@@ -157,12 +158,12 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 		if c, ok := rdb.(*redis.Client); ok {
 			where = c.Options().Addr
 		}
-		d.nodes = append(d.nodes, &node{rdb: rdb, where: where, hub: redisscript.NewHub(rdb)})
+		d.nodes = append(d.nodes, &node{rdb: rdb, where: where, hub: redisscript.NewHub(rdb, "")})
 	}
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
-		d.err = fmt.Errorf("%w: redlock: %v", driver.ErrUnsupported, err)
+		d.err = fmt.Errorf("%w: redlock: %v", dlock.ErrInvalidOption, err)
 	} else if len(nodes) == 0 {
-		d.err = fmt.Errorf("%w: redlock: no nodes", driver.ErrUnsupported)
+		d.err = fmt.Errorf("%w: redlock: no nodes", dlock.ErrInvalidOption)
 	}
 	return d
 }
@@ -321,7 +322,7 @@ func retryAfter(rs []reply, t tally, quorum int) time.Duration {
 // have set the lock although its reply was lost).
 func (d *Driver) abandon(ctx context.Context, k redisscript.Keys, req driver.Request) {
 	d.each(context.WithoutCancel(ctx), nil, nodeTimeout(req.TTL), func(ctx context.Context, n *node) reply {
-		_, err := k.Release(ctx, n.rdb, req.Owner)
+		_, err := k.Release(ctx, n.rdb, req.Owner, false)
 		return reply{err: err}
 	})
 }
@@ -349,7 +350,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	k := d.keys(h.Name)
 	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
-		ok, err := k.Release(ctx, n.rdb, h.Owner)
+		ok, err := k.Release(ctx, n.rdb, h.Owner, false)
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)
@@ -512,7 +513,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	}
 	k := d.keys(name)
 	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
-		ok, err := k.Break(ctx, n.rdb)
+		ok, err := k.Break(ctx, n.rdb, false)
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)

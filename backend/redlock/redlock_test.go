@@ -43,7 +43,6 @@ func newDriver(addrs []string) *redlock.Driver {
 	return redlock.New(clients)
 }
 
-
 func harness(nodes []*testenv.Redis) dlocktest.Harness {
 	return dlocktest.Harness{
 		Open: func(ctx context.Context, proxied []string) (driver.Driver, error) {

@@ -156,5 +156,7 @@ func (m *MariaDB) Crash(t testing.TB) {
 func (m *MariaDB) Kill() { m.proc.Kill() }
 
 // Pause freezes the server (SIGSTOP); Resume thaws it.
-func (m *MariaDB) Pause()  { m.proc.Pause() }
+func (m *MariaDB) Pause() { m.proc.Pause() }
+
+// Resume thaws a paused server (SIGCONT).
 func (m *MariaDB) Resume() { m.proc.Resume() }

@@ -178,7 +178,9 @@ func (p *Postgres) Restart(t testing.TB) {
 func (p *Postgres) Kill() { p.proc.Kill() }
 
 // Pause freezes the server (SIGSTOP); Resume thaws it.
-func (p *Postgres) Pause()  { p.proc.Pause() }
+func (p *Postgres) Pause() { p.proc.Pause() }
+
+// Resume thaws a paused server (SIGCONT).
 func (p *Postgres) Resume() { p.proc.Resume() }
 
 // Log returns the tail of the server's log, for failure messages.

@@ -1,9 +1,16 @@
 package testenv
 
 import (
+	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -121,10 +128,137 @@ func (r *Redis) Start() {
 
 // Pause freezes the server (SIGSTOP): it keeps its connections and answers
 // nothing. Resume thaws it.
-func (r *Redis) Pause()  { r.proc.Pause() }
+func (r *Redis) Pause() { r.proc.Pause() }
+
+// Resume thaws a paused server (SIGCONT).
 func (r *Redis) Resume() { r.proc.Resume() }
 
 // String describes the server for test logs.
 func (r *Redis) String() string {
 	return fmt.Sprintf("redis-server at %s (pid %d)", r.Addr, r.proc.Cmd.Process.Pid)
+}
+
+// CommandCalls returns the number of commands the server has executed —
+// the sum of the calls in INFO commandstats, which counts the commands a
+// Lua script runs as well as those clients send — excluding INFO itself.
+func (r *Redis) CommandCalls(t testing.TB) int64 {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", r.Addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("INFO commandstats\r\n")); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	rd := bufio.NewReader(c)
+	head, err := rd.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		t.Fatalf("testenv: INFO commandstats: %q %v", head, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		t.Fatalf("testenv: INFO commandstats: %v", err)
+	}
+	var total int64
+	for _, line := range strings.Split(string(body), "\r\n") {
+		// cmdstat_get:calls=1,usec=2,...
+		cmd, rest, ok := strings.Cut(line, ":calls=")
+		if !ok || cmd == "cmdstat_info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		k, _ := strconv.ParseInt(calls, 10, 64)
+		total += k
+	}
+	return total
+}
+
+// Contention is the outcome of Contend.
+type Contention struct {
+	Grants    int             // locks granted
+	Changes   int             // grants that went to another worker than the previous grant
+	PerWorker []int           // grants per worker
+	Waits     []time.Duration // from calling lock to being granted, per grant
+	Errors    int             // lock calls that failed (gave up)
+	Elapsed   time.Duration
+}
+
+// Fairness is the fewest grants of a worker divided by the most.
+func (c Contention) Fairness() float64 {
+	lo, hi := c.PerWorker[0], c.PerWorker[0]
+	for _, n := range c.PerWorker {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if hi == 0 {
+		return 0
+	}
+	return float64(lo) / float64(hi)
+}
+
+// WaitQuantile returns the q-quantile (0..1) of the waits.
+func (c Contention) WaitQuantile(q float64) time.Duration {
+	if len(c.Waits) == 0 {
+		return 0
+	}
+	w := slices.Clone(c.Waits)
+	slices.Sort(w)
+	return w[min(int(q*float64(len(w))), len(w)-1)]
+}
+
+// Contend runs the contended-lock scenario of the Redis benchmarks: each
+// worker, in a loop, takes the one lock (lock blocks until granted and
+// returns the unlock), holds it for hold, and releases it, until grants
+// locks have been granted in all or duration has passed.
+func Contend(workers []func(context.Context) (unlock func(), err error), grants int, hold, duration time.Duration) Contention {
+	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	defer cancel()
+	var mu sync.Mutex
+	res := Contention{PerWorker: make([]int, len(workers))}
+	last := -1
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, lock := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				unlock, err := lock(ctx)
+				if err != nil {
+					mu.Lock()
+					if ctx.Err() == nil {
+						res.Errors++
+					}
+					mu.Unlock()
+					continue
+				}
+				waited := time.Since(t0)
+				mu.Lock()
+				done := res.Grants >= grants
+				if !done {
+					res.Grants++
+					res.PerWorker[i]++
+					res.Waits = append(res.Waits, waited)
+					if last != i {
+						res.Changes++
+					}
+					last = i
+				}
+				mu.Unlock()
+				if done {
+					unlock()
+					cancel()
+					return
+				}
+				time.Sleep(hold)
+				unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	return res
 }

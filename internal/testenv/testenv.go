@@ -189,7 +189,9 @@ func (p *Process) Stop(grace time.Duration) {
 }
 
 // Pause freezes the process group (SIGSTOP); Resume thaws it.
-func (p *Process) Pause()  { p.signalGroup(syscall.SIGSTOP) }
+func (p *Process) Pause() { p.signalGroup(syscall.SIGSTOP) }
+
+// Resume thaws a paused server (SIGCONT).
 func (p *Process) Resume() { p.signalGroup(syscall.SIGCONT) }
 
 // Tail returns the last n lines of the process's log, for failure messages.

@@ -1,36 +1,48 @@
--- fair_acquire.lua: one attempt of a fair (FIFO) acquire, in one round
--- trip. The lock is granted only to the first live waiter of the queue (or
--- to anyone when nobody waits). A waiter that is not granted joins the
+-- fair_acquire.lua: one attempt of a queued acquire, in one round trip.
+-- The lock is granted only to the first live waiter of the queue (or to
+-- anyone when nobody waits) — except to a barging attempt (a plain Lock's
+-- first), which takes a free lock whoever waits. A waiter that is not granted joins the
 -- queue, or, when already in it, renews its entry: the same call is its
--- heartbeat.
+-- heartbeat. A release may meanwhile have handed the lock to this owner
+-- (see wake_next); then the attempt reports that.
 --
 -- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
 -- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] name  ARGV[4] holder metadata
 -- ARGV[5] "1" to queue when not granted, "0" for a single try
 -- ARGV[6] how long a waiter's entry lives without a heartbeat, in ms
--- Returns {1, token} when granted, {0, pttl} when not.
+-- ARGV[7] the waiter's process channel, for hand-offs ("-": none)
+-- ARGV[8] "1" if releases hand the lock to the next waiter
+-- ARGV[9] "1" to take a free lock even if others are queued
+-- Returns {1, token} when granted now, {2, token} when it had been handed
+-- to this owner, {0, pttl} when not granted.
 local lock, fence, queue, waiters, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner = ARGV[1]
-local head = live_head(queue, waiters)
-local pttl = redis.call('PTTL', lock)
-if pttl == -2 then
-  if not head or head == owner then
-    if head then
+local owner, ttl, name, holder = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local v = redis.call('GET', lock)
+if owned_by(v, owner) then
+  return {2, tonumber(string.match(v, '^%S+ (%d+) '))}
+end
+local head, now = live_head(queue, waiters, owner)
+if not v then
+  if not head or head == owner or ARGV[9] == '1' then
+    if head == owner then
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, owner)
     end
     local token = redis.call('INCR', fence)
-    redis.call('SET', lock, lock_value(owner, token, ARGV[3], ARGV[4]), 'PX', ARGV[2])
+    redis.call('SET', lock, lock_value(owner, token, name, holder), 'PX', ttl)
     return {1, token}
   end
-  -- Free, but another live waiter is first: make sure it knows.
-  redis.call('PUBLISH', channel, head)
+  -- Free, but another live waiter is first: it gets the lock, or its
+  -- wake-up, now.
+  wake_next(lock, fence, queue, waiters, channel, name, ARGV[8])
 end
+local pttl = redis.call('PTTL', lock)
 if ARGV[5] == '1' then
   local wttl = tonumber(ARGV[6])
-  if redis.call('HSET', waiters, owner, (now_ms() + wttl) .. ' ' .. ARGV[4]) == 1 then
+  local entry = ((now or now_ms()) + wttl) .. ' ' .. ttl .. ' ' .. ARGV[7] .. ' ' .. holder
+  if redis.call('HSET', waiters, owner, entry) == 1 then
     redis.call('RPUSH', queue, owner)
-    redis.call('HSET', waiters, '', ARGV[3]) -- the name, for List
+    redis.call('HSET', waiters, '', name) -- the name, for List
   end
   -- The queue vanishes a heartbeat period after its last live waiter.
   redis.call('PEXPIRE', queue, wttl)

@@ -2,8 +2,12 @@ package redisscript
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,14 +26,21 @@ import (
 // causes one attempt per process, not a herd; and to the fair waiter it
 // names. A channel stays subscribed for a while after its last waiter
 // leaves, so that a busy lock is not re-subscribed on every Lock.
+//
+// A hub may also have a process channel, subscribed with the first
+// channel and kept: releases publish "<owner> <token>" on it when they
+// hand the lock to one of this process's fair waiters (see lib.lua).
 type Hub struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	proc string
 
-	mu     sync.Mutex
-	ps     *redis.PubSub
-	topics map[string]*topic
-	closed bool
-	done   chan struct{}
+	mu       sync.Mutex
+	ps       *redis.PubSub
+	topics   map[string]*topic
+	owners   map[string]chan struct{} // fair waiters by owner key
+	handoffs map[string]uint64        // tokens handed to fair waiters, not yet taken
+	closed   bool
+	done     chan struct{}
 }
 
 type topic struct {
@@ -38,6 +49,7 @@ type topic struct {
 	plain     []chan struct{}
 	fair      map[string]chan struct{}
 	idleSince time.Time
+	permanent bool // the process channel: never unsubscribed
 }
 
 func (t *topic) waiters() int { return len(t.plain) + len(t.fair) }
@@ -48,9 +60,37 @@ const (
 	lingerCheck = 10 * time.Second
 )
 
-// NewHub returns a hub over rdb; it connects on the first Subscribe.
-func NewHub(rdb redis.UniversalClient) *Hub {
-	return &Hub{rdb: rdb, topics: map[string]*topic{}, done: make(chan struct{})}
+// NewHub returns a hub over rdb with process channel proc ("" for none);
+// it connects on the first Subscribe.
+func NewHub(rdb redis.UniversalClient, proc string) *Hub {
+	h := &Hub{rdb: rdb, proc: proc, topics: map[string]*topic{}, owners: map[string]chan struct{}{},
+		handoffs: map[string]uint64{}, done: make(chan struct{})}
+	if proc != "" {
+		h.topics[proc] = &topic{ready: make(chan struct{}), fair: map[string]chan struct{}{}, permanent: true}
+	}
+	return h
+}
+
+// ProcReady is closed once the process channel is subscribed (at once if
+// the hub has none).
+func (h *Hub) ProcReady() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.topics[h.proc]; h.proc != "" && t != nil {
+		return t.ready
+	}
+	return closed
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// TakeHandoff returns the token a release handed to owner, if one came.
+func (h *Hub) TakeHandoff(owner string) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tok, ok := h.handoffs[owner]
+	delete(h.handoffs, owner)
+	return tok, ok
 }
 
 // Subscribe registers wake to receive a value (non-blocking: give it a
@@ -74,9 +114,10 @@ func (h *Hub) Subscribe(ctx context.Context, channel, owner string, wake chan st
 		t.plain = append(t.plain, wake)
 	} else {
 		t.fair[owner] = wake
+		h.owners[owner] = wake
 	}
 	stop = func() { h.unsubscribe(channel, t, owner, wake) }
-	if !t.confirmed {
+	if pt := h.topics[h.proc]; !t.confirmed || (h.proc != "" && !pt.confirmed) {
 		// (Re)send SUBSCRIBE until confirmed: it is idempotent, and a
 		// previous one may have been lost with its connection. Writes to
 		// the pub/sub connection happen under h.mu, so a SUBSCRIBE and an
@@ -92,22 +133,55 @@ func (h *Hub) Subscribe(ctx context.Context, channel, owner string, wake chan st
 // connect subscribes channel, creating the connection and its reader on
 // first use. h.mu is held.
 func (h *Hub) connect(ctx context.Context, channel string) error {
+	channels := []string{channel}
+	if h.proc != "" && !h.topics[h.proc].confirmed {
+		channels = append(channels, h.proc)
+	}
 	if h.ps != nil {
-		return h.ps.Subscribe(ctx, channel)
+		return h.ps.Subscribe(ctx, channels...)
 	}
 	ps := h.rdb.Subscribe(ctx)
-	if err := ps.Subscribe(ctx, channel); err != nil {
+	if err := ps.Subscribe(ctx, channels...); err != nil {
 		_ = ps.Close()
 		return err
 	}
 	h.ps = ps
-	go h.dispatch(ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+	go h.receive(ps)
 	go h.linger()
 	return nil
 }
 
-func (h *Hub) dispatch(msgs <-chan any) {
-	for m := range msgs {
+// pingEvery is how long the pub/sub connection may stay silent before it
+// is pinged, so that a broken connection is noticed and re-established
+// (go-redis then subscribes its channels again).
+const pingEvery = 5 * time.Second
+
+// receive reads the pub/sub connection itself — not through go-redis's
+// Channel, which would add a goroutine hop to every wake-up.
+func (h *Hub) receive(ps *redis.PubSub) {
+	ctx := context.Background()
+	failures := 0
+	for {
+		m, err := ps.ReceiveTimeout(ctx, pingEvery)
+		if err != nil {
+			select {
+			case <-h.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = ps.Ping(ctx)
+				continue
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			failures++
+			time.Sleep(min(time.Duration(failures)*50*time.Millisecond, time.Second))
+			continue
+		}
+		failures = 0
 		h.mu.Lock()
 		switch m := m.(type) {
 		case *redis.Subscription:
@@ -119,14 +193,33 @@ func (h *Hub) dispatch(msgs <-chan any) {
 					// Subscribed again after a reconnect: releases may have
 					// been missed meanwhile, so everyone looks.
 					t.wakeAll()
+					if t.permanent {
+						for _, c := range h.owners {
+							notify(c)
+						}
+					}
 				}
 			}
 		case *redis.Message:
-			if t := h.topics[m.Channel]; t != nil {
+			if m.Channel == h.proc {
+				h.handOff(m.Payload)
+			} else if t := h.topics[m.Channel]; t != nil {
 				t.deliver(m.Payload)
 			}
 		}
 		h.mu.Unlock()
+	}
+}
+
+// handOff passes a token handed over by a release to its fair waiter. If
+// the waiter has gone, there is nothing to do: it left the queue with
+// leave_queue.lua, which passes on a lock handed to it.
+func (h *Hub) handOff(payload string) {
+	owner, tok, _ := strings.Cut(payload, " ")
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if c := h.owners[owner]; c != nil && err == nil {
+		h.handoffs[owner] = token
+		notify(c)
 	}
 }
 
@@ -184,6 +277,8 @@ func (h *Hub) removeLocked(t *topic, owner string, wake chan struct{}) {
 		}
 	} else if t.fair[owner] == wake {
 		delete(t.fair, owner)
+		delete(h.owners, owner)
+		delete(h.handoffs, owner)
 	}
 	if t.waiters() == 0 {
 		t.idleSince = time.Now()
@@ -203,7 +298,7 @@ func (h *Hub) linger() {
 		h.mu.Lock()
 		var idle []string
 		for ch, t := range h.topics {
-			if t.waiters() == 0 && time.Since(t.idleSince) > lingerFor {
+			if !t.permanent && t.waiters() == 0 && time.Since(t.idleSince) > lingerFor {
 				idle = append(idle, ch)
 				delete(h.topics, ch)
 			}
@@ -238,6 +333,11 @@ func (h *Hub) Close() error {
 // WaitReady waits until ready is closed (a subscription is confirmed), ctx
 // ends, or timeout passes.
 func WaitReady(ctx context.Context, timeout time.Duration, ready <-chan struct{}) error {
+	select {
+	case <-ready:
+		return nil // the usual case: the channel was subscribed before
+	default:
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {

@@ -1,14 +1,19 @@
--- leave_queue.lua: a waiter gives up (its context ended). If it was first
--- in line and the lock is free, the next live waiter is woken, since no
--- release will come to wake it.
+-- leave_queue.lua: a fair waiter gives up (its context ended). It leaves
+-- the queue; if a release handed it the lock meanwhile, the lock goes on
+-- to the next waiter; if it was first in line and the lock is free, the
+-- next waiter is served, since no release will come to do it.
 --
--- KEYS[1] lock  KEYS[2] queue  KEYS[3] waiters  KEYS[4] channel
--- ARGV[1] owner
-local removed = redis.call('LREM', KEYS[2], 0, ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-if redis.call('LLEN', KEYS[2]) == 0 then
-  redis.call('DEL', KEYS[3])
+-- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
+-- ARGV[1] owner  ARGV[2] name  ARGV[3] "1" if releases hand off
+local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+if owned_by(redis.call('GET', KEYS[1]), ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])
 elseif removed > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  wake_next(KEYS[2], KEYS[3], KEYS[4])
+  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])
+end
+if redis.call('LLEN', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[4])
 end
 return removed

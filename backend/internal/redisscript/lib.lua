@@ -1,9 +1,9 @@
 -- lib.lua: helpers prepended to every script: the lock value, the owner
--- check, and the fair-mode waiter queue.
+-- check, and the fair-mode waiter queue and its hand-off.
 --
 -- The queue is a list of owner keys in arrival order. Each waiter also has
--- an entry "<expiry ms> <holder>" in the waiters hash, pushed forward by its
--- heartbeat. A waiter that stops renewing it (killed, cut off) is dropped as
+-- an entry "<expiry ms> <ttl ms> <process channel> <holder>" in the waiters
+-- hash, its expiry pushed forward by its heartbeat. A waiter that stops renewing it (killed, cut off) is dropped as
 -- soon as it reaches the head, so it never delays the waiters behind it.
 
 -- Redis 5 and 6 need this before a script may call TIME and then write;
@@ -16,26 +16,22 @@ local function now_ms()
 end
 
 -- live_head drops dead waiters from the head of the queue and returns the
--- first live one, or false when the queue is empty. It reads the clock only
--- when there is a queue.
-local function live_head(queue, waiters)
+-- first live one (or false when the queue is empty), the time if it had to
+-- read the clock, and the head's entry if it read it. The caller's own
+-- entry needs no check: it is making this call.
+local function live_head(queue, waiters, caller)
   local head = redis.call('LINDEX', queue, 0)
-  local now
-  while head do
+  local now, entry
+  while head and head ~= caller do
     now = now or now_ms()
-    local v = redis.call('HGET', waiters, head)
-    if v and tonumber(string.match(v, '^(%d+)')) > now then return head end
+    entry = redis.call('HGET', waiters, head)
+    if entry and tonumber(string.match(entry, '^(%d+)')) > now then break end
     redis.call('LPOP', queue)
-    if v then redis.call('HDEL', waiters, head) end
+    if entry then redis.call('HDEL', waiters, head) end
+    entry = nil
     head = redis.call('LINDEX', queue, 0)
   end
-  return false
-end
-
--- wake_next tells the waiters that the lock is free: the first live queued
--- waiter by its owner key, or, with no queue, anyone listening (payload "").
-local function wake_next(queue, waiters, channel)
-  redis.call('PUBLISH', channel, live_head(queue, waiters) or '')
+  return head or false, now, entry
 end
 
 -- lock_value is what the lock key holds: the owner key first (the owner
@@ -47,4 +43,34 @@ end
 
 local function owned_by(v, owner)
   return v and string.sub(v, 1, #owner + 1) == owner .. ' '
+end
+
+-- wake_next runs when the lock has just become free. If fair waiters are
+-- queued, the first live one is granted the lock right here — a hand-off:
+-- its process learns the token from the message on its process channel,
+-- with no request of its own — provided that process still listens:
+-- PUBLISH counts the receivers, and a waiter whose process has died (its
+-- connection closed with it) is skipped. Without hand-off (handoff ~= "1":
+-- Redis Cluster, where PUBLISH counts one node's receivers only) the first
+-- waiter is woken by its owner key on the lock's channel, and tries. With
+-- no queue, payload "" wakes whoever listens.
+local function wake_next(lock, fence, queue, waiters, channel, name, handoff)
+  while true do
+    local head, _, entry = live_head(queue, waiters)
+    if not head then
+      redis.call('PUBLISH', channel, '')
+      return
+    end
+    if handoff ~= '1' then
+      redis.call('PUBLISH', channel, head)
+      return
+    end
+    local ttl, proc, holder = string.match(entry, '^%d+ (%d+) (%S+) (.*)$')
+    redis.call('LPOP', queue)
+    redis.call('HDEL', waiters, head)
+    local token = redis.call('INCR', fence)
+    redis.call('SET', lock, lock_value(head, token, name, holder), 'PX', ttl)
+    if redis.call('PUBLISH', proc, head .. ' ' .. string.format('%d', token)) > 0 then return end
+    redis.call('DEL', lock)
+  end
 end

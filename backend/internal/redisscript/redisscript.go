@@ -10,8 +10,11 @@
 //	<prefix>:{<tag>}:lock     the lock: "<owner> <token> <len(name)> <name><holder>", with PX
 //	<prefix>:{<tag>}:fence    the fence counter (no TTL)
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
-//	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <holder>"; "" -> name
+//	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
+//
+// and, not tied to a lock, one channel per driver (process) that fair
+// hand-offs are published on: <prefix>:proc:<random>.
 //
 // tag is driver.NameHash(name): the first 128 bits of SHA-256(name) in hex. A lock name is any
 // UTF-8 string of up to 1024 bytes, including "{", "}" and NUL, none of
@@ -22,6 +25,7 @@
 package redisscript
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -112,16 +116,41 @@ func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl
 	return pair(acquire.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, ms(ttl), k.Name, holder, string(mode)).Slice())
 }
 
-// FairAcquire makes one attempt of a fair acquire; with wait it queues the
-// owner when not granted, or renews its place in the queue. waiterTTL is
-// how long the place lasts without another attempt.
-func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration) (granted bool, n int64, err error) {
-	w := "0"
-	if wait {
-		w = "1"
+// Outcome of a fair attempt.
+const (
+	NotGranted = 0
+	Granted    = 1 // granted by this attempt
+	HandedOff  = 2 // granted earlier, by a release that handed the lock over
+)
+
+// FairAcquire makes one attempt of a queued acquire; with wait it queues
+// the owner when not granted, or renews its place in the queue. waiterTTL
+// is how long the place lasts without another attempt. With barge, a free
+// lock is taken even if others are queued. proc is the waiter's
+// process channel for hand-offs ("" if releases do not hand off). When
+// granted (Granted or HandedOff), n is the token; otherwise the holder's
+// PTTL in ms.
+func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration, proc string, barge bool) (outcome int, n int64, err error) {
+	v, err := fairAcquire.Run(ctx, rdb, k.queueKeys(),
+		owner, ms(ttl), k.Name, holder, flag(wait), ms(waiterTTL), cmp.Or(proc, "-"), flag(proc != ""), flag(barge)).Slice()
+	if err != nil {
+		return 0, 0, err
 	}
-	return pair(fairAcquire.Run(ctx, rdb, []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel},
-		owner, ms(ttl), k.Name, holder, w, ms(waiterTTL)).Slice())
+	if len(v) != 2 {
+		return 0, 0, fmt.Errorf("unexpected script reply %v", v)
+	}
+	o, _ := v[0].(int64)
+	n, _ = v[1].(int64)
+	return int(o), n, nil
+}
+
+func (k Keys) queueKeys() []string { return []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel} }
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 func pair(v []any, err error) (bool, int64, error) {
@@ -136,10 +165,11 @@ func pair(v []any, err error) (bool, int64, error) {
 	return ok == 1, n, nil
 }
 
-// LeaveQueue removes a fair waiter that gives up, waking the next one if it
-// was first and the lock is free.
-func (k Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string) error {
-	return leaveQueue.Run(ctx, rdb, []string{k.Lock, k.Queue, k.Waiters, k.Channel}, owner).Err()
+// LeaveQueue removes a fair waiter that gives up, and passes on a lock
+// handed to it meanwhile; the next waiter is served if the lock is free.
+// handoff says whether releases hand the lock over (see FairAcquire).
+func (k Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string, handoff bool) error {
+	return leaveQueue.Run(ctx, rdb, k.queueKeys(), owner, k.Name, flag(handoff)).Err()
 }
 
 // Extend renews owner's lease for ttl; false means the lock is not owner's.
@@ -148,16 +178,17 @@ func (k Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl 
 	return n == 1, err
 }
 
-// Release frees owner's lock and wakes the next waiter; false means the
+// Release frees owner's lock and serves the next waiter; false means the
 // lock is not owner's.
-func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string) (bool, error) {
-	n, err := release.Run(ctx, rdb, []string{k.Lock, k.Queue, k.Waiters, k.Channel}, owner).Int64()
+func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, handoff bool) (bool, error) {
+	n, err := release.Run(ctx, rdb, k.queueKeys(), owner, k.Name, flag(handoff)).Int64()
 	return n == 1, err
 }
 
-// Break frees the lock whoever holds it; false means it was free.
-func (k Keys) Break(ctx context.Context, rdb redis.Scripter) (bool, error) {
-	n, err := breakLock.Run(ctx, rdb, []string{k.Lock, k.Queue, k.Waiters, k.Channel}).Int64()
+// Break frees the lock whoever holds it and serves the next waiter; false
+// means it was free.
+func (k Keys) Break(ctx context.Context, rdb redis.Scripter, handoff bool) (bool, error) {
+	n, err := breakLock.Run(ctx, rdb, k.queueKeys(), k.Name, flag(handoff)).Int64()
 	return n == 1, err
 }
 
@@ -234,9 +265,10 @@ func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	nowMS := now.Val().UnixMilli()
 	w := waiters.Val()
 	for _, owner := range queue.Val() {
-		exp, holder, _ := strings.Cut(w[owner], " ")
-		if e, err := strconv.ParseInt(exp, 10, 64); err == nil && e > nowMS {
-			st.Waiters = append(st.Waiters, []byte(holder))
+		// "<expiry ms> <ttl ms> <process channel> <holder>"
+		f := strings.SplitN(w[owner], " ", 4)
+		if e, err := strconv.ParseInt(f[0], 10, 64); err == nil && e > nowMS && len(f) == 4 {
+			st.Waiters = append(st.Waiters, []byte(f[3]))
 		}
 	}
 	if st.Name == "" && len(st.Waiters) > 0 {
@@ -292,7 +324,7 @@ func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([
 	case *redis.Client:
 		err = scan(ctx, c)
 	default:
-		return nil, fmt.Errorf("List needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+		return nil, fmt.Errorf("listing locks needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
 	}
 	return names, err
 }

@@ -1,10 +1,10 @@
--- release.lua: free the lock if it still belongs to the owner, and wake
--- the next waiter.
+-- release.lua: free the lock if it still belongs to the owner, and serve
+-- the next waiter (see wake_next).
 --
--- KEYS[1] lock  KEYS[2] queue  KEYS[3] waiters  KEYS[4] channel
--- ARGV[1] owner
+-- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
+-- ARGV[1] owner  ARGV[2] name  ARGV[3] "1" if releases hand off
 -- Returns 1 when released, 0 when the lock is not the owner's.
 if not owned_by(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
-wake_next(KEYS[2], KEYS[3], KEYS[4])
+wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])
 return 1

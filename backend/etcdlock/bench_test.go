@@ -1,0 +1,245 @@
+package etcdlock_test
+
+import (
+	"context"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/etcdlock"
+)
+
+// The benchmarks run dlock over etcdlock next to etcd's own
+// concurrency.Mutex, on one embedded server, so their ratio is measured
+// side by side:
+//
+//	go test -run '^$' -bench . -benchtime 3s ./backend/etcdlock/
+//
+// Uncontended: one client locks and unlocks one name in a loop (the
+// concurrency.Mutex reuses one session, as its users do).
+// Contended: 8 clients, each with its own etcd connection, take turns on
+// one name, holding it 1 ms each time; grants/s is the hand-off rate.
+// Ratio: both, in alternating rounds of a second; contended-x and
+// uncontended-x are dlock's rate over concurrency.Mutex's, and cpu-µs/grant
+// the process's CPU time per contended grant:
+//
+//	go test -run '^$' -bench Etcd/Ratio -benchtime 8x ./backend/etcdlock/
+//
+// On a shared machine, hand-off rates follow the disk's sync latency (a
+// hand-off is a commit); DLOCK_BENCH_DIR=/dev/shm puts the server's data on
+// a tmpfs to take that out of the comparison.
+
+const (
+	benchClients = 8
+	benchHold    = time.Millisecond
+	benchTTL     = 10 * time.Second
+)
+
+// benchServer starts the embedded server for the benchmarks, with its data
+// in DLOCK_BENCH_DIR if set (a tmpfs there takes a shared disk's fsync
+// latency out of the comparison), else in a temporary directory.
+func benchServer(b *testing.B) *etcdlock.Embedded {
+	parent := os.Getenv("DLOCK_BENCH_DIR")
+	if parent == "" {
+		return startServer(b)
+	}
+	dir, err := os.MkdirTemp(parent, "dlock-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	srv, err := etcdlock.StartEmbedded(context.Background(), etcdlock.EmbedConfig{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Close() })
+	return srv
+}
+
+// locker takes the lock and returns the function that releases it.
+type locker func(context.Context) (unlock func(), err error)
+
+func dlockLockers(b *testing.B, eps []string, name string, n int) []locker {
+	ls := make([]locker, n)
+	for i := range ls {
+		m := newLocker(b, eps, dlock.WithTTL(benchTTL)).Mutex(name)
+		ls[i] = func(ctx context.Context) (func(), error) {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return func() { _ = l.Unlock(ctx) }, nil
+		}
+	}
+	return ls
+}
+
+func mutexLockers(b *testing.B, eps []string, name string, n int) []locker {
+	ls := make([]locker, n)
+	for i := range ls {
+		s, err := concurrency.NewSession(newClient(b, eps), concurrency.WithTTL(int(benchTTL/time.Second)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		m := concurrency.NewMutex(s, name)
+		ls[i] = func(ctx context.Context) (func(), error) {
+			if err := m.Lock(ctx); err != nil {
+				return nil, err
+			}
+			return func() { _ = m.Unlock(ctx) }, nil
+		}
+	}
+	return ls
+}
+
+func BenchmarkEtcd(b *testing.B) {
+	eps := benchServer(b).Endpoints()
+
+	uncontended := func(b *testing.B, lock locker) {
+		ctx := context.Background()
+		for b.Loop() {
+			unlock, err := lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			unlock()
+		}
+	}
+	b.Run("Uncontended/dlock", func(b *testing.B) {
+		uncontended(b, dlockLockers(b, eps, "bench/uncontended/dlock", 1)[0])
+	})
+	b.Run("Uncontended/concurrency.Mutex", func(b *testing.B) {
+		uncontended(b, mutexLockers(b, eps, "bench/uncontended/mutex", 1)[0])
+	})
+
+	contended := func(b *testing.B, ls []locker) {
+		b.ResetTimer()
+		grants, elapsed, err := contend(ls, b.N, 0)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(grants)/elapsed.Seconds(), "grants/s")
+	}
+	b.Run("Contended/dlock", func(b *testing.B) {
+		contended(b, dlockLockers(b, eps, "bench/contended/dlock", benchClients))
+	})
+	b.Run("Contended/concurrency.Mutex", func(b *testing.B) {
+		contended(b, mutexLockers(b, eps, "bench/contended/mutex", benchClients))
+	})
+
+	// The ratios, measured in alternating rounds of a second each, so that
+	// a machine whose load drifts during the run affects both sides alike.
+	// Each iteration is one round of each.
+	b.Run("Ratio", func(b *testing.B) {
+		ours := dlockLockers(b, eps, "bench/ratio/dlock", benchClients)
+		theirs := mutexLockers(b, eps, "bench/ratio/mutex", benchClients)
+		const round = time.Second
+		var cpu [2]time.Duration
+		var sum [4]struct {
+			n int
+			d time.Duration
+		}
+		for b.Loop() {
+			for i, ls := range [][]locker{ours, theirs} {
+				c0 := cpuTime()
+				n, d, err := contend(ls, 0, round)
+				cpu[i] += cpuTime() - c0
+				if err != nil {
+					b.Fatal(err)
+				}
+				sum[i].n += n
+				sum[i].d += d
+				n, d, err = contend(ls[:1], 0, round/2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sum[2+i].n += n
+				sum[2+i].d += d
+			}
+		}
+		rate := func(i int) float64 { return float64(sum[i].n) / sum[i].d.Seconds() }
+		for i := range 2 {
+			b.ReportMetric(float64(cpu[i].Microseconds())/float64(sum[i].n), []string{"dlock", "mutex"}[i]+"-cpu-µs/grant")
+		}
+		b.ReportMetric(rate(0), "dlock-contended-grants/s")
+		b.ReportMetric(rate(1), "mutex-contended-grants/s")
+		b.ReportMetric(rate(0)/rate(1), "contended-x")
+		b.ReportMetric(rate(2)/rate(3), "uncontended-x")
+	})
+}
+
+// contend has every locker take the lock in turn, holding it benchHold
+// each time, until n grants in all (n > 0) or for the duration d, and
+// returns the grants and the time they took. With one locker it measures
+// uncontended lock and unlock.
+func contend(lockers []locker, n int, d time.Duration) (int, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	hold := benchHold
+	if len(lockers) == 1 {
+		hold = 0
+	}
+	var grants atomic.Int64
+	var holders atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, len(lockers))
+	start := time.Now()
+	more := func() bool {
+		if n > 0 {
+			return grants.Add(1) <= int64(n)
+		}
+		if time.Since(start) >= d {
+			return false
+		}
+		grants.Add(1)
+		return true
+	}
+	for _, lock := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for more() {
+				unlock, err := lock(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if holders.Add(1) != 1 {
+					errs <- errOverlap
+				}
+				time.Sleep(hold)
+				holders.Add(-1)
+				unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	got := int(grants.Load())
+	if n > 0 {
+		got = n
+	}
+	return got, elapsed, <-errs
+}
+
+var errOverlap = errorString("two holders at once")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// cpuTime is the CPU time this process has used (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,41 @@
+package etcdlock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/etcdlock"
+)
+
+// An etcd server inside the program, and a lock taken on it through its URL.
+func ExampleStartEmbedded() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "etcd")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	srv, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+
+	c, err := dlock.Open(ctx, srv.URL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Do(ctx, "orders/42", func(ctx context.Context, l *dlock.Lease) error {
+		fmt.Println("holding orders/42 with a fencing token:", l.Token() > 0)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: holding orders/42 with a fencing token: true
+}

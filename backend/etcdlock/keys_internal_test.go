@@ -1,0 +1,72 @@
+package etcdlock
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEscapedNamesAreInjectiveAndKeepPrefixes(t *testing.T) {
+	names := []string{
+		"a", "a/", "a/b", "a%2F", "a%", "%", "/", "//", "a\x00", "a\x00b", "\x00",
+		"a b", "ä/ö", "日本語", "a\x7f", "a\n", "A", "a/b/c", "ab", strings.Repeat("/", 1024),
+	}
+	seen := map[string]string{}
+	for _, n := range names {
+		e := escapeName(n)
+		if strings.ContainsRune(e, '/') {
+			t.Errorf("escapeName(%q) = %q contains '/'", n, e)
+		}
+		if prev, dup := seen[e]; dup {
+			t.Errorf("escapeName(%q) = escapeName(%q) = %q", n, prev, e)
+		}
+		seen[e] = n
+		if back, ok := unescapeName(e); !ok || back != n {
+			t.Errorf("unescapeName(escapeName(%q)) = %q, %v", n, back, ok)
+		}
+		for _, p := range names {
+			if strings.HasPrefix(n, p) != strings.HasPrefix(e, escapeName(p)) {
+				t.Errorf("prefix %q of %q: escaped %q of %q disagrees", p, n, escapeName(p), e)
+			}
+		}
+	}
+}
+
+func TestUnescapeRejectsForeignKeys(t *testing.T) {
+	for _, s := range []string{"a/b", "%2", "%zz", "%41", "a\x00"} {
+		if n, ok := unescapeName(s); ok {
+			t.Errorf("unescapeName(%q) = %q, want rejected", s, n)
+		}
+	}
+}
+
+func TestSplitKey(t *testing.T) {
+	d := New(nil, WithPrefix("p/"))
+	owner := strings.Repeat("ab", 16)
+	name := "x/y\x00z"
+	key := d.lockKey(name, owner)
+	if got := key; got != "p/x%2Fy%00z/"+owner {
+		t.Fatalf("lockKey = %q", got)
+	}
+	n, o, ok := d.splitKey(key)
+	if !ok || n != name || o != owner {
+		t.Fatalf("splitKey(%q) = %q, %q, %v", key, n, o, ok)
+	}
+	for _, k := range []string{"q/x/" + owner, "p/x", "p/x/", "p/x/y/z", "p//" + owner} {
+		if _, _, ok := d.splitKey(k); ok {
+			t.Errorf("splitKey(%q) accepted a key dlock does not write", k)
+		}
+	}
+}
+
+func TestTTLRoundsUpToWholeSeconds(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{{"1ns", 1}, {"1s", 1}, {"1.001s", 2}, {"1500ms", 2}, {"15s", 15}} {
+		d, _ := time.ParseDuration(c.in)
+		if got := ttlSeconds(d); got != c.want {
+			t.Errorf("ttlSeconds(%s) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package temporallock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+)
+
+// BenchmarkTemporal measures, against one dev server in one run: the floor
+// of one workflow update round trip (an update the mutex workflow answers at
+// once), uncontended Lock+Unlock, and hand-offs per second with 8 clients
+// contending for one name, in both modes.
+//
+//	go test ./backend/temporallock -run '^$' -bench Temporal -benchtime 200x
+func BenchmarkTemporal(b *testing.B) {
+	srv := startServer(b)
+	ctx := context.Background()
+
+	b.Run("UpdateRoundTrip", func(b *testing.B) {
+		d := srv.open(b, "")
+		name := "bench/floor"
+		l, err := dlock.New(d, dlock.WithTTL(30*time.Second)).Mutex(name).Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+		b.ResetTimer()
+		for b.Loop() {
+			// Answered at once (not the holder): one update, no state change.
+			if _, err := d.update(ctx, name, "", updExtend, extendReq{Owner: "bench"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, mode := range []Mode{ModeFair, ModeID} {
+		b.Run(fmt.Sprintf("%s/Uncontended", mode), func(b *testing.B) {
+			c := dlock.New(srv.open(b, "", WithMode(mode)), dlock.WithTTL(30*time.Second))
+			m := c.Mutex("bench/uncontended")
+			for b.Loop() {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("%s/Contended8", mode), func(b *testing.B) {
+			const workers = 8
+			var cs [workers]*dlock.Client
+			for i := range cs {
+				cs[i] = dlock.New(srv.open(b, "", WithMode(mode)), dlock.WithTTL(30*time.Second))
+			}
+			name := fmt.Sprintf("bench/contended/%d", b.N)
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for i := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					m := cs[i].Mutex(name)
+					for left.Add(-1) >= 0 {
+						l, err := m.Lock(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := l.Unlock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+		})
+	}
+}

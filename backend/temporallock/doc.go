@@ -1,0 +1,140 @@
+// Package temporallock keeps dlock's locks in Temporal workflows.
+//
+//	import _ "github.com/dlock/dlock/backend/temporallock"
+//	c, err := dlock.Open(ctx, "temporal://127.0.0.1:7233/default")
+//
+// or, with a Temporal client of your own, dlock.New(temporallock.New(tc)).
+//
+// # Fair mode (mode=fair, the default)
+//
+// Each lock name has one mutex workflow (MutexWorkflow) that holds the
+// lock's whole state: the holder and its lease, a FIFO queue of waiters,
+// and the fencing-token counter. A client asks for the lock with
+// update-with-start — the workflow is started if it is not running — and
+// gets a synchronous answer: granted (with a token), busy (TryLock), or
+// queued. A queued waiter then sends "wait" updates; each is held open by
+// the workflow until the waiter is granted the lock (it returns at once
+// then), or for a third of the TTL at most, after which the waiter asks
+// again. A long-poll update rather than a signal back was chosen because
+// a client process is not a workflow and cannot receive signals, and
+// because it doubles as the waiter's heartbeat: a waiter that stops asking
+// (it crashed) is dropped from the queue within its TTL. A Lock whose
+// context ends sends "release", which removes it from the queue (or gives
+// back a grant that raced the cancellation) after its last request reached
+// the workflow: it leaves nothing behind.
+//
+// Leases: the workflow ends a lease with a timer at its end, grants the
+// lock to the next waiter, and refuses the old holder's later renewals
+// ("extend" update), so the old holder learns it lost the lock at its next
+// renewal. Release and Break are updates too; Inspect is a query. A waiter
+// dates its lease from the send time of the wait that brought the grant,
+// corrected by the server-measured time the wait was held open and the
+// grant's age, so its deadline never falls after the workflow's timer;
+// if that answer arrived too late to leave a useful lease (the wait sat in
+// the server while no worker ran), it renews once before returning.
+//
+// Fencing: the token is a counter in the workflow's state, incremented on
+// every grant. It is durable (it is in the workflow's history, which the
+// server persists) and survives server restarts and worker crashes. The
+// first run starts it at its start time in microseconds, so even if an
+// operator terminates a mutex workflow, the next one starts above every
+// token the old one granted. DurableFencing is true.
+//
+// History: the workflow continues as new after 3000 history events (or
+// when the server suggests it), carrying holder, queue and counter;
+// waiters' open "wait" updates return before it does and are re-sent to
+// the new run. An idle mutex workflow has no timer and costs only its
+// stored state; it keeps running so that its counter is kept.
+//
+// Server setting: each waiting client keeps one update in flight on the
+// mutex workflow, and Temporal admits 10 in-flight updates per workflow
+// by default (dynamic config history.maxInFlightUpdates). With more than
+// about 8 clients waiting on one name, raise it; otherwise the surplus
+// waiters' updates are refused and they retry, and may lose their place.
+//
+// # Id mode (mode=id)
+//
+// The lock is a workflow run whose ID is derived from the name
+// (IDLockWorkflow): a client holds the lock while its run is running.
+// Acquire starts the run with ID-conflict policy FAIL (the start fails
+// while another run with the ID is running: this is what excludes),
+// reuse policy ALLOW_DUPLICATE (a closed run does not block the name;
+// REJECT_DUPLICATE would lock it out until the run left retention) and
+// WorkflowExecutionErrorWhenAlreadyStarted (without it the Go SDK returns
+// the running workflow's run instead of an error, and a naive lock would
+// believe it acquired). A busy lock is dlock.ErrNotAcquired. The run holds
+// the lease with a workflow timer, renewed by an "extend" update; when the
+// timer fires the run ends and the name is free. Release terminates the
+// lease's own run (named by its first run ID, so it can never end a later
+// holder's run, and needing no worker); Break terminates whatever runs.
+// A long-held lease continues as new to bound its history; requests name
+// the chain's first run, so they follow it. There is no queue: Lock
+// retries, woken by a long poll on the running run's close event (no
+// fixed-interval polling while the lock is held), so waiting is not fair
+// and WithFair is refused; Grant.Recovered is not reported (LockDelay
+// false: the lock-delay option then always applies).
+//
+// Fencing in id mode: the token is the lock run's start time in
+// microseconds, by the Temporal server's clock, read by the client with a
+// describe call after the start. Runs of one ID never overlap (FAIL), so
+// a run starts after the previous one closed, and its token is higher as
+// long as the server's clock does not step back across the hand-over.
+// Tokens are durable (they are the runs' recorded start times). This is
+// weaker than fair mode's counter, which needs no clock at all.
+//
+// # Workers
+//
+// Lease expiry and hand-over are workflow code, so a worker must run the
+// lock workflows. By default every driver runs its own worker on the task
+// queue "dlock" (a queue of its own, so that the lock workflows never land
+// on a worker of the application that lacks them): with every client
+// process a worker, the locks keep working as long as any client runs. A
+// service that runs its own workers may pass WithoutWorker (URL
+// worker=false) and call RegisterWorkflows on a worker that polls the same
+// task queue. All workers of the queue must run the same version of this
+// package (workflow code must be deterministic across workers).
+//
+// A worker crash loses nothing: the workflows' state is in the server, and
+// another worker (any other client) picks up their tasks. With no worker
+// at all, nothing expires and nobody is granted until one comes back.
+//
+// # Locks from inside workflows
+//
+// Lock (with Unlock on the lease it returns) takes a fair-mode lock from a
+// workflow, waiting in the same queue as clients; see its doc.
+//
+// # Guarantees
+//
+// Clocks: lease ends are timers of the Temporal server; the client's lease
+// deadline is measured on its own monotonic clock from the send time of
+// its last confirmed request, so only clock rates must be close. Crash of a
+// client: its lease ends by timer within its TTL; a queued waiter is dropped
+// within its TTL. Partition: a cut-off client cannot renew and sees its
+// lease end before the server's timer does. Server restart: all state is
+// in the server's persistence; leases, queues and tokens survive, and
+// clients and workers reconnect (a lease whose renewals failed for its
+// whole TTL during the restart is lost).
+//
+// # URL
+//
+//	temporal://[:API_KEY@]host:port/namespace?param=value&...
+//
+// host:port is the frontend (default 127.0.0.1:7233), namespace defaults
+// to "default". The API key, if any, goes in the password place of the
+// URL (so it is never printed) or in an environment variable named by
+// api-key-env; it turns TLS on. Parameters:
+//
+//	mode=fair|id               the mode (default fair)
+//	task-queue=NAME            task queue of the lock workflows (default dlock)
+//	worker=false               do not run a worker in this client
+//	api-key-env=VAR            read the API key from $VAR
+//	tls=true|false             TLS to the frontend (on with any tls-* or an API key)
+//	tls-ca=FILE                PEM CA bundle to verify the server with
+//	tls-cert=FILE&tls-key=FILE client certificate for mTLS
+//	tls-server-name=NAME       server name to verify
+//	tls-insecure-skip-verify=true  do not verify the server (testing only)
+//
+// # Names
+//
+// Any dlock name maps to a workflow ID one-to-one; see WorkflowID.
+package temporallock

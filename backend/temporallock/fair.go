@@ -1,0 +1,285 @@
+package temporallock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Bounds of one round trip of an acquire. A waiter's "wait" update returns
+// within waitSlice; the rest is room for a slow or restarting server.
+const (
+	callTimeout     = 30 * time.Second
+	unreachableFor  = 90 * time.Second // a waiter gives up after this long without an answer
+	cleanupDeadline = 30 * time.Second
+)
+
+// fairAcquire asks the name's mutex workflow for the lock by
+// update-with-start (starting the workflow if it is not running) and gets a
+// synchronous granted, busy or queued. A queued waiter then long-polls with
+// "wait" updates, each of which returns as soon as the lock is granted to
+// it, or after a slice of its TTL; each also renews its place in the queue,
+// so a waiter that crashed is dropped within its TTL.
+//
+// Every call runs detached from ctx so that its outcome is known; when ctx
+// ends first, the owner's entry is removed (or its grant released) once the
+// call in flight has reached the workflow, so a cancelled Lock leaves
+// nothing behind.
+func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	ar := acquireReq{Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, Wait: req.Wait}
+	sent := time.Now()
+	rep, err := d.acquireDetached(ctx, req, ar)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+
+	failingSince := time.Time{}
+	for {
+		switch rep.Status {
+		case stGranted:
+			g := driver.Grant{Token: rep.Token, Since: sent.Add(rep.Waited - rep.Age), Recovered: rep.Recovered}
+			if time.Since(g.Since) < req.TTL/3 {
+				return g, nil
+			}
+			// The answer took long to arrive (the wait sat in the server,
+			// say while no worker ran), so what we know of the lease's
+			// start is too old to be useful: renew it once to start
+			// afresh, or learn that it is gone already.
+			g.Since = time.Now()
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			err := d.Extend(ectx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token}, req.TTL)
+			cancel()
+			if err == nil {
+				if ctx.Err() != nil {
+					d.leaveQueue(req, nil)
+					return driver.Grant{}, ctx.Err()
+				}
+				return g, nil
+			}
+			rep = reply{Status: stGone}
+			continue
+		case stBusy:
+			return driver.Grant{}, fmt.Errorf("%w: %q", driver.ErrNotAcquired, req.Name)
+		case stGone:
+			// Our place was lost (we could not ask again within the TTL,
+			// say while the server restarted): queue again, at the back.
+			sent = time.Now()
+			if rep, err = d.acquireDetached(ctx, req, ar); err != nil {
+				return driver.Grant{}, err
+			}
+			continue
+		case stQueued:
+		default:
+			return driver.Grant{}, fmt.Errorf("%w: temporal: unexpected reply %q", driver.ErrUnavailable, rep.Status)
+		}
+
+		sent = time.Now()
+		accepted, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			defer cancel()
+			rep, err = d.waitUpdate(cctx, req.Name, req.Owner, accepted)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// Once the wait is in the workflow, a release sent now is
+			// handled after it: it ends the wait and leaves the queue.
+			d.leaveQueue(req, accepted)
+			return driver.Grant{}, ctx.Err()
+		}
+		if err == nil {
+			failingSince = time.Time{}
+			continue
+		}
+		// The server is unreachable or restarting: keep our place by
+		// asking again, for a while.
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+		} else if time.Since(failingSince) > unreachableFor {
+			d.leaveQueue(req, nil)
+			return driver.Grant{}, unavailable(ctx, "wait "+strconv.Quote(req.Name), err)
+		}
+		rep = reply{Status: stQueued}
+		select {
+		case <-ctx.Done():
+			d.leaveQueue(req, nil)
+			return driver.Grant{}, ctx.Err()
+		case <-time.After(driver.Jitter(500 * time.Millisecond)):
+		}
+	}
+}
+
+// acquireDetached sends the acquire update detached from ctx; see
+// fairAcquire.
+func (d *Driver) acquireDetached(ctx context.Context, req driver.Request, ar acquireReq) (reply, error) {
+	done := make(chan struct{})
+	var rep reply
+	var err error
+	go func() {
+		defer close(done)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+		defer cancel()
+		rep, err = d.acquireUpdate(cctx, req.Name, ar)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		d.leaveQueue(req, done)
+		return reply{}, ctx.Err()
+	}
+	if err != nil {
+		// The outcome is unknown: we may be queued or even hold it.
+		d.leaveQueue(req, nil)
+		return reply{}, unavailable(ctx, "acquire "+strconv.Quote(req.Name), err)
+	}
+	return rep, nil
+}
+
+// leaveQueue removes req.Owner from the queue, or releases its grant, in
+// the background, once after (if not nil) is closed.
+func (d *Driver) leaveQueue(req driver.Request, after <-chan struct{}) {
+	go func() {
+		if after != nil {
+			select {
+			case <-after:
+			case <-time.After(callTimeout):
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupDeadline)
+		defer cancel()
+		_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
+	}()
+}
+
+func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq) (reply, error) {
+	start := d.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       d.workflowID(name),
+		TaskQueue:                d.cfg.taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowTaskTimeout:      workflowTaskTimeout,
+	}, mutexWorkflowName, mutexState{Name: name, HistoryLimit: d.cfg.historyLimit})
+	h, err := d.c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   updAcquire,
+			Args:         []any{ar},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	var rep reply
+	if err == nil {
+		err = h.Get(ctx, &rep)
+	}
+	return rep, err
+}
+
+// waitUpdate sends one "wait" and closes accepted once the workflow has
+// taken it (or the call failed).
+func (d *Driver) waitUpdate(ctx context.Context, name, owner string, accepted chan<- struct{}) (reply, error) {
+	h, err := d.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   d.workflowID(name),
+		UpdateName:   updWait,
+		Args:         []any{ownerReq{Owner: owner}},
+		WaitForStage: client.WorkflowUpdateStageAccepted,
+	})
+	close(accepted)
+	var rep reply
+	if err == nil {
+		err = h.Get(ctx, &rep)
+	}
+	if err != nil && isNotFound(err) {
+		return reply{Status: stGone}, nil
+	}
+	return rep, err
+}
+
+// Inspect implements driver.Driver.
+func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	if d.cfg.mode == ModeID {
+		return (*idLocker)(d).inspect(ctx, name)
+	}
+	var s mutexState
+	found, err := d.query(ctx, d.workflowID(name), "", &s)
+	if err != nil || !found {
+		return driver.Info{Name: name}, err
+	}
+	return s.info(), nil
+}
+
+func (s mutexState) info() driver.Info {
+	in := driver.Info{Name: s.Name}
+	if h := s.Holder; h != nil {
+		in.Held, in.Token, in.Holder = true, h.Token, h.Holder
+		in.ExpiresIn = max(time.Until(h.Expires), 0)
+	}
+	for _, e := range s.Queue {
+		in.Waiters = append(in.Waiters, e.Holder)
+	}
+	return in
+}
+
+// query runs the "state" query; found is false when no such workflow runs.
+func (d *Driver) query(ctx context.Context, id, runID string, out any) (found bool, err error) {
+	v, err := d.c.QueryWorkflow(ctx, id, runID, qryState)
+	if err != nil {
+		if isNotFound(err) {
+			return false, nil
+		}
+		return false, unavailable(ctx, "query "+id, err)
+	}
+	if err := v.Get(out); err != nil {
+		return false, fmt.Errorf("%w: temporal query %s: %w", driver.ErrUnavailable, id, err)
+	}
+	return true, nil
+}
+
+// List implements driver.Driver. It lists the running lock workflows of
+// the driver's mode and task queue through Temporal's visibility store
+// (which may lag a moment behind) and queries each.
+func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	wfType := mutexWorkflowName
+	if d.cfg.mode == ModeID {
+		wfType = idLockWorkflowName
+	}
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND TaskQueue = '%s'",
+		wfType, strings.ReplaceAll(d.cfg.taskQueue, "'", "''"))
+	var out []driver.Info
+	var page []byte
+	for {
+		resp, err := d.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: page})
+		if err != nil {
+			return nil, unavailable(ctx, "list", err)
+		}
+		for _, e := range resp.Executions {
+			var in driver.Info
+			var found bool
+			if d.cfg.mode == ModeID {
+				in, found, err = (*idLocker)(d).inspectRun(ctx, e.Execution.WorkflowId, e.Execution.RunId)
+			} else {
+				var s mutexState
+				found, err = d.query(ctx, e.Execution.WorkflowId, "", &s)
+				in = s.info()
+			}
+			if err != nil {
+				return nil, err
+			}
+			if found && strings.HasPrefix(in.Name, prefix) && (in.Held || len(in.Waiters) > 0) {
+				out = append(out, in)
+			}
+		}
+		if page = resp.NextPageToken; len(page) == 0 {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package temporallock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+type lockResult struct {
+	l   *dlock.Lease
+	err error
+}
+
+// lockAsync starts m.Lock in the background.
+func lockAsync(ctx context.Context, m *dlock.Mutex) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		l, err := m.Lock(ctx)
+		ch <- lockResult{l, err}
+	}()
+	return ch
+}
+
+// waitWaiters waits until Inspect shows n waiters on name.
+func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) dlock.Info {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		in, err := c.Inspect(ctxT(t, 30*time.Second), name)
+		if err == nil && len(in.Waiters) == n {
+			return in
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect(%q): want %d waiters, got %+v (err %v)", name, n, in, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func recv(t *testing.T, ch <-chan lockResult, what string) *dlock.Lease {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: Lock: %v", what, r.err)
+		}
+		return r.l
+	case <-time.After(90 * time.Second):
+		t.Fatalf("%s: Lock did not return within 90s", what)
+	}
+	return nil
+}
+
+// testWorkerKilled: the only worker of the lock workflows dies (its
+// connections cut and frozen) while a lock is held and waited for. The
+// holder, which can no longer renew, sees its lease lost; once a new worker
+// runs, the waiter is granted the lock with a higher token and the old
+// holder's renewals are refused.
+func testWorkerKilled(t *testing.T, srv server) {
+	const queue = "dlock-test-worker-killed"
+	proxy := testenv.NewProxy(t, srv.Addr)
+	wc, err := client.DialContext(ctxT(t, 30*time.Second), client.Options{HostPort: proxy.Addr(), Namespace: srv.Namespace, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1 := worker.New(wc, queue, worker.Options{LocalActivityWorkerOnly: true, StickyScheduleToStartTimeout: time.Second})
+	RegisterWorkflows(w1)
+	if err := w1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Unblock(); w1.Stop(); wc.Close() })
+
+	a := srv.client(t, WithTaskQueue(queue), WithoutWorker())
+	b := srv.client(t, WithTaskQueue(queue), WithoutWorker())
+	name := "worker-killed/" + t.Name()
+	la, err := a.Mutex(name).Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bch := lockAsync(ctxT(t, 120*time.Second), b.Mutex(name))
+	waitWaiters(t, a, name, 1)
+
+	proxy.Block()
+	proxy.Cut()
+	select {
+	case <-la.Done():
+	case <-time.After(3 * testTTL):
+		t.Fatal("the holder did not see its lease lost with no worker to renew it")
+	}
+	if !errors.Is(la.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("holder's Err = %v, want ErrLeaseLost", la.Err())
+	}
+	select {
+	case r := <-bch:
+		t.Fatalf("the waiter got the lock (%v, %v) while no worker ran", r.l, r.err)
+	default:
+	}
+
+	w2 := worker.New(a.Driver().(*Driver).c, queue, worker.Options{LocalActivityWorkerOnly: true})
+	RegisterWorkflows(w2)
+	if err := w2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Stop()
+	lb := recv(t, bch, "waiter")
+	if lb.Token() <= la.Token() {
+		t.Errorf("waiter's token %d, want > %d", lb.Token(), la.Token())
+	}
+	if err := la.Unlock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("old holder's Unlock: got %v, want ErrLeaseLost", err)
+	}
+	if err := lb.Unlock(ctxT(t, 30*time.Second)); err != nil {
+		t.Errorf("waiter's Unlock: %v", err)
+	}
+}
+
+// testServerRestart: the Temporal server is killed and restarted while a
+// lock is held and two clients wait for it. Holder, token and queue order
+// survive, and the lock then goes to the waiters in their order.
+func testServerRestart(t *testing.T, srv server) {
+	const ttl = 15 * time.Second // outlasts the restart, so the holder keeps its lease
+	open := func() *dlock.Client { return dlock.New(srv.open(t, ""), dlock.WithTTL(ttl)) }
+	a, b, c := open(), open(), open()
+	name := "server-restart/" + t.Name()
+	la, err := a.Mutex(name).Lock(ctxT(t, 60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bch := lockAsync(ctxT(t, 180*time.Second), b.Mutex(name, dlock.WithNote("B")))
+	waitWaiters(t, a, name, 1)
+	cch := lockAsync(ctxT(t, 180*time.Second), c.Mutex(name, dlock.WithNote("C")))
+	waitWaiters(t, a, name, 2)
+
+	srv.Restart(t)
+	waitReady(t, srv)
+
+	in := waitWaiters(t, a, name, 2)
+	if !in.Held || in.Token != la.Token() {
+		t.Fatalf("after restart: held=%v token=%d, want held with token %d", in.Held, in.Token, la.Token())
+	}
+	if in.Waiters[0].Note != "B" || in.Waiters[1].Note != "C" {
+		t.Fatalf("after restart: waiters %q, %q; want B, C", in.Waiters[0].Note, in.Waiters[1].Note)
+	}
+	select {
+	case <-la.Done():
+		t.Fatalf("the holder lost its lease over the restart: %v", la.Err())
+	default:
+	}
+	if err := la.Unlock(ctxT(t, 60*time.Second)); err != nil {
+		t.Fatalf("holder's Unlock after restart: %v", err)
+	}
+	lb := recv(t, bch, "B")
+	select {
+	case r := <-cch:
+		t.Fatalf("C was granted (%v) while B held the lock", r.err)
+	default:
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("B's token %d, want > %d", lb.Token(), la.Token())
+	}
+	if err := lb.Unlock(ctxT(t, 60*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lc := recv(t, cch, "C")
+	if lc.Token() <= lb.Token() {
+		t.Errorf("C's token %d, want > %d", lc.Token(), lb.Token())
+	}
+	if err := lc.Unlock(ctxT(t, 60*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testStopsRenewing: a holder that stops renewing (a driver-level grant
+// nobody extends) loses the lock at the end of its TTL, by the lock
+// workflow's timer: a waiter gets it with a higher token, and the old
+// holder's renewal and release are refused.
+func testStopsRenewing(t *testing.T, srv server, mode Mode) {
+	d := srv.open(t, "", WithMode(mode))
+	name := "stops-renewing/" + t.Name()
+	req := driver.Request{Name: name, Owner: "0123456789abcdef0123456789abcdef", TTL: testTTL}
+	g, err := d.Acquire(ctxT(t, 60*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := dlock.New(srv.open(t, "", WithMode(mode)), dlock.WithTTL(testTTL))
+	lw, err := waiter.Mutex(name).Lock(ctxT(t, 4*testTTL+60*time.Second))
+	if err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if lw.Token() <= g.Token {
+		t.Errorf("waiter's token %d, want > %d", lw.Token(), g.Token)
+	}
+	held := driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
+	if err := d.Extend(ctxT(t, 30*time.Second), held, testTTL); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Extend after expiry: got %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctxT(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Release after expiry: got %v, want ErrLeaseLost", err)
+	}
+	if err := lw.Unlock(ctxT(t, 30*time.Second)); err != nil {
+		t.Errorf("waiter's Unlock: %v", err)
+	}
+}
+
+// testIDContinueAsNew: an id-mode lease renewed often enough that its run
+// continues as new stays held with the same token, and is renewed and
+// released through the new run; a later holder's chain is out of the old
+// owner's reach.
+func testIDContinueAsNew(t *testing.T, srv server) {
+	d := srv.open(t, "", WithMode(ModeID), withHistoryLimit(20))
+	ctx := ctxT(t, 120*time.Second)
+	name := "id-continue-as-new/" + t.Name()
+	g, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "a", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := g.Handle.(string)
+	held := driver.Held{Name: name, Owner: "a", Token: g.Token, Handle: g.Handle}
+	for i := 0; ; i++ {
+		desc, err := d.describe(ctx, WorkflowID(ModeID, name), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if desc.GetWorkflowExecutionInfo().GetExecution().GetRunId() != first {
+			break // continued as new
+		}
+		if i == 50 {
+			t.Fatal("the lock run did not continue as new after 50 renewals (history limit 20)")
+		}
+		if err := d.Extend(ctx, held, testTTL); err != nil {
+			t.Fatalf("Extend %d: %v", i, err)
+		}
+	}
+	if err := d.Extend(ctx, held, testTTL); err != nil {
+		t.Fatalf("Extend after continue-as-new: %v", err)
+	}
+	in, err := d.Inspect(ctx, name)
+	if err != nil || !in.Held || in.Token != g.Token {
+		t.Fatalf("Inspect after continue-as-new: %+v, %v; want held with token %d", in, err, g.Token)
+	}
+	if err := d.Release(ctx, held); err != nil {
+		t.Fatalf("Release after continue-as-new: %v", err)
+	}
+	g2, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "b", TTL: testTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Token <= g.Token {
+		t.Errorf("next token %d, want > %d", g2.Token, g.Token)
+	}
+	if err := d.Extend(ctx, held, testTTL); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("old owner's Extend against the new holder: got %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctx, held); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("old owner's Release against the new holder: got %v, want ErrLeaseLost", err)
+	}
+	if err := d.Release(ctx, driver.Held{Name: name, Owner: "b", Token: g2.Token, Handle: g2.Handle}); err != nil {
+		t.Errorf("new holder's Release: %v", err)
+	}
+}

@@ -1,0 +1,457 @@
+package temporallock
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// Names of the fair mutex workflow and of the messages it handles. They are
+// part of the wire format between clients, workers and recorded histories:
+// never rename them.
+const (
+	mutexWorkflowName = "dlock.Mutex"
+
+	updAcquire = "acquire" // acquireReq -> reply: granted, queued or busy
+	updWait    = "wait"    // ownerReq -> reply: granted, queued (ask again) or gone
+	updExtend  = "extend"  // extendReq -> reply: ok or lost
+	updRelease = "release" // ownerReq -> reply: ok (released, or left the queue) or lost
+	updBreak   = "break"   // none -> reply: ok or free
+	qryState   = "state"   // -> mutexState
+
+	// Signals from lock-holding workflows (the workflow-side API), which
+	// cannot call updates: the same requests, answered by signals back.
+	sigAcquire = "dlock.acquire" // acquireReq with ReplyTo
+	sigExtend  = "dlock.extend"  // extendReq
+	sigRelease = "dlock.release" // ownerReq
+
+	// Signals to a lock-holding workflow, suffixed with the owner key.
+	sigGrantPrefix = "dlock.grant." // grantMsg
+	sigLostPrefix  = "dlock.lost."  // grantMsg (Token of the lost lease)
+)
+
+// Reply statuses.
+const (
+	stGranted = "granted"
+	stQueued  = "queued"
+	stBusy    = "busy"
+	stGone    = "gone" // not holder and not queued
+	stOK      = "ok"
+	stLost    = "lost"
+	stFree    = "free"
+)
+
+// defaultHistoryLimit is the history length at which the mutex workflow
+// continues as new, carrying its state. Temporal also suggests continuing
+// after 2000 updates (history.maxTotalUpdates × 0.9); both keep the history
+// bounded.
+const defaultHistoryLimit = 3000
+
+// entry is a holder or a queued waiter.
+type entry struct {
+	Owner  string
+	TTL    time.Duration
+	Holder []byte `json:",omitempty"`
+	// Expires is, for the holder, the end of its lease; for a client
+	// waiter, the time by which it must ask again (its presence), or it
+	// is dropped from the queue. Workflow time.
+	Expires time.Time
+	// Token and GrantedAt are set when the entry holds the lock.
+	Token     uint64    `json:",omitempty"`
+	GrantedAt time.Time `json:",omitzero"`
+	// ReplyTo is the workflow that asked, for the workflow-side API; it
+	// is answered by signal and has no presence deadline.
+	ReplyTo *caller `json:",omitempty"`
+}
+
+type caller struct {
+	WorkflowID string
+	RunID      string
+}
+
+// mutexState is the whole state of one name's mutex workflow: what it
+// carries across continue-as-new and what the "state" query returns.
+type mutexState struct {
+	Name string
+	// Token is the last fencing token granted. The first run starts it at
+	// its start time in microseconds, so that even a mutex workflow that
+	// was terminated and started anew hands out tokens above the old
+	// one's (unless that granted more than one a microsecond on average).
+	Token  uint64
+	Holder *entry  `json:",omitempty"`
+	Queue  []entry `json:",omitempty"`
+	// Recovered: the last lease ended without a release (expiry or break).
+	Recovered bool `json:",omitempty"`
+	// HistoryLimit overrides defaultHistoryLimit (tests use a small one).
+	HistoryLimit int `json:",omitempty"`
+}
+
+type acquireReq struct {
+	Owner   string
+	TTL     time.Duration
+	Holder  []byte `json:",omitempty"`
+	Wait    bool
+	ReplyTo *caller `json:",omitempty"`
+}
+
+type ownerReq struct {
+	Owner string
+}
+
+type extendReq struct {
+	Owner string
+	Token uint64
+	TTL   time.Duration
+}
+
+type reply struct {
+	Status    string
+	Token     uint64 `json:",omitempty"`
+	Recovered bool   `json:",omitempty"`
+	// Age is how long ago, by the workflow's clock, the lock was granted,
+	// and Waited how long a wait was held open before it returned: the
+	// grant happened Waited-Age after the wait reached the workflow, which
+	// is after the client sent it.
+	Age    time.Duration `json:",omitempty"`
+	Waited time.Duration `json:",omitempty"`
+}
+
+type grantMsg struct {
+	Token     uint64
+	Recovered bool `json:",omitempty"`
+}
+
+// mutex is the running mutex workflow.
+type mutex struct {
+	s mutexState
+	// changed wakes the main loop to re-arm its timer and to check
+	// continue-as-new.
+	changed bool
+	// draining: the run is about to continue as new; waits return at once
+	// so that no handler is left running.
+	draining bool
+}
+
+// MutexWorkflow is the fair mutex of one lock name: a FIFO queue of
+// waiters, the holder and its lease, and the fencing-token counter. Clients
+// talk to it by update (acquire, wait, extend, release, break) and query
+// (state); lock-holding workflows by signal. It runs until terminated,
+// continuing as new to keep its history short; an idle one has no timer.
+func MutexWorkflow(ctx workflow.Context, s mutexState) error {
+	m := &mutex{s: s}
+	if m.s.Token == 0 {
+		m.s.Token = uint64(workflow.Now(ctx).UnixMicro())
+	}
+	if err := m.register(ctx); err != nil {
+		return err
+	}
+	m.receiveSignals(ctx)
+
+	var timer workflow.Future
+	var timerAt time.Time
+	var cancelTimer workflow.CancelFunc
+	for {
+		now := workflow.Now(ctx)
+		m.expire(ctx, now)
+
+		if m.shouldContinueAsNew(ctx) {
+			m.draining = true
+			if err := awaitHandlersFinished(ctx); err != nil {
+				return err
+			}
+			m.drainSignals(ctx)
+			m.expire(ctx, workflow.Now(ctx))
+			return workflow.NewContinueAsNewError(ctx, MutexWorkflow, m.s)
+		}
+
+		// One timer for the earliest deadline; re-armed only when a
+		// deadline comes earlier than the armed one, so that renewals
+		// (which push deadlines later) add no timer events.
+		if next := m.nextDeadline(); !next.IsZero() && (timer == nil || next.Before(timerAt)) {
+			if cancelTimer != nil {
+				cancelTimer()
+			}
+			var tctx workflow.Context
+			tctx, cancelTimer = workflow.WithCancel(ctx)
+			timer, timerAt = workflow.NewTimer(tctx, max(next.Sub(now), time.Millisecond)), next
+		}
+		m.changed = false
+		armed := timer
+		if err := workflow.Await(ctx, func() bool { return m.changed || (armed != nil && armed.IsReady()) }); err != nil {
+			return err
+		}
+		if armed != nil && armed.IsReady() {
+			timer, cancelTimer = nil, nil
+		}
+	}
+}
+
+func (m *mutex) register(ctx workflow.Context) error {
+	handlers := []struct {
+		name string
+		fn   any
+	}{
+		{updAcquire, func(ctx workflow.Context, r acquireReq) (reply, error) { return m.acquire(ctx, r), nil }},
+		{updWait, m.wait},
+		{updExtend, func(ctx workflow.Context, r extendReq) (reply, error) { return m.extend(ctx, r), nil }},
+		{updRelease, func(ctx workflow.Context, r ownerReq) (reply, error) { return m.release(ctx, r.Owner), nil }},
+		{updBreak, func(ctx workflow.Context) (reply, error) { return m.breakLock(ctx), nil }},
+	}
+	for _, h := range handlers {
+		if err := workflow.SetUpdateHandler(ctx, h.name, h.fn); err != nil {
+			return err
+		}
+	}
+	return workflow.SetQueryHandler(ctx, qryState, func() (mutexState, error) { return m.s, nil })
+}
+
+// receiveSignals serves the workflow-side API's signals in the background.
+func (m *mutex) receiveSignals(ctx workflow.Context) {
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		acq := workflow.GetSignalChannel(ctx, sigAcquire)
+		ext := workflow.GetSignalChannel(ctx, sigExtend)
+		rel := workflow.GetSignalChannel(ctx, sigRelease)
+		for {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(acq, func(c workflow.ReceiveChannel, _ bool) { m.onAcquireSignal(ctx, c) })
+			sel.AddReceive(ext, func(c workflow.ReceiveChannel, _ bool) { m.onExtendSignal(ctx, c) })
+			sel.AddReceive(rel, func(c workflow.ReceiveChannel, _ bool) { m.onReleaseSignal(ctx, c) })
+			sel.Select(ctx)
+		}
+	})
+}
+
+// drainSignals handles signals that arrived but were not yet received, so
+// that none is lost by continuing as new.
+func (m *mutex) drainSignals(ctx workflow.Context) {
+	for _, s := range []struct {
+		name string
+		fn   func(workflow.Context, workflow.ReceiveChannel)
+	}{{sigAcquire, m.onAcquireSignal}, {sigExtend, m.onExtendSignal}, {sigRelease, m.onReleaseSignal}} {
+		c := workflow.GetSignalChannel(ctx, s.name)
+		for c.Len() > 0 {
+			s.fn(ctx, c)
+		}
+	}
+}
+
+func (m *mutex) onAcquireSignal(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r acquireReq
+	c.Receive(ctx, &r)
+	if r.ReplyTo == nil {
+		return
+	}
+	r.Wait = true
+	if rep := m.acquire(ctx, r); rep.Status == stGranted {
+		m.notify(ctx, *r.ReplyTo, sigGrantPrefix+r.Owner, grantMsg{Token: rep.Token, Recovered: rep.Recovered})
+	}
+}
+
+func (m *mutex) onExtendSignal(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r extendReq
+	c.Receive(ctx, &r)
+	// A renewal that comes too late needs no answer: the holder was sent
+	// the lost signal when its lease ended.
+	m.extend(ctx, r)
+}
+
+func (m *mutex) onReleaseSignal(ctx workflow.Context, c workflow.ReceiveChannel) {
+	var r ownerReq
+	c.Receive(ctx, &r)
+	m.release(ctx, r.Owner)
+}
+
+func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
+	now := workflow.Now(ctx)
+	m.expire(ctx, now) // a lease past its end must not make a TryLock fail
+	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
+		return reply{Status: stGranted, Token: h.Token, Age: now.Sub(h.GrantedAt)}
+	}
+	if i := m.queued(r.Owner); i >= 0 {
+		m.s.Queue[i].Expires = now.Add(r.TTL)
+		return reply{Status: stQueued}
+	}
+	e := entry{Owner: r.Owner, TTL: r.TTL, Holder: r.Holder, ReplyTo: r.ReplyTo}
+	if m.s.Holder == nil && len(m.s.Queue) == 0 {
+		m.grant(now, e)
+		return reply{Status: stGranted, Token: m.s.Holder.Token, Recovered: m.s.Recovered}
+	}
+	if !r.Wait {
+		return reply{Status: stBusy}
+	}
+	if e.ReplyTo == nil {
+		e.Expires = now.Add(r.TTL)
+	}
+	m.s.Queue = append(m.s.Queue, e)
+	m.changed = true
+	return reply{Status: stQueued}
+}
+
+// waitSlice bounds one wait: a waiter asks again after it, which both
+// proves it is still there and keeps no update open for long.
+func waitSlice(ttl time.Duration) time.Duration {
+	return min(max(ttl/3, time.Second), 20*time.Second)
+}
+
+// wait returns when r.Owner is granted the lock, leaves the queue, or after
+// a slice of its TTL (status queued: ask again).
+func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
+	started := workflow.Now(ctx)
+	i := m.queued(r.Owner)
+	if i >= 0 {
+		m.s.Queue[i].Expires = workflow.Now(ctx).Add(m.s.Queue[i].TTL)
+		m.changed = true
+		if !m.draining {
+			slice := waitSlice(m.s.Queue[i].TTL)
+			if _, err := workflow.AwaitWithTimeout(ctx, slice, func() bool {
+				return m.draining || m.queued(r.Owner) < 0
+			}); err != nil {
+				return reply{}, err
+			}
+		}
+	}
+	now := workflow.Now(ctx)
+	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
+		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt), Waited: now.Sub(started)}, nil
+	}
+	if i := m.queued(r.Owner); i >= 0 {
+		m.s.Queue[i].Expires = now.Add(m.s.Queue[i].TTL)
+		return reply{Status: stQueued}, nil
+	}
+	return reply{Status: stGone}, nil
+}
+
+func (m *mutex) extend(ctx workflow.Context, r extendReq) reply {
+	h := m.s.Holder
+	now := workflow.Now(ctx)
+	if h == nil || h.Owner != r.Owner || h.Token != r.Token || !now.Before(h.Expires) {
+		return reply{Status: stLost}
+	}
+	h.Expires = now.Add(r.TTL)
+	h.TTL = r.TTL
+	m.changed = true
+	return reply{Status: stOK, Token: h.Token}
+}
+
+func (m *mutex) release(ctx workflow.Context, owner string) reply {
+	if h := m.s.Holder; h != nil && h.Owner == owner {
+		m.s.Recovered = false
+		m.end(ctx, false)
+		return reply{Status: stOK}
+	}
+	if i := m.queued(owner); i >= 0 {
+		m.s.Queue = append(m.s.Queue[:i], m.s.Queue[i+1:]...)
+		m.changed = true
+		return reply{Status: stOK}
+	}
+	return reply{Status: stLost}
+}
+
+func (m *mutex) breakLock(ctx workflow.Context) reply {
+	if m.s.Holder == nil {
+		return reply{Status: stFree}
+	}
+	m.end(ctx, true)
+	return reply{Status: stOK}
+}
+
+// end takes the lock from its holder (released, or lost when lost is
+// true) and grants it to the next waiter.
+func (m *mutex) end(ctx workflow.Context, lost bool) {
+	h := m.s.Holder
+	m.s.Holder = nil
+	if lost {
+		m.s.Recovered = true
+		if h.ReplyTo != nil {
+			m.notify(ctx, *h.ReplyTo, sigLostPrefix+h.Owner, grantMsg{Token: h.Token})
+		}
+	}
+	m.changed = true
+	m.grantNext(ctx)
+}
+
+// expire ends a lease whose time is up and drops waiters that stopped
+// asking.
+func (m *mutex) expire(ctx workflow.Context, now time.Time) {
+	q := m.s.Queue[:0]
+	for _, e := range m.s.Queue {
+		if e.ReplyTo != nil || now.Before(e.Expires) {
+			q = append(q, e)
+		}
+	}
+	m.s.Queue = q
+	if h := m.s.Holder; h != nil && !now.Before(h.Expires) {
+		m.end(ctx, true)
+	} else if h == nil {
+		m.grantNext(ctx)
+	}
+}
+
+func (m *mutex) grantNext(ctx workflow.Context) {
+	if m.s.Holder != nil || len(m.s.Queue) == 0 {
+		return
+	}
+	e := m.s.Queue[0]
+	m.s.Queue = m.s.Queue[1:]
+	m.grant(workflow.Now(ctx), e)
+	if e.ReplyTo != nil {
+		m.notify(ctx, *e.ReplyTo, sigGrantPrefix+e.Owner, grantMsg{Token: m.s.Holder.Token, Recovered: m.s.Recovered})
+	}
+}
+
+func (m *mutex) grant(now time.Time, e entry) {
+	m.s.Token++
+	e.Token, e.GrantedAt, e.Expires = m.s.Token, now, now.Add(e.TTL)
+	m.s.Holder = &e
+	m.changed = true
+}
+
+// notify signals a lock-holding workflow. If it is gone (completed or
+// terminated), a grant it cannot take is released at once rather than
+// left to expire.
+func (m *mutex) notify(ctx workflow.Context, to caller, signal string, msg grantMsg) {
+	f := workflow.SignalExternalWorkflow(ctx, to.WorkflowID, to.RunID, signal, msg)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if err := f.Get(ctx, nil); err != nil {
+			if h := m.s.Holder; h != nil && h.ReplyTo != nil && *h.ReplyTo == to && h.Token == msg.Token {
+				m.end(ctx, true)
+			}
+		}
+	})
+}
+
+func (m *mutex) queued(owner string) int {
+	for i, e := range m.s.Queue {
+		if e.Owner == owner {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *mutex) nextDeadline() time.Time {
+	var next time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if m.s.Holder != nil {
+		consider(m.s.Holder.Expires)
+	}
+	for _, e := range m.s.Queue {
+		if e.ReplyTo == nil {
+			consider(e.Expires)
+		}
+	}
+	return next
+}
+
+func (m *mutex) shouldContinueAsNew(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	limit := m.s.HistoryLimit
+	if limit <= 0 {
+		limit = defaultHistoryLimit
+	}
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= limit
+}

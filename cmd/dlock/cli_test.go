@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
+	dev := sharedDev(t)
+	closed := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) // nothing listens there
+	noDev := cleanEnv("XDG_RUNTIME_DIR=" + t.TempDir())
+	for _, tc := range []struct {
+		what string
+		env  []string
+		args []string
+		want int
+		says string
+	}{
+		{"unknown scheme", noDev, []string{"run", "--backend", "nosuch://h", "x", "--", "true"}, exitUsage, `unknown scheme "nosuch"`},
+		{"unknown scheme in DLOCK_BACKEND", cleanEnv("DLOCK_BACKEND=nosuch://h"), []string{"list"}, exitUsage, "DLOCK_BACKEND"},
+		{"unreachable backend", noDev, []string{"run", "--timeout", "3s", "--backend", "etcd://" + closed, "x", "--", "true"}, exitUnavailable, closed},
+		{"unreachable backend, inspect", noDev, []string{"inspect", "--timeout", "3s", "--backend", "etcd://" + closed, "x"}, exitUnavailable, closed},
+		{"password never printed", noDev, []string{"run", "--timeout", "3s", "--backend", "etcd://admin:hunter2@" + closed, "x", "--", "true"}, exitUnavailable, "admin:xxxxx@"},
+		{"password never printed, bad scheme", noDev, []string{"run", "--backend", "nosuch://admin:hunter2@h", "x", "--", "true"}, exitUsage, "admin:xxxxx@"},
+		{"no backend at all", noDev, []string{"run", "x", "--", "true"}, exitUsage, "dlock dev"},
+		{"empty name", dev.env(), []string{"run", "", "--", "true"}, exitUsage, "empty"},
+		{"empty name, inspect", dev.env(), []string{"inspect", ""}, exitUsage, "empty"},
+		{"empty name, break", dev.env(), []string{"break", ""}, exitUsage, "empty"},
+		{"name not UTF-8", dev.env(), []string{"run", "\xff", "--", "true"}, exitUsage, "UTF-8"},
+		{"missing CMD", dev.env(), []string{"run", "x"}, exitUsage, "missing CMD"},
+		{"missing CMD after --", dev.env(), []string{"run", "x", "--"}, exitUsage, "missing CMD"},
+		{"missing NAME", dev.env(), []string{"run"}, exitUsage, "missing NAME"},
+		{"bad duration", dev.env(), []string{"run", "--ttl", "soon", "x", "--", "true"}, exitUsage, "--ttl"},
+		{"negative TTL", dev.env(), []string{"run", "--ttl", "-1s", "x", "--", "true"}, exitUsage, "--ttl"},
+		{"TTL below the backend's minimum", dev.env(), []string{"run", "--ttl", "1ms", "x", "--", "true"}, exitUsage, "TTL"},
+		{"contradicting flags", dev.env(), []string{"run", "--no-wait", "--wait", "1s", "x", "--", "true"}, exitUsage, "--no-wait"},
+		{"unknown flag", dev.env(), []string{"run", "--frobnicate", "x", "--", "true"}, exitUsage, "--frobnicate"},
+		{"unknown command", dev.env(), []string{"lock", "x"}, exitUsage, `"lock"`},
+		{"unknown demo", dev.env(), []string{"demo", "bank"}, exitUsage, `"bank"`},
+		{"in-process backend for a demo", dev.env(), []string{"demo", "seckill", "--backend", "mem://"}, exitUsage, "separate processes"},
+		{"unreachable backend for a demo", dev.env(), []string{"demo", "fencing", "--timeout", "3s", "--backend", "etcd://" + closed}, exitUnavailable, closed},
+		{"bad worker count", dev.env(), []string{"demo", "seckill", "--workers", "0"}, exitUsage, "--workers"},
+		{"bad key count", dev.env(), []string{"bench", "--keys", "9", "--workers", "2"}, exitUsage, "--keys"},
+		{"extra argument", dev.env(), []string{"inspect", "a", "b"}, exitUsage, "NAME"},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			t.Parallel()
+			r := runDlock(t, tc.env, tc.args...)
+			if r.code != tc.want {
+				t.Errorf("status %d, want %d\n%s", r.code, tc.want, r)
+			}
+			msg := strings.TrimSuffix(r.stderr, "\n")
+			if strings.Count(r.stderr, "\n") != 1 || !strings.HasPrefix(msg, "dlock") || !strings.Contains(msg, tc.says) {
+				t.Errorf("stderr = %q; want one line that starts with \"dlock\" and says %q", r.stderr, tc.says)
+			}
+			if strings.Contains(r.stdout+r.stderr, "hunter2") {
+				t.Errorf("the password was printed: %s", r)
+			}
+		})
+	}
+}
+
+// Help is pure text: it runs in the test process, not through the binary.
+func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
+	help := func(args ...string) (int, string, string) {
+		var out, errb strings.Builder
+		code := dlockMain(args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	for _, args := range [][]string{
+		{"--help"}, {"help"}, {"run", "--help"}, {"inspect", "--help"}, {"list", "--help"}, {"break", "--help"},
+		{"dev", "--help"}, {"demo", "--help"}, {"demo", "seckill", "--help"}, {"demo", "fencing", "--help"},
+		{"bench", "--help"}, {"help", "run"}, {"run", "-h"},
+	} {
+		code, out, errs := help(args...)
+		if code != 0 || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage:") || errs != "" {
+			t.Errorf("dlock %s: status %d, stderr %q, stdout:\n%s", strings.Join(args, " "), code, errs, out)
+		}
+	}
+	_, out, _ := help("run", "--help")
+	for _, status := range []string{"64", "69", "75", "79", "126, 127"} {
+		if !strings.Contains(out, status) {
+			t.Errorf("dlock run --help does not document exit status %s", status)
+		}
+	}
+	for _, flag := range []string{"--ttl D", "--wait D", "--no-wait", "--fair", "--grace D", "--backend URL"} {
+		if !strings.Contains(out, flag) {
+			t.Errorf("dlock run --help does not list %s", flag)
+		}
+	}
+}

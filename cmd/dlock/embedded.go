@@ -1,0 +1,21 @@
+package main
+
+import (
+	"context"
+
+	"github.com/dlock/dlock/backend/etcdlock"
+)
+
+// embeddedNode is a single-node etcd server inside this process: what
+// "dlock dev" serves, and the throwaway default backend of demo and bench.
+type embeddedNode interface {
+	// URL is the etcd:// URL that dlock.Open takes, in this process or others.
+	URL() string
+	Close() error
+}
+
+// startEmbedded starts a node with its data in dir, serving clients on
+// listen (host:port; "" picks a free loopback port). Its log is discarded.
+func startEmbedded(ctx context.Context, dir, listen string) (embeddedNode, error) {
+	return etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir, ClientAddr: listen})
+}

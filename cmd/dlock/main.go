@@ -1,0 +1,150 @@
+// Command dlock runs a command under a distributed lock, inspects and breaks
+// locks, runs a single-node etcd for local work, shows the races that locks
+// and fencing tokens prevent, and benchmarks a backend.
+//
+//	dlock run [flags] NAME -- CMD [ARGS...]   hold NAME while CMD runs
+//	dlock inspect NAME                        who holds NAME, its token and expiry
+//	dlock list [PREFIX]                       the locks held or waited on
+//	dlock break NAME                          force-release NAME
+//	dlock dev                                 a local etcd that dlock commands share
+//	dlock demo seckill | dlock demo fencing   the flash-sale race; Kleppmann's paused holder
+//	dlock bench                               throughput, latency and fairness of a backend
+//
+// Every command takes --backend URL (or the environment variable
+// DLOCK_BACKEND); see "dlock help" for how the default is chosen.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	os.Exit(dlockMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// command is one subcommand; each lives in its own file.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *cmdEnv, args []string) error
+	hidden  bool // internal worker processes of the demos
+}
+
+// cmdEnv is what every command is given: where to write, and the
+// --backend given before the command name, if any.
+type cmdEnv struct {
+	stdout, stderr io.Writer
+	name           string // "run", "demo seckill", …: prefixes error messages
+	backend        string
+}
+
+func commands() []command {
+	return []command{
+		{name: "run", summary: "hold a lock while a command runs", run: runCmd},
+		{name: "inspect", summary: "show who holds a lock, its token, expiry and waiters", run: inspectCmd},
+		{name: "list", summary: "list the locks held or waited on", run: listCmd},
+		{name: "break", summary: "force-release a lock; the next holder gets a higher token", run: breakCmd},
+		{name: "dev", summary: "run a single-node etcd that dlock commands on this machine share", run: devCmd},
+		{name: "demo", summary: "demonstrations: seckill (the flash-sale race), fencing (a paused holder)", run: demoCmd},
+		{name: "bench", summary: "measure a backend: throughput, acquire and hand-off latency, fairness", run: benchCmd},
+		{name: "help", summary: "show help for a command", run: helpCmd},
+		{name: seckillWorkerCmd, run: seckillWorker, hidden: true},
+		{name: fencingHolderCmd, run: fencingHolder, hidden: true},
+	}
+}
+
+const mainUsage = `dlock — distributed locks with leases and fencing tokens
+
+Usage:
+  dlock [--backend URL] COMMAND [flags] [args]
+
+Commands:
+%s
+Run "dlock COMMAND --help" for a command's flags and an example.
+` + backendHelp + `
+Exit status: 0 on success, 64 for a usage error (bad flag, name or URL),
+69 when the backend cannot be reached; "dlock run --help" lists the others.
+
+Example:
+  dlock dev &                                  # a local etcd, found by the other commands
+  dlock run backup -- ./backup.sh              # at most one backup at a time
+  dlock list
+`
+
+func printMainUsage(w io.Writer) {
+	var b strings.Builder
+	for _, c := range commands() {
+		if !c.hidden {
+			fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprintf(w, mainUsage, b.String())
+}
+
+// dlockMain runs the command line args and returns the exit status.
+func dlockMain(args []string, stdout, stderr io.Writer) int {
+	env := &cmdEnv{stdout: stdout, stderr: stderr, name: "dlock"}
+	fs := newFlagSet("dlock", "", nil)
+	fs.help = func() { printMainUsage(stdout) }
+	fs.StringVar(&env.backend, "backend", "", "backend URL")
+	if err := parseFlags(fs, args); err != nil {
+		return report(env, err)
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		printMainUsage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		env.name = "dlock " + name
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if name == "run" || c.hidden {
+			stop() // run forwards signals to its command itself; workers die with their parent
+			ctx = context.Background()
+		}
+		return report(env, c.run(ctx, env, args[1:]))
+	}
+	return report(env, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench (see dlock --help)", name))
+}
+
+func helpCmd(_ context.Context, env *cmdEnv, args []string) error {
+	if len(args) == 0 {
+		printMainUsage(env.stdout)
+		return nil
+	}
+	return exitStatus(dlockMain([]string{args[0], "--help"}, env.stdout, env.stderr))
+}
+
+// report prints err as one line prefixed with the command's name and returns
+// the exit status it maps to.
+func report(env *cmdEnv, err error) int {
+	if err == nil {
+		return 0
+	}
+	var st exitStatus
+	if errors.As(err, &st) {
+		return int(st)
+	}
+	fmt.Fprintf(env.stderr, "%s: %s\n", env.name, oneLine(err))
+	return statusOf(err)
+}
+
+// oneLine flattens an error message for a one-line report, and drops the
+// "dlock: " prefix of the library's errors, which the command name repeats.
+func oneLine(err error) string {
+	msg := strings.NewReplacer("\n\t", "; ", "\n", "; ", "\t", " ").Replace(strings.TrimSpace(err.Error()))
+	msg = strings.ReplaceAll(msg, ": dlock: ", ": ")
+	return strings.TrimPrefix(msg, "dlock: ")
+}

@@ -1,0 +1,362 @@
+package main
+
+// The tests drive the built dlock binary as a user would: against a shared
+// "dlock dev" server, and against the throwaway embedded etcd of the demos.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// dlockBin is the binary under test, built once by TestMain.
+var dlockBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dlock-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dlockBin = filepath.Join(dir, "dlock")
+	args := []string{"build", "-o", dlockBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stopSharedDev()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is how a dlock invocation ended.
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
+}
+
+// cleanEnv is the test's environment without the variables that choose a
+// backend, plus extra.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DLOCK_BACKEND=") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// dlockCmd prepares a dlock process that dies with the test binary.
+func dlockCmd(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(dlockBin, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// runDlock runs dlock to completion; a run longer than two minutes fails
+// the test (every path must end in bounded time).
+func runDlock(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := dlockCmd(env, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("dlock %s did not end within 2 minutes\n%s\n%s", strings.Join(args, " "), out.String(), errb.String())
+	}
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+		if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() {
+			r.code = 128 + int(ws.Signal())
+		}
+	default:
+		t.Fatal(err)
+	}
+	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "DATA RACE") {
+		t.Errorf("dlock %s crashed or raced:\n%s", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// background is a dlock process running while the test does other things.
+type background struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	done   chan struct{}
+	res    result
+}
+
+func startDlock(t *testing.T, env []string, args ...string) *background {
+	t.Helper()
+	b := &background{cmd: dlockCmd(env, args...), done: make(chan struct{})}
+	b.cmd.Stdout, b.cmd.Stderr = &b.stdout, &b.stderr
+	start := time.Now()
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := b.cmd.Wait()
+		b.res = result{code: b.cmd.ProcessState.ExitCode(), took: time.Since(start)}
+		if ws := b.cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() {
+			b.res.code = 128 + int(ws.Signal())
+		}
+		_ = err
+		close(b.done)
+	}()
+	t.Cleanup(func() {
+		_ = b.cmd.Process.Signal(syscall.SIGCONT)
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	})
+	return b
+}
+
+func (b *background) pid() int { return b.cmd.Process.Pid }
+
+// wait waits for the process to exit, at most two minutes.
+func (b *background) wait(t *testing.T) result {
+	t.Helper()
+	select {
+	case <-b.done:
+		b.res.stdout, b.res.stderr = b.stdout.String(), b.stderr.String()
+		return b.res
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("dlock (pid %d) did not exit within 2 minutes\n%s", b.pid(), b.stderr.String())
+	}
+	return result{}
+}
+
+// devServer is a running "dlock dev".
+type devServer struct {
+	xdg  string // its XDG_RUNTIME_DIR, where it announces its URL
+	url  string
+	proc *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// env is the environment in which dlock finds this server by itself.
+func (d *devServer) env(extra ...string) []string {
+	return cleanEnv(append([]string{"XDG_RUNTIME_DIR=" + d.xdg}, extra...)...)
+}
+
+// startDev runs "dlock dev" with its announcement in xdg and its data in
+// dataDir, and returns once it has announced its URL.
+func startDev(xdg, dataDir string, port int) (*devServer, error) {
+	d := &devServer{xdg: xdg, out: &lockedBuffer{}, done: make(chan struct{})}
+	d.proc = dlockCmd(cleanEnv("XDG_RUNTIME_DIR="+xdg), "dev", "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	d.proc.Stdout, d.proc.Stderr = d.out, d.out
+	if err := d.proc.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = d.proc.Wait(); close(d.done) }()
+	announce := filepath.Join(xdg, "dlock", "dev.url")
+	deadline := time.After(90 * time.Second)
+	for {
+		if b, err := os.ReadFile(announce); err == nil {
+			if url, pid, ok := parseDevFile(b); ok && pid == d.proc.Process.Pid {
+				d.url = url
+				return d, nil
+			}
+		}
+		select {
+		case <-d.done:
+			return nil, fmt.Errorf("dlock dev exited: %s", d.out.String())
+		case <-deadline:
+			d.stop()
+			return nil, fmt.Errorf("dlock dev did not announce itself within 90s: %s", d.out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop interrupts the server (as Ctrl-C does) and waits for it to exit.
+func (d *devServer) stop() {
+	_ = d.proc.Process.Signal(os.Interrupt)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		_ = d.proc.Process.Kill()
+		<-d.done
+	}
+}
+
+var (
+	devOnce   sync.Once
+	sharedSrv *devServer
+	devErr    error
+	devDir    string
+)
+
+// sharedDev is the "dlock dev" server that the tests of this binary share.
+func sharedDev(t *testing.T) *devServer {
+	t.Helper()
+	devOnce.Do(func() {
+		devDir, devErr = os.MkdirTemp("", "dlock-dev-test-")
+		if devErr == nil {
+			sharedSrv, devErr = startDev(filepath.Join(devDir, "run"), filepath.Join(devDir, "data"), testenv.FreePort(t))
+		}
+	})
+	if devErr != nil {
+		t.Fatal(devErr)
+	}
+	return sharedSrv
+}
+
+func stopSharedDev() {
+	if sharedSrv != nil {
+		sharedSrv.stop()
+	}
+	if devDir != "" {
+		os.RemoveAll(devDir)
+	}
+}
+
+// lockState is "dlock inspect --json NAME".
+func lockState(t *testing.T, env []string, name string) lockJSON {
+	t.Helper()
+	r := runDlock(t, env, "inspect", "--json", name)
+	if r.code != 0 {
+		t.Fatalf("inspect %s: %s", name, r)
+	}
+	var j lockJSON
+	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
+		t.Fatalf("inspect --json output: %v\n%s", err, r.stdout)
+	}
+	return j
+}
+
+// waitHeld waits until name is held (by the holder with pid, if not 0).
+func waitHeld(t *testing.T, env []string, name string, pid int) lockJSON {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		j := lockState(t, env, name)
+		if j.Held && (pid == 0 || j.Holder.PID == pid) {
+			return j
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%q was not held (by pid %d) within a minute", name, pid)
+	return lockJSON{}
+}
+
+// waitWaiters waits until name has n waiters.
+func waitWaiters(t *testing.T, env []string, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for len(lockState(t, env, name).Waiters) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q did not get %d waiters within a minute", name, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitFile waits until path holds a line, and returns it.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			return strings.TrimSpace(string(b))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s was not written within a minute", path)
+	return ""
+}
+
+// pidFromFile reads a PID that a test's CMD wrote, and makes sure the
+// process is killed when the test ends whatever happens.
+func pidFromFile(t *testing.T, path string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(waitFile(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+// running reports whether pid is a live process (not a zombie).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && len(b) > i+2 && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// waitGone waits (a bounded time) until pid no longer runs.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for running(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) still runs", what, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

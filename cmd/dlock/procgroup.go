@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// forwardedSignals are passed on by dlock run to its CMD's process group.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// processGroup is the process group of a command started with Setpgid: its
+// ID is the leader's PID.
+type processGroup int
+
+// signal sends sig to every process in the group at once.
+func (g processGroup) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-int(g), sig)
+}
+
+// alive reports whether a process of the group is still running. Zombies do
+// not count: a member whose parent died waits for init to reap it, which
+// some container inits never do.
+func (g processGroup) alive() bool {
+	if err := syscall.Kill(-int(g), 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // no /proc: trust kill(2)
+	}
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := bytes.Fields(stat[i+1:])
+		if len(fields) < 3 || string(fields[0]) == "Z" || string(fields[0]) == "X" {
+			continue
+		}
+		if pgrp, err := strconv.Atoi(string(fields[2])); err == nil && pgrp == int(g) {
+			return true
+		}
+	}
+	return false
+}
+
+// stop sends SIGTERM to the group, SIGKILL after grace if any member is
+// left, and waits (a bounded time) until none is. Signals that arrive
+// meanwhile are passed on.
+func (g processGroup) stop(grace time.Duration, sigs <-chan os.Signal) {
+	g.signal(syscall.SIGTERM)
+	kill := time.After(grace)
+	giveUp := time.After(grace + 10*time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for g.alive() {
+		select {
+		case s := <-sigs:
+			g.signal(s.(syscall.Signal))
+		case <-kill:
+			g.signal(syscall.SIGKILL)
+		case <-giveUp:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// foregroundTerminal reports whether dlock runs in the foreground of the
+// terminal on its stdin; CMD's group then takes the foreground, so that it
+// can read the terminal and gets Ctrl-C itself.
+func foregroundTerminal() (fd int, ok bool) {
+	var pgrp int32
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, os.Stdin.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp)))
+	if errno != 0 {
+		return 0, false
+	}
+	return int(os.Stdin.Fd()), int(pgrp) == syscall.Getpgrp()
+}
+
+// takeTerminalBack makes dlock's group the terminal's foreground group again
+// once CMD has exited. From a background group that raises SIGTTOU, ignored
+// for the call.
+func takeTerminalBack(fd int) {
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	pgrp := int32(syscall.Getpgrp())
+	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
+}
