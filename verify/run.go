@@ -213,17 +213,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset})
 	res.Backend, res.Fault, res.History = cfg.Backend, string(cfg.Fault), path
+	if cfg.Fault != None && h.rounds == 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the run was too short to inject %s: allow at least 5 TTLs", cfg.Fault))
+	}
 	return res, nil
 }
 
 // harness runs one verification: the register, the clients, the faults.
 type harness struct {
-	cfg   Config
-	parts string // the processes' own histories and logs
-	rec   *recorder
-	reg   *register
-	names []string
-	until time.Time
+	cfg    Config
+	parts  string // the processes' own histories and logs
+	rec    *recorder
+	reg    *register
+	names  []string
+	until  time.Time
+	rounds int // fault rounds injected
 
 	mu    sync.Mutex
 	procs map[int]*client // by slot
@@ -374,6 +378,7 @@ func (h *harness) nemesis(ctx context.Context) {
 		return
 	}
 	for round := 0; time.Now().Before(last); round++ {
+		h.rounds++
 		var target *client
 		if h.cfg.Fault == Pause || h.cfg.Fault == Kill || h.cfg.Fault == Net {
 			// The hold outlasts the fault a little, so that the lease can
