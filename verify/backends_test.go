@@ -12,6 +12,7 @@ import (
 	_ "github.com/dlock/dlock/backend/pglock"
 	_ "github.com/dlock/dlock/backend/redislock"
 	_ "github.com/dlock/dlock/backend/redlock"
+	_ "github.com/dlock/dlock/backend/temporallock"
 	_ "github.com/dlock/dlock/backend/zklock"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -167,6 +168,19 @@ var backends = []backend{
 				Endpoints: []string{m.Addr},
 				URL:       func(eps []string) string { return m.URL(testenv.MariaDBUser, testenv.MariaDBPassword, eps[0]) },
 				Restart:   func() { m.Restart(t) },
+			}
+		},
+	},
+	{
+		name:   "temporal",
+		faults: []Fault{None, Pause, Kill, Net, Restart},
+		bound:  10 * time.Second, // the dev server restarts in seconds
+		start: func(t testing.TB) Deployment {
+			srv := testenv.StartTemporal(t)
+			return Deployment{
+				Endpoints: []string{srv.Addr},
+				URL:       func(eps []string) string { return "temporal://" + eps[0] + "/" + srv.Namespace },
+				Restart:   func() { srv.Restart(t) },
 			}
 		},
 	},
