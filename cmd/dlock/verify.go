@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/verify"
+)
+
+// verifyWorkerCmd is the hidden command a verification's client processes
+// run; their configuration comes in the environment.
+const verifyWorkerCmd = "_verify-worker"
+
+const verifyUsage = `Usage: dlock verify [--backend URL] [flags]
+
+Runs the verification workload against your own deployment: client
+processes on this machine loop acquire → write their fencing token to a
+fenced register → hold → release, while faults a client can inject on its
+own side are applied; then the history is checked (see the documentation of
+package github.com/dlock/dlock/verify) and a summary table printed.
+
+Faults (--faults client): pause (a holder frozen with SIGSTOP past its TTL),
+kill (a holder killed with SIGKILL), net (a holder's connections frozen, or
+cut and slowed, through a local proxy; only when every URL host has a port
+and the URL does not ask for verified TLS). Each fault runs for --duration,
+after a fault-free run.
+
+Flags:
+{{flags}}` + backendHelp + `
+Exit status: 0 when every run passed, 1 when a property was violated, 64 for
+a usage error, 69 when the backend cannot be reached.
+
+Example:
+  dlock verify --backend redis://127.0.0.1:6379/0 --faults client --duration 30s
+`
+
+func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
+	fs := newFlagSet("dlock verify", verifyUsage, env.stdout)
+	var bf backendFlags
+	bf.register(fs)
+	clients := fs.Int("clients", 4, "client `N` processes")
+	duration := fs.Duration("duration", 20*time.Second, "length `D` of each run")
+	faults := fs.String("faults", "client", "`KIND`: client (pause, kill, net, after a fault-free run) or none")
+	history := fs.String("history", "", "write the history to `FILE` (with several runs, FILE-<fault>.jsonl); default: a temporary directory")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease length `D` the clients ask for")
+	bound := fs.Duration("bound", 5*time.Second, "after a fault heals, a grant must come within TTL + `D`")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageErrorf("unexpected argument %q (see dlock verify --help)", fs.Arg(0))
+	case *clients < 2 || *clients > 64:
+		return usageErrorf("--clients %d: want 2..64 client processes", *clients)
+	case *ttl <= 0 || *bound <= 0:
+		return usageErrorf("--ttl and --bound must be positive")
+	case *duration < 5**ttl:
+		return usageErrorf("--duration %v: want at least 5 TTLs (%v), room for a fault and the recovery after it", *duration, 5**ttl)
+	}
+	var runs []verify.Fault
+	switch *faults {
+	case "none":
+		runs = []verify.Fault{verify.None}
+	case "client":
+		runs = append([]verify.Fault{verify.None}, verify.ClientFaults...)
+	default:
+		return usageErrorf("--faults %q: want client or none", *faults)
+	}
+	b, err := bf.shared(env)
+	if err != nil {
+		return err
+	}
+	// Check the backend before starting processes: a bad URL or an
+	// unreachable server is reported once, plainly.
+	c, err := bf.open(ctx, b)
+	if err != nil {
+		return err
+	}
+	caps := c.Capabilities()
+	c.Close()
+	label := dlock.Redact(b.url)
+	if u, err := url.Parse(b.url); err == nil && u.Scheme != "" {
+		label = u.Scheme
+	}
+	if caps.InProcess {
+		return usageErrorf("backend %s keeps its locks inside one process; verify needs one that client processes share", b)
+	}
+	if caps.MinTTL > 0 && *ttl < caps.MinTTL {
+		return usageErrorf("--ttl %v: this backend's shortest lease is %v", *ttl, caps.MinTTL)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the dlock binary to start client processes: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "dlock-verify-")
+	if err != nil {
+		return err
+	}
+	deploy := verify.DeploymentFromURL(b.url)
+
+	var results []*verify.Result
+	for _, f := range runs {
+		if f == verify.Net && len(deploy.Endpoints) == 0 {
+			fmt.Fprintln(env.stderr, "dlock verify: skipping the net fault: the URL's hosts need explicit ports, and verified TLS cannot be proxied")
+			continue
+		}
+		res, err := verify.Run(ctx, verify.Config{
+			Backend: label, Fault: f, Deploy: deploy, Clients: *clients, TTL: *ttl, Duration: *duration, Bound: *bound,
+			Dir:   filepath.Join(dir, string(f)),
+			Spawn: func() *exec.Cmd { return exec.Command(self, verifyWorkerCmd) },
+			Log:   env.stderr,
+		})
+		if err != nil {
+			return fmt.Errorf("run with fault %s: %w", f, err)
+		}
+		if *history != "" {
+			dst := *history
+			if len(runs) > 1 {
+				dst = strings.TrimSuffix(dst, filepath.Ext(dst)) + "-" + string(f) + ".jsonl"
+			}
+			if err := copyHistory(res.History, dst); err != nil {
+				return fmt.Errorf("write the history: %w", err)
+			}
+			res.History = dst
+		}
+		results = append(results, res)
+	}
+	return printVerdicts(env, results)
+}
+
+// printVerdicts prints the summary table, each run's violations and notes,
+// and the overall verdict; a violation makes the exit status 1.
+func printVerdicts(env *cmdEnv, results []*verify.Result) error {
+	w := env.stdout
+	fmt.Fprintln(w)
+	verify.WriteTable(w, results)
+	fmt.Fprintln(w)
+	failed := false
+	list := func(prefix string, items []string) {
+		for i, s := range items {
+			if i == 10 {
+				fmt.Fprintf(w, "  %s… and %d more\n", prefix, len(items)-10)
+				return
+			}
+			fmt.Fprintf(w, "  %s%s\n", prefix, s)
+		}
+	}
+	for _, r := range results {
+		fmt.Fprintf(w, "%s × %s: %s; history %s\n", r.Backend, r.Fault, r.Verdict(), r.History)
+		var vs []string
+		for _, v := range r.Violations {
+			vs = append(vs, v.String())
+		}
+		list("", vs)
+		list("note: ", r.Notes)
+		failed = failed || r.Verdict() != "PASS"
+	}
+	if failed {
+		fmt.Fprintln(w, "verdict: FAIL — see the violations above")
+		return exitStatus(1)
+	}
+	fmt.Fprintln(w, "verdict: PASS — no violation found")
+	return nil
+}
+
+func copyHistory(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
+// verifyWorker is a client process of dlock verify.
+func verifyWorker(context.Context, *cmdEnv, []string) error {
+	if !verify.IsWorker() {
+		return usageErrorf("%s is started by dlock verify, not by hand", verifyWorkerCmd)
+	}
+	if st := verify.WorkerMain(); st != 0 {
+		return exitStatus(st)
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package verify
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/memlock"
+	"github.com/dlock/dlock/dlocktest"
+	"github.com/dlock/dlock/driver"
+)
+
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		os.Exit(WorkerMain())
+	}
+	dlocktest.Main(m)
+}
+
+// inProcess runs the workload on goroutines against drivers made by wrap
+// over one memlock server, without faults.
+func inProcess(t *testing.T, backend string, wrap func(*memlock.Driver) driver.Driver) *Result {
+	t.Helper()
+	srv := memlock.NewServer()
+	res, err := Run(context.Background(), Config{
+		Backend: backend, Clients: 4, Duration: 3 * time.Second, TTL: time.Second, Dir: t.TempDir(),
+		HoldMin: 5 * time.Millisecond, HoldMax: 30 * time.Millisecond,
+		Open: func(context.Context) (*dlock.Client, error) { return dlock.New(wrap(memlock.New(srv))), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d ops, %d grants, %d overlaps, %d refused; %v", backend, res.Ops, res.Grants, res.Overlaps, res.Refused, res.Violations[:min(3, len(res.Violations))])
+	return res
+}
+
+func hasViolation(r *Result, check string) bool {
+	for _, v := range r.Violations {
+		if v.Check == check {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCorrectBackendPasses(t *testing.T) {
+	res := inProcess(t, "memlock", func(d *memlock.Driver) driver.Driver { return d })
+	if res.Verdict() != "PASS" || res.Grants < 10 || res.Overlaps != 0 {
+		t.Fatalf("memlock: verdict %s, %d grants, %d overlaps: %v", res.Verdict(), res.Grants, res.Overlaps, res.Violations)
+	}
+}
+
+// grantsBlindly is a broken backend: it grants every acquire at once, with
+// increasing tokens, and never checks who holds the lock.
+type grantsBlindly struct {
+	driver.Driver
+	tokens *atomic.Uint64
+}
+
+func (b grantsBlindly) Acquire(context.Context, driver.Request) (driver.Grant, error) {
+	return driver.Grant{Token: b.tokens.Add(1)}, nil
+}
+func (b grantsBlindly) Extend(context.Context, driver.Held, time.Duration) error { return nil }
+func (b grantsBlindly) Release(context.Context, driver.Held) error               { return nil }
+
+func TestBackendThatGrantsWithoutCheckingIsCaught(t *testing.T) {
+	var tokens atomic.Uint64
+	res := inProcess(t, "grants-blindly", func(d *memlock.Driver) driver.Driver { return grantsBlindly{d, &tokens} })
+	if res.Verdict() != "FAIL" || !hasViolation(res, CheckExclusion) {
+		t.Fatalf("a backend without exclusion passed: %d overlaps, violations %v", res.Overlaps, res.Violations)
+	}
+	if res.Refused == 0 {
+		t.Errorf("the fence refused no stale write of the overlapping holders")
+	}
+}
+
+// reusesTokens is a broken backend: exclusion holds, but every grant has
+// token 1, so a resource cannot tell a stale holder from the current one.
+type reusesTokens struct{ driver.Driver }
+
+func (b reusesTokens) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := b.Driver.Acquire(ctx, req)
+	g.Token = 1
+	return g, err
+}
+
+func TestBackendThatReusesTokensIsCaught(t *testing.T) {
+	res := inProcess(t, "reuses-tokens", func(d *memlock.Driver) driver.Driver { return reusesTokens{d} })
+	if res.Verdict() != "FAIL" || !hasViolation(res, CheckTokens) {
+		t.Fatalf("a backend with constant tokens passed: %v", res.Violations)
+	}
+}
+
+// history builds a synthetic history, one millisecond per event.
+type history struct {
+	t0     time.Time
+	events []Event
+}
+
+func (h *history) add(e Event) *history {
+	if h.t0.IsZero() {
+		h.t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	e.Time = h.t0.Add(time.Duration(len(h.events)) * time.Millisecond)
+	h.events = append(h.events, e)
+	return h
+}
+
+// grant records a complete acquire of "x" by proc.
+func (h *history) grant(proc string, hold int, token uint64) *history {
+	h.add(Event{Proc: proc, Op: OpAcquire, Phase: Invoke, ID: int64(hold * 10), Hold: hold, Name: "x"})
+	return h.add(Event{Proc: proc, Op: OpAcquire, Phase: OK, ID: int64(hold * 10), Hold: hold, Name: "x", Token: token})
+}
+
+// write records a write and the register's decision (seq) in between.
+func (h *history) write(proc string, hold, n int, token uint64, seq int64, phase Phase, highest uint64) *history {
+	id := int64(hold*10 + n)
+	v := writeValue(proc, hold, n)
+	h.add(Event{Proc: proc, Op: OpWrite, Phase: Invoke, ID: id, Hold: hold, Name: "x", Token: token, Value: v})
+	h.add(Event{Proc: "register", Op: OpDecide, Phase: phase, Name: "x", Token: token, Value: v, Seq: seq, Highest: highest})
+	return h.add(Event{Proc: proc, Op: OpWrite, Phase: phase, ID: id, Hold: hold, Name: "x", Token: token, Value: v, Seq: seq, Highest: highest})
+}
+
+func (h *history) release(proc string, hold int, token uint64, phase Phase) *history {
+	h.add(Event{Proc: proc, Op: OpRelease, Phase: Invoke, ID: int64(hold*10 + 9), Hold: hold, Name: "x", Token: token})
+	return h.add(Event{Proc: proc, Op: OpRelease, Phase: phase, ID: int64(hold*10 + 9), Hold: hold, Name: "x", Token: token})
+}
+
+// pausedHolder is the history of a holder (c0) paused past its TTL while
+// c1 took the lock: c0 learns of the loss after c1's grant, its late write
+// is refused, and its release fails — an overlap that is allowed under
+// faults.
+func pausedHolder() *history {
+	h := &history{}
+	h.grant("c0.0", 1, 5).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.add(Event{Proc: "c0.0", Op: OpLost, Hold: 1, Name: "x", Token: 5})
+	h.write("c0.0", 1, 2, 5, 3, Refused, 6).release("c0.0", 1, 5, Fail)
+	h.write("c1.0", 1, 2, 6, 4, OK, 0).release("c1.0", 1, 6, OK)
+	return h
+}
+
+func TestExplainedOverlapUnderFaultsPasses(t *testing.T) {
+	r := Check(pausedHolder().events, Params{TTL: time.Second, Bound: time.Second, Faults: true})
+	if r.Verdict() != "PASS" || r.Overlaps != 1 || r.Explained != 1 || r.Refused != 1 || r.Losses != 1 {
+		t.Fatalf("got %s, %d overlaps (%d explained), %d refused, %d losses: %v", r.Verdict(), r.Overlaps, r.Explained, r.Refused, r.Losses, r.Violations)
+	}
+}
+
+func TestOverlapWithoutFaultsFails(t *testing.T) {
+	r := Check(pausedHolder().events, Params{TTL: time.Second, Bound: time.Second})
+	if !hasViolation(r, CheckExclusion) {
+		t.Fatalf("an overlap in a fault-free run passed: %v", r.Violations)
+	}
+}
+
+func TestOverlapWhereOlderHolderNeverLearntFails(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 5).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.release("c0.0", 1, 5, OK).release("c1.0", 1, 6, OK)
+	r := Check(h.events, Params{TTL: time.Second, Bound: time.Second, Faults: true})
+	if !hasViolation(r, CheckExclusion) || !strings.Contains(r.Violations[0].Detail, "never learnt") {
+		t.Fatalf("an unnoticed double grant passed under faults: %v", r.Violations)
+	}
+}
+
+func TestFenceAcceptingLowerTokenFails(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 5).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.add(Event{Proc: "c0.0", Op: OpLost, Hold: 1, Name: "x", Token: 5})
+	h.write("c0.0", 1, 2, 5, 3, OK, 0) // a broken fence accepts the stale write
+	r := Check(h.events, Params{TTL: time.Second, Bound: time.Second, Faults: true})
+	for _, c := range []string{CheckFence, CheckLinearizable, CheckExclusion} {
+		if !hasViolation(r, c) {
+			t.Errorf("a stale write accepted by the register: no %s violation in %v", c, r.Violations)
+		}
+	}
+}
+
+func TestReadOfLostWriteIsNotLinearizable(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 5).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.add(Event{Proc: "c0.0", Op: OpRead, Phase: Invoke, ID: 100, Hold: 1, Name: "x"})
+	h.add(Event{Proc: "c0.0", Op: OpRead, Phase: OK, ID: 100, Hold: 1, Name: "x", Token: 4, Value: "c9.0/1/1"})
+	r := Check(h.events, Params{TTL: time.Second, Bound: time.Second})
+	if !hasViolation(r, CheckLinearizable) {
+		t.Fatalf("a read of a value never written passed: %v", r.Violations)
+	}
+}
+
+func TestSlowRecoveryAfterHealFails(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 1).release("c0.0", 1, 1, OK)
+	h.add(Event{Proc: "nemesis", Op: OpHeal, Fault: "restart"})
+	for range 50 { // 50 ms of failing acquires
+		h.add(Event{Proc: "c1.0", Op: OpAcquire, Phase: Fail, Err: "unavailable"})
+	}
+	h.grant("c1.0", 2, 2)
+	r := Check(h.events, Params{TTL: 10 * time.Millisecond, Bound: 20 * time.Millisecond, Faults: true})
+	if !hasViolation(r, CheckRecovery) {
+		t.Fatalf("a grant 50ms after the heal passed a 30ms bound: %v", r.Violations)
+	}
+	if r = Check(h.events, Params{TTL: 10 * time.Millisecond, Bound: time.Second, Faults: true}); r.Verdict() != "PASS" {
+		t.Fatalf("a grant 50ms after the heal failed a 1s bound: %v", r.Violations)
+	}
+}
+
+func TestHistoryRoundTripsAndSurvivesTruncation(t *testing.T) {
+	var b strings.Builder
+	if err := WriteHistory(&b, pausedHolder().events); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	got, err := ReadHistory(strings.NewReader(text[:len(text)-10])) // the last line cut short
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(pausedHolder().events) - 1; len(got) != want {
+		t.Fatalf("read %d events, want %d", len(got), want)
+	}
+	if _, err := ReadHistory(strings.NewReader("{bad\n" + text)); err == nil {
+		t.Fatal("a corrupt line in the middle was accepted")
+	}
+}

@@ -1,0 +1,486 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// Fault is a kind of fault the harness injects, again and again, during a
+// run. Each fault ends with a heal, after which grants must resume.
+type Fault string
+
+// The faults.
+const (
+	// None: no faults; any two overlapping holds are a violation.
+	None Fault = "none"
+	// Pause freezes a lock-holding client process (SIGSTOP) for longer
+	// than its TTL, then resumes it: the process sleeps through its lease
+	// expiry, as in a long GC pause.
+	Pause Fault = "pause"
+	// Kill kills a lock-holding client process (SIGKILL) and starts a new
+	// one in its place.
+	Kill Fault = "kill"
+	// Net cuts a lock-holding client off from the backend through the
+	// client's own proxy: alternately a partition (traffic frozen for
+	// longer than the TTL) and dropped connections with added latency.
+	Net Fault = "net"
+	// Restart kills every server of the deployment and starts it again on
+	// the same data.
+	Restart Fault = "restart"
+	// Member stops one member of a three-node deployment (a cluster member,
+	// a Redlock node) and starts it again later.
+	Member Fault = "member"
+)
+
+// ClientFaults are the faults a client can inject on its own side, without
+// access to the servers (dlock verify --faults client).
+var ClientFaults = []Fault{Pause, Kill, Net}
+
+// Deployment is a running backend under test.
+type Deployment struct {
+	// Endpoints are the host:port addresses clients connect to. With the
+	// Net fault each client process gets its own proxy per endpoint.
+	Endpoints []string
+	// URL returns the URL a client process opens, given the endpoints it
+	// must use (Endpoints, or its proxies in front of them).
+	URL func(endpoints []string) string
+	// Restart kills every server and starts it again with the same data on
+	// the same endpoints (the Restart fault).
+	Restart func()
+	// StopMember and StartMember stop and start member i of Members (the
+	// Member fault).
+	Members     int
+	StopMember  func(i int)
+	StartMember func(i int)
+}
+
+// Config describes one run: a backend, a fault, and the workload's shape.
+type Config struct {
+	Backend string // its name in the summary table
+	Fault   Fault
+	Deploy  Deployment
+	// Spawn returns the command that starts a client process; the harness
+	// adds the environment that makes it a worker (see IsWorker). In a test
+	// it re-executes the test binary; dlock verify re-executes itself.
+	Spawn func() *exec.Cmd
+	// Open, instead of Spawn, runs the clients as goroutines of this
+	// process, each with a client from Open: for in-process backends
+	// (memlock) and for checking the checkers. Only fault None applies.
+	Open func(ctx context.Context) (*dlock.Client, error)
+
+	Clients  int           // client processes (default 4)
+	Names    int           // lock names they contend for (default 1)
+	TTL      time.Duration // lease length (default 2s)
+	Duration time.Duration // length of the run (default 20s)
+	HoldMin  time.Duration // holds last [HoldMin, HoldMax) (default 20ms..200ms)
+	HoldMax  time.Duration
+	// Bound is the stated recovery bound: after each heal a grant must come
+	// within TTL + Bound (default 5s).
+	Bound time.Duration
+	// TokensMayReset: the backend does not keep tokens across a restart
+	// (see Params.TokensMayReset).
+	TokensMayReset bool
+	// Dir receives the merged history "history.jsonl", and under "parts"
+	// each process's own history and log. Default: a new temporary
+	// directory.
+	Dir string
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Clients <= 0 {
+		c.Clients = 4
+	}
+	if c.Names <= 0 {
+		c.Names = 1
+	}
+	if c.TTL <= 0 {
+		c.TTL = 2 * time.Second
+	}
+	if c.Duration <= 0 {
+		c.Duration = 20 * time.Second
+	}
+	if c.HoldMin <= 0 {
+		c.HoldMin = 20 * time.Millisecond
+	}
+	if c.HoldMax <= c.HoldMin {
+		c.HoldMax = max(10*c.HoldMin, 200*time.Millisecond)
+	}
+	if c.Bound <= 0 {
+		c.Bound = 5 * time.Second
+	}
+	if c.Fault == "" {
+		c.Fault = None
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+// check reports a configuration the run cannot carry out.
+func (c *Config) check() error {
+	switch {
+	case c.Backend == "":
+		return errors.New("verify: Config.Backend is empty")
+	case c.Open == nil && (c.Spawn == nil || c.Deploy.URL == nil):
+		return errors.New("verify: Config needs Spawn and Deploy.URL, or Open")
+	case c.Open != nil && c.Fault != None:
+		return fmt.Errorf("verify: fault %q needs client processes (Spawn), not in-process clients", c.Fault)
+	case c.Fault == Net && len(c.Deploy.Endpoints) == 0:
+		return fmt.Errorf("verify: fault %q needs host:port endpoints to proxy", c.Fault)
+	case c.Fault == Restart && c.Deploy.Restart == nil:
+		return fmt.Errorf("verify: fault %q needs Deploy.Restart", c.Fault)
+	case c.Fault == Member && (c.Deploy.Members < 2 || c.Deploy.StopMember == nil || c.Deploy.StartMember == nil):
+		return fmt.Errorf("verify: fault %q needs a deployment of several members", c.Fault)
+	}
+	switch c.Fault {
+	case None, Pause, Kill, Net, Restart, Member:
+		return nil
+	}
+	return fmt.Errorf("verify: unknown fault %q (none, pause, kill, net, restart, member)", c.Fault)
+}
+
+// Run runs the workload against the deployment while injecting cfg.Fault,
+// writes the merged history, and checks it. The faults are injected from
+// the calling goroutine (Deploy's functions are called there). An error
+// means the run could not be carried out; a violation is in the Result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "dlock-verify-")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Dir = d
+	}
+	parts := filepath.Join(cfg.Dir, "parts")
+	if err := os.MkdirAll(parts, 0o755); err != nil {
+		return nil, err
+	}
+	hf, err := os.Create(filepath.Join(parts, "harness.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer hf.Close()
+	h := &harness{cfg: cfg, parts: parts, rec: newRecorder("nemesis", hf), procs: map[int]*client{}}
+	h.reg, err = startRegister(newRecorder("register", hf))
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	h.until = start.Add(cfg.Duration)
+	for i := range cfg.Names {
+		h.names = append(h.names, fmt.Sprintf("verify/%s/%d/lock-%d", cfg.Backend, start.UnixNano(), i))
+	}
+	fmt.Fprintf(cfg.Log, "verify %s × %s: %d clients, TTL %v, %v, history in %s\n", cfg.Backend, cfg.Fault, cfg.Clients, cfg.TTL, cfg.Duration, cfg.Dir)
+
+	runErr := h.run(ctx)
+	h.reg.close()
+	if runErr != nil {
+		return nil, runErr
+	}
+	events, err := mergeHistories(parts)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cfg.Dir, "history.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	err = WriteHistory(f, events)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset})
+	res.Backend, res.Fault, res.History = cfg.Backend, string(cfg.Fault), path
+	if cfg.Fault != None && h.rounds == 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the run was too short to inject %s: allow at least 5 TTLs", cfg.Fault))
+	}
+	return res, nil
+}
+
+// harness runs one verification: the register, the clients, the faults.
+type harness struct {
+	cfg    Config
+	parts  string // the processes' own histories and logs
+	rec    *recorder
+	reg    *register
+	names  []string
+	until  time.Time
+	rounds int // fault rounds injected
+
+	mu    sync.Mutex
+	procs map[int]*client // by slot
+	wg    sync.WaitGroup  // in-process clients
+}
+
+// client is one client process (or goroutine) of the workload.
+type client struct {
+	slot, incarnation int
+	proc              string
+	p                 *testenv.Process // nil for in-process clients
+	proxies           []*testenv.Proxy // the Net fault's proxies, one per endpoint
+}
+
+func (h *harness) run(ctx context.Context) error {
+	defer h.stopAll()
+	for slot := range h.cfg.Clients {
+		if err := h.spawn(ctx, slot, 0); err != nil {
+			return err
+		}
+	}
+	if h.cfg.Fault != None {
+		h.nemesis(ctx)
+	}
+	// Wait for the clients to finish their last hold: each stops acquiring
+	// at h.until and then releases within a bounded time.
+	grace := h.until.Add(2*h.cfg.TTL + 15*time.Second)
+	h.mu.Lock()
+	procs := make([]*client, 0, len(h.procs))
+	for _, c := range h.procs {
+		procs = append(procs, c)
+	}
+	h.mu.Unlock()
+	for _, c := range procs {
+		if c.p == nil {
+			continue
+		}
+		select {
+		case <-c.p.Exited():
+		case <-ctx.Done():
+			c.p.Kill()
+		case <-time.After(time.Until(grace)):
+			fmt.Fprintf(h.cfg.Log, "verify: client %s did not finish in time; killed\n", c.proc)
+			c.p.Kill()
+			h.rec.record(Event{Op: OpKill, Target: c.proc, Err: "did not finish in time"})
+		}
+	}
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(grace)):
+		return errors.New("verify: in-process clients did not finish")
+	}
+	return ctx.Err()
+}
+
+// spawn starts the client of slot, incarnation n.
+func (h *harness) spawn(ctx context.Context, slot, n int) error {
+	c := &client{slot: slot, incarnation: n, proc: fmt.Sprintf("c%d.%d", slot, n)}
+	wc := WorkerConfig{
+		Proc: c.proc, Names: h.names, TTL: h.cfg.TTL, HoldMin: h.cfg.HoldMin, HoldMax: h.cfg.HoldMax,
+		Until: h.until, Register: h.reg.addr(), History: filepath.Join(h.parts, c.proc+".jsonl"),
+		Seed: uint64(slot)<<32 | uint64(n),
+	}
+	if h.cfg.Open != nil {
+		cl, err := h.cfg.Open(ctx)
+		if err != nil {
+			return fmt.Errorf("verify: open client %s: %w", c.proc, err)
+		}
+		f, err := os.Create(wc.History)
+		if err != nil {
+			return err
+		}
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			defer f.Close()
+			defer cl.Close()
+			runWorker(ctx, wc, cl, newRecorder(c.proc, f))
+		}()
+		h.mu.Lock()
+		h.procs[slot] = c
+		h.mu.Unlock()
+		return nil
+	}
+	endpoints := h.cfg.Deploy.Endpoints
+	if h.cfg.Fault == Net {
+		endpoints = nil
+		for _, e := range h.cfg.Deploy.Endpoints {
+			p, err := testenv.StartProxy(e)
+			if err != nil {
+				return err
+			}
+			c.proxies = append(c.proxies, p)
+			endpoints = append(endpoints, p.Addr())
+		}
+	}
+	wc.URL = h.cfg.Deploy.URL(endpoints)
+	b, _ := json.Marshal(wc)
+	cmd := h.cfg.Spawn()
+	cmd.Env = append(os.Environ(), workerEnv+"="+string(b))
+	p, err := testenv.StartProcess(c.proc, cmd, h.parts)
+	if err != nil {
+		return fmt.Errorf("verify: start client process: %w", err)
+	}
+	c.p = p
+	h.rec.record(Event{Op: OpSpawn, Target: c.proc})
+	h.mu.Lock()
+	h.procs[slot] = c
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.procs {
+		if c.p != nil {
+			c.p.Kill()
+		}
+		for _, p := range c.proxies {
+			p.Close()
+		}
+	}
+}
+
+// nemesis injects the fault again and again until the tail of the run,
+// which is left quiet so that recovery after the last heal can be judged.
+// Each round: wait until a client holds a lock, inject, keep the fault
+// long enough for the lease to expire, heal, and wait for grants to resume.
+func (h *harness) nemesis(ctx context.Context) {
+	ttl := h.cfg.TTL
+	// Long enough for the lease to expire on the server, which counts the
+	// TTL from the last renewal (at most TTL/3 before the fault).
+	faultFor := ttl + ttl/4 + 250*time.Millisecond
+	// The last round ends early enough for the recovery after it to be seen.
+	last := h.until.Add(-(faultFor + ttl + time.Second))
+	sleep := func(d time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	if !sleep(max(ttl/2, time.Second)) {
+		return
+	}
+	for round := 0; time.Now().Before(last); round++ {
+		h.rounds++
+		var target *client
+		if h.cfg.Fault == Pause || h.cfg.Fault == Kill || h.cfg.Fault == Net {
+			// The hold outlasts the fault a little, so that the lease can
+			// be lost while held and is released soon after the heal.
+			target = h.holder(ttl, faultFor+ttl/10)
+		}
+		h.inject(ctx, round, target, faultFor)
+		// Let grants resume before the next round.
+		before := h.reg.acceptedCount()
+		deadline := time.Now().Add(ttl + h.cfg.Bound)
+		for time.Now().Before(deadline) {
+			if h.reg.acceptedCount() > before {
+				break
+			}
+			if !sleep(20 * time.Millisecond) {
+				return
+			}
+		}
+		if !sleep(ttl / 2) {
+			return
+		}
+	}
+}
+
+// holder returns a client process that holds a lock now: it asks the
+// register to stretch the next hold to begin to holdFor (the client holds
+// that long, or until its lease is lost), waiting up to wait; else it
+// returns a random client.
+func (h *harness) holder(wait, holdFor time.Duration) *client {
+	proc := h.reg.stretchNext(wait, holdFor)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.procs {
+		if c.proc == proc {
+			return c
+		}
+	}
+	return h.procs[rand.IntN(len(h.procs))]
+}
+
+// inject applies one round of the fault and heals it.
+func (h *harness) inject(ctx context.Context, round int, c *client, faultFor time.Duration) {
+	fault := string(h.cfg.Fault)
+	wait := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(faultFor):
+		}
+	}
+	switch h.cfg.Fault {
+	case Pause:
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
+		c.p.Pause()
+		wait()
+		c.p.Resume()
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
+	case Kill:
+		c.p.Kill() // returns once the process is dead: all its events precede the kill's
+		h.rec.record(Event{Op: OpKill, Fault: fault, Target: c.proc})
+		if err := h.spawn(ctx, c.slot, c.incarnation+1); err != nil {
+			fmt.Fprintf(h.cfg.Log, "verify: restart client %d: %v\n", c.slot, err)
+		}
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
+	case Net:
+		if round%2 == 0 {
+			fault = "net-partition"
+			h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
+			for _, p := range c.proxies {
+				p.Block()
+			}
+			wait()
+			for _, p := range c.proxies {
+				p.Unblock()
+			}
+		} else {
+			fault = "net-cut-and-delay"
+			h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
+			for _, p := range c.proxies {
+				p.SetDelay(h.cfg.TTL / 10)
+				p.Cut()
+			}
+			wait()
+			for _, p := range c.proxies {
+				p.SetDelay(0)
+			}
+		}
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
+	case Restart:
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: "servers"})
+		h.cfg.Deploy.Restart()
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: "servers"})
+	case Member:
+		i := round % h.cfg.Deploy.Members
+		target := fmt.Sprintf("member %d", i)
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: target})
+		h.cfg.Deploy.StopMember(i)
+		wait()
+		h.cfg.Deploy.StartMember(i)
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: target})
+	}
+	if c != nil {
+		fault += " on " + c.proc
+	}
+	fmt.Fprintf(h.cfg.Log, "verify: %s healed\n", fault)
+}

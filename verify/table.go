@@ -1,0 +1,39 @@
+package verify
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints the summary table of results, one row per run: the
+// client operations invoked, the leases granted, the holds that overlapped a
+// newer one (and how many of those were explained), the stale writes the
+// fenced register refused, the lease-loss notifications clients received,
+// the longest time from a heal to the next grant, and the verdict.
+func WriteTable(w io.Writer, results []*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "backend\tfault\toperations\tgrants\toverlaps\trefused stale writes\tloss notifications\trecovery\tverdict")
+	noted := false
+	for _, r := range results {
+		rec := "-"
+		if r.Recovery > 0 {
+			rec = r.Recovery.Round(time.Millisecond).String()
+		}
+		overlaps := fmt.Sprint(r.Overlaps)
+		if r.Overlaps > 0 {
+			overlaps = fmt.Sprintf("%d (%d explained)", r.Overlaps, r.Explained)
+		}
+		verdict := r.Verdict()
+		if len(r.Notes) > 0 {
+			verdict += " *"
+			noted = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Backend, r.Fault, r.Ops, r.Grants, overlaps, r.Refused, r.Losses, rec, verdict)
+	}
+	tw.Flush()
+	if noted {
+		fmt.Fprintln(w, "* the run has notes: facts that break no property (Result.Notes), printed with it")
+	}
+}

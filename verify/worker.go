@@ -1,0 +1,166 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/dlock/dlock"
+)
+
+// workerEnv carries a client process's WorkerConfig, as JSON.
+const workerEnv = "DLOCK_VERIFY_WORKER"
+
+// WorkerConfig is what one client process of the workload is told.
+type WorkerConfig struct {
+	Proc     string        `json:"proc"`     // its name in the history
+	URL      string        `json:"url"`      // the backend, opened with dlock.Open
+	Names    []string      `json:"names"`    // the lock names it contends for
+	TTL      time.Duration `json:"ttl"`      // lease length
+	HoldMin  time.Duration `json:"hold_min"` // each hold lasts a random time in [HoldMin, HoldMax)
+	HoldMax  time.Duration `json:"hold_max"`
+	Until    time.Time     `json:"until"`    // no new acquire after this
+	Register string        `json:"register"` // the fenced register's address
+	History  string        `json:"history"`  // the JSON-lines file it appends its events to
+	Seed     uint64        `json:"seed"`
+}
+
+// IsWorker reports whether this process was started as a client process of
+// a verification run. A test binary's TestMain, or the dlock command's
+// hidden verify-worker subcommand, then calls WorkerMain:
+//
+//	func TestMain(m *testing.M) {
+//		if verify.IsWorker() {
+//			os.Exit(verify.WorkerMain())
+//		}
+//		dlocktest.Main(m)
+//	}
+func IsWorker() bool { return os.Getenv(workerEnv) != "" }
+
+// WorkerMain runs the client process described by the environment and
+// returns its exit status: 0 when it ran to its deadline, 2 when it could
+// not start. The backend's package must be linked in (for dlock.Open).
+func WorkerMain() int {
+	var cfg WorkerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(workerEnv)), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "verify worker: bad configuration:", err)
+		return 2
+	}
+	f, err := os.OpenFile(cfg.History, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "verify worker:", err)
+		return 2
+	}
+	defer f.Close()
+	rec := newRecorder(cfg.Proc, f)
+	ctx := context.Background()
+	var c *dlock.Client
+	// The backend may be restarting (a fault): keep trying until the deadline.
+	for {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err = dlock.Open(octx, cfg.URL)
+		cancel()
+		if err == nil {
+			break
+		}
+		if errors.Is(err, dlock.ErrInvalidOption) || time.Now().After(cfg.Until) {
+			fmt.Fprintln(os.Stderr, "verify worker: open backend:", err)
+			return 2
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	runWorker(ctx, cfg, c, rec)
+	c.Close()
+	return 0
+}
+
+// runWorker is the client loop: acquire → write the token to the fenced
+// register → read it back → hold a random time (watching Done) → write
+// again → release, until cfg.Until. The second write is made even when the
+// lease was lost meanwhile: it probes the fence, which must refuse it if a
+// newer holder wrote.
+func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *recorder) {
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano())))
+	reg := &registerClient{addr: cfg.Register, timeout: max(2*time.Second, cfg.TTL)}
+	defer reg.close()
+	between := func(lo, hi time.Duration) time.Duration {
+		if hi <= lo {
+			return lo
+		}
+		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+	}
+	for hold := 1; time.Now().Before(cfg.Until) && ctx.Err() == nil; hold++ {
+		name := cfg.Names[rng.IntN(len(cfg.Names))]
+		id := rec.nextID()
+		rec.record(Event{Op: OpAcquire, Phase: Invoke, ID: id, Hold: hold, Name: name})
+		actx, cancel := context.WithDeadline(ctx, cfg.Until)
+		l, err := c.Mutex(name, dlock.WithTTL(cfg.TTL)).Lock(actx)
+		cancel()
+		if err != nil {
+			rec.record(Event{Op: OpAcquire, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
+			time.Sleep(between(cfg.HoldMin/4, cfg.HoldMin))
+			continue
+		}
+		tok := l.Token()
+		rec.record(Event{Op: OpAcquire, Phase: OK, ID: id, Hold: hold, Name: name, Token: tok})
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			<-l.Done()
+			if err := l.Err(); errors.Is(err, dlock.ErrLeaseLost) {
+				rec.record(Event{Op: OpLost, Hold: hold, Name: name, Token: tok, Err: err.Error()})
+			}
+		}()
+
+		write := func(n int) {
+			id := rec.nextID()
+			v := writeValue(cfg.Proc, hold, n)
+			rec.record(Event{Op: OpWrite, Phase: Invoke, ID: id, Hold: hold, Name: name, Token: tok, Value: v})
+			rep, err := reg.do(registerRequest{Op: "w", Name: name, Token: tok, Value: v})
+			switch {
+			case err != nil:
+				rec.record(Event{Op: OpWrite, Phase: Fail, ID: id, Hold: hold, Name: name, Token: tok, Value: v, Err: err.Error()})
+			case rep.OK:
+				rec.record(Event{Op: OpWrite, Phase: OK, ID: id, Hold: hold, Name: name, Token: tok, Value: v, Seq: rep.Seq})
+			default:
+				rec.record(Event{Op: OpWrite, Phase: Refused, ID: id, Hold: hold, Name: name, Token: tok, Value: v, Highest: rep.Token, Seq: rep.Seq})
+			}
+		}
+		write(1)
+		id = rec.nextID()
+		rec.record(Event{Op: OpRead, Phase: Invoke, ID: id, Hold: hold, Name: name})
+		holdFor := between(cfg.HoldMin, cfg.HoldMax)
+		if rep, err := reg.do(registerRequest{Op: "r", Proc: cfg.Proc, Name: name}); err != nil {
+			rec.record(Event{Op: OpRead, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
+		} else {
+			rec.record(Event{Op: OpRead, Phase: OK, ID: id, Hold: hold, Name: name, Token: rep.Token, Value: rep.Value})
+			if rep.StretchFor > 0 { // a fault is aimed at this hold
+				holdFor = min(rep.StretchFor, 3*cfg.TTL)
+			}
+		}
+		t := time.NewTimer(holdFor)
+		select {
+		case <-t.C:
+		case <-l.Done():
+			t.Stop()
+		}
+		write(2)
+
+		id = rec.nextID()
+		rec.record(Event{Op: OpRelease, Phase: Invoke, ID: id, Hold: hold, Name: name, Token: tok})
+		uctx, cancel := context.WithTimeout(ctx, 2*cfg.TTL+5*time.Second)
+		err = l.Unlock(uctx)
+		cancel()
+		if err != nil {
+			rec.record(Event{Op: OpRelease, Phase: Fail, ID: id, Hold: hold, Name: name, Token: tok, Err: err.Error()})
+		} else {
+			rec.record(Event{Op: OpRelease, Phase: OK, ID: id, Hold: hold, Name: name, Token: tok})
+		}
+		<-watched
+		time.Sleep(between(0, cfg.HoldMin))
+	}
+}
