@@ -54,9 +54,11 @@ func commands() []command {
 		{name: "dev", summary: "run a single-node etcd that dlock commands on this machine share", run: devCmd},
 		{name: "demo", summary: "demonstrations: seckill (the flash-sale race), fencing (a paused holder)", run: demoCmd},
 		{name: "bench", summary: "measure a backend: throughput, acquire and hand-off latency, fairness", run: benchCmd},
+		{name: "verify", summary: "check a backend's guarantees under client-side faults (workload, history, checkers)", run: verifyCmd},
 		{name: "help", summary: "show help for a command", run: helpCmd},
 		{name: seckillWorkerCmd, run: seckillWorker, hidden: true},
 		{name: fencingHolderCmd, run: fencingHolder, hidden: true},
+		{name: verifyWorkerCmd, run: verifyWorker, hidden: true},
 	}
 }
 
@@ -116,7 +118,7 @@ func dlockMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return report(env, c.run(ctx, env, args[1:]))
 	}
-	return report(env, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench (see dlock --help)", name))
+	return report(env, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench, verify (see dlock --help)", name))
 }
 
 func helpCmd(_ context.Context, env *cmdEnv, args []string) error {
