@@ -115,7 +115,7 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 	for {
 		ahead, readRev, err := d.ahead(ctx, pfx, hd.rev, atLeast)
 		if err == nil && len(ahead) == 0 {
-			return nil
+			return d.confirmOwn(ctx, hd, readRev)
 		}
 		if err == nil {
 			near, next, err = d.watchAhead(ctx, ahead, readRev, near, next)
@@ -157,7 +157,8 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 				near.cancel()
 				near = nil
 				if at > 0 && n == 1 {
-					return nil // the holder went, and nobody else was ahead
+					// The holder went, and nobody else was ahead.
+					return d.confirmOwn(ctx, hd, at)
 				}
 				atLeast = max(atLeast, at)
 				n = 0 // look again
@@ -337,4 +338,22 @@ func (d *Driver) abandon(key string, l *lease, sec int64) {
 	case <-done:
 	case <-time.After(time.Second):
 	}
+}
+
+// confirmOwn checks, in a state at revision atLeast or later, that our own
+// queue entry still exists: nothing ahead of us proves nothing if our key
+// went too (our lease lapsed while the server was down or unreachable, or
+// Break removed it). Without this check a waiter would be granted a lock it
+// had already lost — the "lease check missing after waiting" that Jepsen
+// found in etcd's own lock. It is a read of the local member's state, not a
+// raft round trip.
+func (d *Driver) confirmOwn(ctx context.Context, hd *holding, atLeast int64) error {
+	resp, err := d.readAtLeast(ctx, atLeast, hd.key, clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != hd.rev {
+		return fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
+	}
+	return nil
 }
