@@ -2,6 +2,8 @@ package etcdlock
 
 import (
 	"strings"
+
+	"github.com/dlock/dlock/driver"
 )
 
 // Key layout. A lock name maps to a key prefix; each acquirer of the lock
@@ -18,73 +20,17 @@ import (
 // key-range read. Because an escaped name never contains '/', the '/' after
 // it ends it: the keys of "a" and of "a/b" never mix.
 
-// escapeName returns the key form of a lock name (or of a prefix of one).
-func escapeName(name string) string {
-	n := 0
-	for i := 0; i < len(name); i++ {
-		if needsEscape(name[i]) {
-			n++
-		}
-	}
-	if n == 0 {
-		return name
-	}
-	const hex = "0123456789ABCDEF"
-	var b strings.Builder
-	b.Grow(len(name) + 2*n)
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if needsEscape(c) {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		} else {
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
-}
+// keepInKey reports the bytes a name keeps as they are in its key; '%', '/'
+// and the ASCII control bytes are escaped (see driver.EscapeName). It does
+// not depend on the position, so the mapping keeps prefixes.
+func keepInKey(_ int, c byte) bool { return c != '/' && c >= 0x20 && c != 0x7f }
 
-func needsEscape(c byte) bool {
-	return c == '%' || c == '/' || c < 0x20 || c == 0x7f
-}
+// escapeName returns the key form of a lock name (or of a prefix of one).
+func escapeName(name string) string { return driver.EscapeName(name, keepInKey) }
 
 // unescapeName inverts escapeName; ok is false for a string escapeName
 // cannot have produced.
-func unescapeName(s string) (name string, ok bool) {
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '%':
-			if i+2 >= len(s) {
-				return "", false
-			}
-			hi, ok1 := unhex(s[i+1])
-			lo, ok2 := unhex(s[i+2])
-			if !ok1 || !ok2 || !needsEscape(hi<<4|lo) {
-				return "", false
-			}
-			b = append(b, hi<<4|lo)
-			i += 2
-		case needsEscape(c):
-			return "", false
-		default:
-			b = append(b, c)
-		}
-	}
-	return string(b), true
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
+func unescapeName(s string) (name string, ok bool) { return driver.UnescapeName(s, keepInKey) }
 
 // namePrefix is the key prefix under which the queue of lock name lives.
 func (d *Driver) namePrefix(name string) string {
