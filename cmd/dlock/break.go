@@ -33,12 +33,9 @@ func breakCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageErrorf("want exactly one NAME, got %d arguments: dlock break [flags] NAME", fs.NArg())
-	}
-	name := fs.Arg(0)
-	if err := dlock.ValidateName(name); err != nil {
-		return withStatus(exitUsage, fmt.Errorf("NAME %q: %w", name, err))
+	name, err := nameArg(fs, "break")
+	if err != nil {
+		return err
 	}
 	b, err := bf.shared(env)
 	if err != nil {

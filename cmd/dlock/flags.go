@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/dlock/dlock"
 )
 
 // flagSet is a subcommand's flags and its help text.
@@ -63,4 +65,17 @@ func parseFlags(fs *flagSet, args []string) error {
 	default:
 		return usageErrorf("%s (see %s --help)", strings.NewReplacer("flag -", "flag --", "defined: -", "defined: --").Replace(err.Error()), fs.Name())
 	}
+}
+
+// nameArg returns the one NAME argument of "dlock cmd", checked against the
+// naming rule.
+func nameArg(fs *flagSet, cmd string) (string, error) {
+	if fs.NArg() != 1 {
+		return "", usageErrorf("want exactly one NAME, got %d arguments: dlock %s [flags] NAME", fs.NArg(), cmd)
+	}
+	name := fs.Arg(0)
+	if err := dlock.ValidateName(name); err != nil {
+		return "", withStatus(exitUsage, fmt.Errorf("NAME %q: %w", name, err))
+	}
+	return name, nil
 }
