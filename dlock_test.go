@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"github.com/dlock/dlock/internal/testenv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,18 +14,12 @@ import (
 	"github.com/dlock/dlock/driver"
 )
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestPartitionedHolderSeesLossBeforeServerExpiry(t *testing.T) {
 	srv := memlock.NewServer()
 	d := memlock.New(srv)
 	holder := dlock.New(d, dlock.WithTTL(600*time.Millisecond))
 	other := dlock.New(memlock.New(srv))
-	l, err := holder.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	l, err := holder.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +27,7 @@ func TestPartitionedHolderSeesLossBeforeServerExpiry(t *testing.T) {
 	d.SetPartitioned(true)
 	defer d.SetPartitioned(false)
 	for {
-		l2, err := other.Mutex("x").TryLock(ctxT(t, 5*time.Second))
+		l2, err := other.Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
 		if err == nil {
 			select {
 			case <-l.Done():
@@ -53,10 +48,10 @@ func TestPartitionedHolderSeesLossBeforeServerExpiry(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	d.SetPartitioned(false)
-	if err := l.Unlock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Errorf("Unlock of a lost lease: got %v, want ErrLeaseLost", err)
 	}
-	if _, err := other.Mutex("x").TryLock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.Mutex("x").TryLock(testenv.Context(t, 5*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("Unlock of the lost lease freed the new holder's lock: TryLock got %v", err)
 	}
 }
@@ -64,7 +59,7 @@ func TestPartitionedHolderSeesLossBeforeServerExpiry(t *testing.T) {
 func TestRenewalSurvivesShortOutage(t *testing.T) {
 	d := memlock.New(memlock.NewServer())
 	c := dlock.New(d, dlock.WithTTL(900*time.Millisecond))
-	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +73,7 @@ func TestRenewalSurvivesShortOutage(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost after a short outage: %v", err)
 	}
-	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -87,30 +82,30 @@ func TestLockDelayAppliesOnlyAfterALostHolder(t *testing.T) {
 	srv := memlock.NewServer()
 	d := memlock.New(srv)
 	// A holder that never renews: its lease expires.
-	_, err := d.Acquire(ctxT(t, 5*time.Second), driver.Request{Name: "x", Owner: strings.Repeat("0", 32), TTL: 100 * time.Millisecond})
+	_, err := d.Acquire(testenv.Context(t, 5*time.Second), driver.Request{Name: "x", Owner: strings.Repeat("0", 32), TTL: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := dlock.New(memlock.New(srv))
 	const delay = 400 * time.Millisecond
 	start := time.Now()
-	l, err := c.Mutex("x", dlock.WithLockDelay(delay)).Lock(ctxT(t, 5*time.Second))
+	l, err := c.Mutex("x", dlock.WithLockDelay(delay)).Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited < 100*time.Millisecond+delay {
 		t.Errorf("Lock returned after %v; after a lost holder it must wait out the TTL and the lock-delay %v", waited, delay)
 	}
-	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// After a clean release there is no delay: a 1-hour lock-delay would
 	// make this Lock run out of its 10 s context.
-	l, err = c.Mutex("x", dlock.WithLockDelay(time.Hour)).Lock(ctxT(t, 10*time.Second))
+	l, err = c.Mutex("x", dlock.WithLockDelay(time.Hour)).Lock(testenv.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatalf("Lock after a clean release waited for the lock-delay: %v", err)
 	}
-	_ = l.Unlock(ctxT(t, 5*time.Second))
+	_ = l.Unlock(testenv.Context(t, 5*time.Second))
 }
 
 func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
@@ -121,18 +116,18 @@ func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
 		Released: func(string, uint64, time.Duration) { released.Add(1) },
 		Lost:     func(string, uint64, error) { lost.Add(1) },
 	}))
-	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	l, err = c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	l, err = c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Break(ctxT(t, 5*time.Second), "x"); err != nil {
+	if err := c.Break(testenv.Context(t, 5*time.Second), "x"); err != nil {
 		t.Fatal(err)
 	}
 	<-l.Done()
@@ -144,7 +139,7 @@ func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
 func TestCloseReleasesHeldLeases(t *testing.T) {
 	srv := memlock.NewServer()
 	c := dlock.New(memlock.New(srv))
-	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,22 +147,22 @@ func TestCloseReleasesHeldLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-l.Done()
-	if _, err := c.Mutex("y").TryLock(ctxT(t, 5*time.Second)); !errors.Is(err, dlock.ErrClosed) {
+	if _, err := c.Mutex("y").TryLock(testenv.Context(t, 5*time.Second)); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("TryLock on a closed client: got %v, want ErrClosed", err)
 	}
 	other := dlock.New(memlock.New(srv))
-	l2, err := other.Mutex("x").TryLock(ctxT(t, 5*time.Second))
+	l2, err := other.Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatalf("Close did not release the held lease: %v", err)
 	}
-	_ = l2.Unlock(ctxT(t, 5*time.Second))
+	_ = l2.Unlock(testenv.Context(t, 5*time.Second))
 }
 
 func TestDoReturnsLeaseLostEvenWhenFnSucceeds(t *testing.T) {
 	srv := memlock.NewServer()
 	c := dlock.New(memlock.New(srv))
 	admin := dlock.New(memlock.New(srv))
-	err := c.Do(ctxT(t, 5*time.Second), "x", func(ctx context.Context, l *dlock.Lease) error {
+	err := c.Do(testenv.Context(t, 5*time.Second), "x", func(ctx context.Context, l *dlock.Lease) error {
 		if err := admin.Break(ctx, "x"); err != nil {
 			return err
 		}
@@ -183,7 +178,7 @@ func TestDoReturnsLeaseLostEvenWhenFnSucceeds(t *testing.T) {
 }
 
 func TestOpenErrorsNameTheProblemAndHidePasswords(t *testing.T) {
-	ctx := ctxT(t, 5*time.Second)
+	ctx := testenv.Context(t, 5*time.Second)
 	for _, tc := range []struct{ url, want string }{
 		{"nosuch://u:hunter2@h/", `unknown scheme "nosuch"`},
 		{"localhost:6379", "unknown scheme"},
@@ -208,7 +203,7 @@ func TestOpenErrorsNameTheProblemAndHidePasswords(t *testing.T) {
 }
 
 func TestOpenMemSharesNamedServer(t *testing.T) {
-	ctx := ctxT(t, 5*time.Second)
+	ctx := testenv.Context(t, 5*time.Second)
 	a, err := dlock.Open(ctx, "mem://shared-test")
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +224,7 @@ func TestOpenMemSharesNamedServer(t *testing.T) {
 
 func TestFairOnBackendWithoutQueueIsUnsupported(t *testing.T) {
 	c := dlock.New(noQueue{memlock.New(memlock.NewServer())})
-	_, err := c.Mutex("x", dlock.WithFair()).TryLock(ctxT(t, 5*time.Second))
+	_, err := c.Mutex("x", dlock.WithFair()).TryLock(testenv.Context(t, 5*time.Second))
 	if !errors.Is(err, dlock.ErrUnsupported) || !strings.Contains(err.Error(), "WithFair") {
 		t.Errorf("WithFair on a backend without a queue: got %v, want ErrUnsupported naming WithFair", err)
 	}
@@ -266,11 +261,11 @@ func TestOwnReleaseSeenByBackendWatchIsNotALoss(t *testing.T) {
 	var lost atomic.Int32
 	d := &watchingDriver{Driver: memlock.New(memlock.NewServer()), lost: make(chan struct{})}
 	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{Lost: func(string, uint64, error) { lost.Add(1) }}))
-	l, err := c.Mutex("x").Lock(ctxT(t, 5*time.Second))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Unlock(ctxT(t, 5*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
 	if !errors.Is(l.Err(), dlock.ErrNotHeld) || lost.Load() != 0 {

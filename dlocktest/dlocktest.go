@@ -119,15 +119,9 @@ func (s *suite) opts(extra ...dlock.Option) []dlock.Option {
 	return append(o, extra...)
 }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func mustLock(t testing.TB, c *dlock.Client, name string, opts ...dlock.Option) *dlock.Lease {
 	t.Helper()
-	l, err := c.Mutex(name, opts...).Lock(ctxT(t, 60*time.Second))
+	l, err := c.Mutex(name, opts...).Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
 		t.Fatalf("Lock(%q): %v", name, err)
 	}
@@ -136,14 +130,14 @@ func mustLock(t testing.TB, c *dlock.Client, name string, opts ...dlock.Option) 
 
 func mustUnlock(t testing.TB, l *dlock.Lease) {
 	t.Helper()
-	if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Fatalf("Unlock(%q): %v", l.Name(), err)
 	}
 }
 
 func (s *suite) testBadInput(t *testing.T) {
 	c := s.client(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	for _, tc := range []struct{ desc, name string }{
 		{"empty", ""},
 		{"1025 bytes", strings.Repeat("x", 1025)},
@@ -222,17 +216,17 @@ func (s *suite) testNames(t *testing.T) {
 		if len(n) > dlock.MaxNameLen {
 			t.Fatalf("test name too long: %d", len(n))
 		}
-		l, err := c1.Mutex(n).TryLock(ctxT(t, 30*time.Second))
+		l, err := c1.Mutex(n).TryLock(testenv.Context(t, 30*time.Second))
 		if err != nil {
 			t.Fatalf("TryLock(%q): %v (a different name already took it: collision?)", n, err)
 		}
 		leases = append(leases, l)
-		if _, err := c2.Mutex(n).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := c2.Mutex(n).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("second TryLock(%q) by another client: got %v, want ErrNotAcquired", n, err)
 		}
 	}
 	for _, l := range leases {
-		in, err := c2.Inspect(ctxT(t, 30*time.Second), l.Name())
+		in, err := c2.Inspect(testenv.Context(t, 30*time.Second), l.Name())
 		if err != nil {
 			t.Fatalf("Inspect(%q): %v", l.Name(), err)
 		}
@@ -247,15 +241,15 @@ func (s *suite) testTryLock(t *testing.T) {
 	c1, c2 := s.client(t), s.client(t)
 	name := s.name(t, "l")
 	l := mustLock(t, c1, name)
-	if _, err := c2.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := c2.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock of a held lock: got %v, want ErrNotAcquired", err)
 	}
 	// The holder itself gets no re-entrant grant either.
-	if _, err := c1.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := c1.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock by the holder's own client: got %v, want ErrNotAcquired", err)
 	}
 	mustUnlock(t, l)
-	l2, err := c2.Mutex(name).TryLock(ctxT(t, 30*time.Second))
+	l2, err := c2.Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatalf("TryLock after release: %v", err)
 	}
@@ -290,7 +284,7 @@ func (s *suite) testExclusion(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for range rounds {
-				err := cs[i].Do(ctxT(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
+				err := cs[i].Do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
 					if n := inside.Add(1); n != 1 {
 						return fmt.Errorf("%d holders inside the critical section at once", n)
 					}
@@ -333,7 +327,7 @@ func (s *suite) testRenewal(t *testing.T) {
 	l := mustLock(t, c1, name)
 	end := time.Now().Add(3 * s.h.ttl())
 	for time.Now().Before(end) {
-		if _, err := c2.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := c2.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("TryLock while renewed: got %v, want ErrNotAcquired", err)
 		}
 		select {
@@ -367,7 +361,7 @@ func (s *suite) testExpiry(t *testing.T) {
 	name := s.name(t, "l")
 	ttl := s.h.ttl()
 	req := driver.Request{Name: name, Owner: strings.Repeat("ab", 16), TTL: ttl, Fair: s.h.Fair}
-	g, err := d.Acquire(ctxT(t, 30*time.Second), req)
+	g, err := d.Acquire(testenv.Context(t, 30*time.Second), req)
 	if err != nil {
 		t.Fatalf("driver Acquire: %v", err)
 	}
@@ -391,14 +385,14 @@ func (s *suite) testExpiry(t *testing.T) {
 		t.Errorf("granted after %v, while the expired lease had a TTL of %v", waited, ttl)
 	}
 	if !s.caps.Sessions {
-		if err := d.Extend(ctxT(t, 30*time.Second), stale, ttl); !errors.Is(err, driver.ErrLeaseLost) {
+		if err := d.Extend(testenv.Context(t, 30*time.Second), stale, ttl); !errors.Is(err, driver.ErrLeaseLost) {
 			t.Errorf("stale Extend: got %v, want ErrLeaseLost", err)
 		}
-		if err := d.Release(ctxT(t, 30*time.Second), stale); !errors.Is(err, driver.ErrLeaseLost) {
+		if err := d.Release(testenv.Context(t, 30*time.Second), stale); !errors.Is(err, driver.ErrLeaseLost) {
 			t.Errorf("stale Release: got %v, want ErrLeaseLost", err)
 		}
 	}
-	if _, err := s.client(t).Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := s.client(t).Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("after a stale Release the new holder's lock must still be held; TryLock got %v", err)
 	}
 	select {
@@ -417,7 +411,7 @@ func (s *suite) testBreak(t *testing.T) {
 	granted := make(chan *dlock.Lease, 1)
 	doErr := make(chan error, 1)
 	go func() {
-		doErr <- holder.Do(ctxT(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
+		doErr <- holder.Do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
 			granted <- l
 			<-ctx.Done() // work until the lease is lost
 			return context.Cause(ctx)
@@ -431,7 +425,7 @@ func (s *suite) testBreak(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("Do was not granted a free lock within 60s")
 	}
-	if err := admin.Break(ctxT(t, 30*time.Second), name); err != nil {
+	if err := admin.Break(testenv.Context(t, 30*time.Second), name); err != nil {
 		t.Fatalf("Break: %v", err)
 	}
 	l2 := mustLock(t, next, name)
@@ -449,7 +443,7 @@ func (s *suite) testBreak(t *testing.T) {
 	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
 		t.Errorf("broken lease Err = %v, want ErrLeaseLost", l.Err())
 	}
-	if _, err := holder.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := holder.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("the new holder's lock must still be held after the broken holder's Do released; TryLock got %v", err)
 	}
 	mustUnlock(t, l2)
@@ -483,7 +477,7 @@ func (s *suite) testCancel(t *testing.T) {
 	inspector := s.client(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		in, err := inspector.Inspect(ctxT(t, 30*time.Second), name)
+		in, err := inspector.Inspect(testenv.Context(t, 30*time.Second), name)
 		if err != nil {
 			t.Fatalf("Inspect: %v", err)
 		}
@@ -499,9 +493,9 @@ func (s *suite) testCancel(t *testing.T) {
 	// The lock must be free now and stay free: no cancelled waiter may
 	// have been granted it after giving up.
 	time.Sleep(200 * time.Millisecond)
-	l2, err := s.client(t).Mutex(name).TryLock(ctxT(t, 30*time.Second))
+	l2, err := s.client(t).Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
-		in, _ := inspector.Inspect(ctxT(t, 30*time.Second), name)
+		in, _ := inspector.Inspect(testenv.Context(t, 30*time.Second), name)
 		t.Fatalf("TryLock after the holder released and all waiters gave up: %v (state: %+v)", err, in)
 	}
 	mustUnlock(t, l2)
@@ -510,7 +504,7 @@ func (s *suite) testCancel(t *testing.T) {
 func (s *suite) testInspect(t *testing.T) {
 	c, other := s.client(t), s.client(t)
 	name := s.name(t, "l")
-	ctx := ctxT(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	in, err := other.Inspect(ctx, name)
 	if err != nil || in.Held {
 		t.Fatalf("Inspect of a free lock: %+v, %v", in, err)
@@ -551,7 +545,7 @@ func (s *suite) waitQueued(t *testing.T, c *dlock.Client, name string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		in, err := c.Inspect(ctxT(t, 30*time.Second), name)
+		in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
 		if err != nil {
 			t.Fatalf("Inspect: %v", err)
 		}
@@ -573,14 +567,14 @@ func (s *suite) testFIFO(t *testing.T) {
 	for i := range waiters {
 		c := s.client(t)
 		go func() {
-			lw, err := c.Mutex(name).Lock(ctxT(t, 120*time.Second))
+			lw, err := c.Mutex(name).Lock(testenv.Context(t, 120*time.Second))
 			if err != nil {
 				errs <- err
 				return
 			}
 			order <- i
 			time.Sleep(10 * time.Millisecond)
-			errs <- lw.Unlock(ctxT(t, 30*time.Second))
+			errs <- lw.Unlock(testenv.Context(t, 30*time.Second))
 		}()
 		s.waitQueued(t, inspector, name, i+1)
 	}
@@ -607,13 +601,13 @@ func (s *suite) testFairCancel(t *testing.T) {
 	first, quitter, last := s.client(t), s.client(t), s.client(t)
 	got := make(chan string, 2)
 	hold := func(c *dlock.Client, who string) {
-		lw, err := c.Mutex(name).Lock(ctxT(t, 120*time.Second))
+		lw, err := c.Mutex(name).Lock(testenv.Context(t, 120*time.Second))
 		if err != nil {
 			got <- who + ": " + err.Error()
 			return
 		}
 		got <- who
-		_ = lw.Unlock(ctxT(t, 30*time.Second))
+		_ = lw.Unlock(testenv.Context(t, 30*time.Second))
 	}
 	go hold(first, "first")
 	s.waitQueued(t, inspector, name, 1)
@@ -648,7 +642,7 @@ func (s *suite) testCrash(t *testing.T) {
 	ttl := s.h.ttl()
 	cmd, tok := startHolder(t, s.h, name, ttl)
 	c := s.client(t)
-	if _, err := c.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := c.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while another process holds the lock: got %v, want ErrNotAcquired", err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -741,7 +735,7 @@ func (s *suite) testRestart(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var err error
-		l2, err = c2.Mutex(name).Lock(ctxT(t, 30*time.Second))
+		l2, err = c2.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
 		if err == nil {
 			break
 		}

@@ -61,12 +61,6 @@ func (s server) sqlDB(t testing.TB) *sql.DB {
 	return db
 }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestMariaDB starts one server and runs every test against it: starting
 // MariaDB takes seconds, and the restart tests need it to themselves.
 func TestMariaDB(t *testing.T) {
@@ -125,7 +119,7 @@ func (s server) testHostileNames(t *testing.T) {
 	}
 	leases := map[string]*dlock.Lease{}
 	for _, n := range full {
-		l, err := c.Mutex(n).TryLock(ctxT(t, 30*time.Second))
+		l, err := c.Mutex(n).TryLock(testenv.Context(t, 30*time.Second))
 		if err != nil {
 			t.Fatalf("TryLock(%q): %v", n, err)
 		}
@@ -140,7 +134,7 @@ func (s server) testHostileNames(t *testing.T) {
 		if !bytes.Equal(got, []byte(n)) {
 			t.Errorf("stored name %q, want %q", got, n)
 		}
-		in, err := c.Inspect(ctxT(t, 10*time.Second), n)
+		in, err := c.Inspect(testenv.Context(t, 10*time.Second), n)
 		if err != nil || !in.Held || in.Token != leases[n].Token() {
 			t.Errorf("Inspect(%q) = %+v, %v; want held with token %d", n, in, err, leases[n].Token())
 		}
@@ -154,7 +148,7 @@ func (s server) testHostileNames(t *testing.T) {
 	}
 	// A prefix with LIKE's wildcards matches itself only.
 	for _, p := range []string{prefix + "%", prefix + "_", prefix + "nul\x00"} {
-		got, err := c.List(ctxT(t, 10*time.Second), p)
+		got, err := c.List(testenv.Context(t, 10*time.Second), p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,17 +168,17 @@ func (s server) testHostileNames(t *testing.T) {
 		}
 	}
 	// Releasing one name leaves its neighbours held.
-	if err := leases[prefix+"nul"].Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := leases[prefix+"nul"].Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{prefix + "nul\x00", prefix + "nul\x00inside"} {
-		if _, err := c.Mutex(n).TryLock(ctxT(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := c.Mutex(n).TryLock(testenv.Context(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("TryLock(%q) after releasing its neighbour: %v, want ErrNotAcquired", n, err)
 		}
 	}
 	for n, l := range leases {
 		if n != prefix+"nul" {
-			if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+			if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 				t.Errorf("Unlock(%q): %v", n, err)
 			}
 		}
@@ -195,7 +189,7 @@ func (s server) testTableName(t *testing.T) {
 	table := "odd `name'; --"
 	d := s.open(t, s.Addr, "?table="+url.QueryEscape(table))
 	c := dlock.New(d)
-	l, err := c.Mutex("x").TryLock(ctxT(t, 30*time.Second))
+	l, err := c.Mutex("x").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +197,7 @@ func (s server) testTableName(t *testing.T) {
 	if err := s.sqlDB(t).QueryRow("SELECT COUNT(*) FROM `odd ``name'; --` WHERE name = 'x'").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("row in the quoted table: %d, %v", n, err)
 	}
-	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := New(s.sqlDB(t), WithTable("")); !errors.Is(err, dlock.ErrInvalidOption) {
@@ -219,27 +213,27 @@ func (s server) testNoCreatePrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := openURL(ctxT(t, 30*time.Second), u)
+	d, err := openURL(testenv.Context(t, 30*time.Second), u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
 	c := dlock.New(d)
-	_, err = c.Mutex("x").TryLock(ctxT(t, 30*time.Second))
+	_, err = c.Mutex("x").TryLock(testenv.Context(t, 30*time.Second))
 	if err == nil || !strings.Contains(err.Error(), "GRANT CREATE, SELECT, INSERT, UPDATE ON `dlock`.* TO 'dlock_limited'") || !strings.Contains(err.Error(), "CREATE TABLE") {
 		t.Fatalf("TryLock without CREATE privilege: %v; want advice to GRANT CREATE or run the CREATE TABLE", err)
 	}
 	t.Logf("error: %v", err)
 	// Once a privileged user has migrated, the limited user can lock.
 	admin := s.open(t, s.Addr, "?table=limited_leases")
-	if err := admin.Migrate(ctxT(t, 30*time.Second)); err != nil {
+	if err := admin.Migrate(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	l, err := c.Mutex("x").TryLock(ctxT(t, 30*time.Second))
+	l, err := c.Mutex("x").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatalf("TryLock after Migrate: %v", err)
 	}
-	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -258,7 +252,7 @@ func waitingSessions(t testing.TB, db *sql.DB) int {
 func (s server) testCancelledWaiter(t *testing.T) {
 	db := s.sqlDB(t)
 	holder := s.client(t, dlock.WithTTL(30*time.Second))
-	l, err := holder.Mutex("cancel").TryLock(ctxT(t, 30*time.Second))
+	l, err := holder.Mutex("cancel").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,13 +289,13 @@ func (s server) testWokenByRelease(t *testing.T) {
 	db := s.sqlDB(t)
 	holder := s.client(t, dlock.WithTTL(60*time.Second))
 	waiter := s.client(t, dlock.WithTTL(60*time.Second))
-	l, err := holder.Mutex("woken").TryLock(ctxT(t, 30*time.Second))
+	l, err := holder.Mutex("woken").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *dlock.Lease, 1)
 	go func() {
-		l2, err := waiter.Mutex("woken").Lock(ctxT(t, 60*time.Second))
+		l2, err := waiter.Mutex("woken").Lock(testenv.Context(t, 60*time.Second))
 		if err != nil {
 			t.Error(err)
 		}
@@ -320,7 +314,7 @@ func (s server) testWokenByRelease(t *testing.T) {
 	default:
 	}
 	released := time.Now()
-	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	l2 := <-got
@@ -331,7 +325,7 @@ func (s server) testWokenByRelease(t *testing.T) {
 	if l2.Token() <= l.Token() {
 		t.Errorf("token %d after %d", l2.Token(), l.Token())
 	}
-	_ = l2.Unlock(ctxT(t, 10*time.Second))
+	_ = l2.Unlock(testenv.Context(t, 10*time.Second))
 }
 
 // testCutKeepsLease resets the holder's connections: the pool reconnects
@@ -341,14 +335,14 @@ func (s server) testCutKeepsLease(t *testing.T) {
 	ttl := 2 * time.Second
 	holder := dlock.New(s.open(t, p.Addr(), ""), dlock.WithTTL(ttl))
 	other := s.client(t)
-	l, err := holder.Mutex("cut").TryLock(ctxT(t, 30*time.Second))
+	l, err := holder.Mutex("cut").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
 		p.Cut()
 		time.Sleep(ttl / 2)
-		if _, err := other.Mutex("cut").TryLock(ctxT(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := other.Mutex("cut").TryLock(testenv.Context(t, 10*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("TryLock by another client while the holder's lease is live: %v (holder's lease: %v)", err, l.Err())
 		}
 	}
@@ -357,7 +351,7 @@ func (s server) testCutKeepsLease(t *testing.T) {
 		t.Fatalf("lease lost after connection resets: %v", l.Err())
 	default:
 	}
-	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -369,12 +363,12 @@ func (s server) testUnreachable(t *testing.T) {
 	ttl := 2 * time.Second
 	holder := dlock.New(s.open(t, p.Addr(), "?timeout=1s"), dlock.WithTTL(ttl))
 	other := s.client(t)
-	l, err := holder.Mutex("unreachable").TryLock(ctxT(t, 30*time.Second))
+	l, err := holder.Mutex("unreachable").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	var l2 *dlock.Lease
 	for l2 == nil {
 		l2, err = other.Mutex("unreachable").TryLock(ctx)
@@ -396,27 +390,27 @@ func (s server) testUnreachable(t *testing.T) {
 	if l2.Token() <= l.Token() {
 		t.Errorf("token %d after %d", l2.Token(), l.Token())
 	}
-	_ = l2.Unlock(ctxT(t, 10*time.Second))
+	_ = l2.Unlock(testenv.Context(t, 10*time.Second))
 }
 
 // testCrashWhileHeld kills the server with SIGKILL while one lease is live
 // and another is due, and starts it again.
 func (s server) testCrashWhileHeld(t *testing.T) {
 	live := s.client(t, dlock.WithTTL(20*time.Second))
-	l, err := live.Mutex("crash/live").TryLock(ctxT(t, 30*time.Second))
+	l, err := live.Mutex("crash/live").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A lease that nobody renews: due by the time the server is back.
 	d := s.open(t, s.Addr, "")
-	g, _, err := d.TryAcquire(ctxT(t, 30*time.Second), driver.Request{Name: "crash/due", Owner: strings.Repeat("ab", 16), TTL: 200 * time.Millisecond})
+	g, _, err := d.TryAcquire(testenv.Context(t, 30*time.Second), driver.Request{Name: "crash/due", Owner: strings.Repeat("ab", 16), TTL: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Crash(t)
 
 	c := s.client(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	var due *dlock.Lease
 	for due == nil {
 		due, err = c.Mutex("crash/due").TryLock(ctx)
@@ -431,7 +425,7 @@ func (s server) testCrashWhileHeld(t *testing.T) {
 		t.Errorf("token after restart %d, want > %d", due.Token(), g.Token)
 	}
 	// The live lease is still its holder's: nobody else gets it.
-	_, err = c.Mutex("crash/live").TryLock(ctxT(t, 30*time.Second))
+	_, err = c.Mutex("crash/live").TryLock(testenv.Context(t, 30*time.Second))
 	select {
 	case <-l.Done():
 		t.Logf("the live lease ended during the restart (%v); TryLock: %v", l.Err(), err)
@@ -439,19 +433,19 @@ func (s server) testCrashWhileHeld(t *testing.T) {
 		if !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Fatalf("TryLock of a live lease after the restart: %v, want ErrNotAcquired", err)
 		}
-		if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+		if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 			t.Fatalf("Unlock of the live lease after the restart: %v", err)
 		}
 	}
-	l2, err := c.Mutex("crash/live").Lock(ctxT(t, 60*time.Second))
+	l2, err := c.Mutex("crash/live").Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l2.Token() <= l.Token() {
 		t.Errorf("token after restart %d, want > %d", l2.Token(), l.Token())
 	}
-	_ = l2.Unlock(ctxT(t, 10*time.Second))
-	_ = due.Unlock(ctxT(t, 10*time.Second))
+	_ = l2.Unlock(testenv.Context(t, 10*time.Second))
+	_ = due.Unlock(testenv.Context(t, 10*time.Second))
 }
 
 func (s server) testURL(t *testing.T) {
@@ -460,7 +454,7 @@ func (s server) testURL(t *testing.T) {
 		"mysql://u:secret@127.0.0.1:1/db/extra",
 		"mysql://u:secret@127.0.0.1:1/db?tls=nonsense",
 	} {
-		_, err := dlock.Open(ctxT(t, 10*time.Second), bad)
+		_, err := dlock.Open(testenv.Context(t, 10*time.Second), bad)
 		if err == nil {
 			t.Errorf("Open(%q) succeeded", bad)
 			continue
@@ -469,20 +463,20 @@ func (s server) testURL(t *testing.T) {
 			t.Errorf("Open error shows the password: %v", err)
 		}
 	}
-	_, err := dlock.Open(ctxT(t, 10*time.Second), "mariadb://u:secret@127.0.0.1:1/db")
+	_, err := dlock.Open(testenv.Context(t, 10*time.Second), "mariadb://u:secret@127.0.0.1:1/db")
 	if !errors.Is(err, dlock.ErrUnavailable) || strings.Contains(err.Error(), "secret") {
 		t.Errorf("Open of an unreachable server: %v; want ErrUnavailable without the password", err)
 	}
-	c, err := dlock.Open(ctxT(t, 30*time.Second), s.url(s.Addr)+"?tls=false&readTimeout=30s")
+	c, err := dlock.Open(testenv.Context(t, 30*time.Second), s.url(s.Addr)+"?tls=false&readTimeout=30s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	l, err := c.Mutex("url").TryLock(ctxT(t, 10*time.Second))
+	l, err := c.Mutex("url").TryLock(testenv.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = l.Unlock(ctxT(t, 10*time.Second))
+	_ = l.Unlock(testenv.Context(t, 10*time.Second))
 }
 
 // bellHeld reports whether the holder recorded in name's row holds its
@@ -515,7 +509,7 @@ func (s server) testBellKept(t *testing.T) {
 	db := s.sqlDB(t)
 	ttl := time.Second
 	c := s.client(t, dlock.WithTTL(ttl))
-	l, err := c.Mutex("kept").TryLock(ctxT(t, 30*time.Second))
+	l, err := c.Mutex("kept").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,7 +523,7 @@ func (s server) testBellKept(t *testing.T) {
 	if !bellHeld(t, db, "kept") {
 		t.Fatal("the bell was dropped while the lease was renewed")
 	}
-	if err := l.Unlock(ctxT(t, 10*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	var used sql.NullInt64
@@ -559,7 +553,7 @@ func (s server) testBellRings(t *testing.T) {
 			d := s.open(t, s.Addr, "")
 			name := "bell/" + end
 			owner := strings.Repeat("cd", 16)
-			g, _, err := d.TryAcquire(ctxT(t, 30*time.Second), driver.Request{Name: name, Owner: owner, TTL: time.Minute})
+			g, _, err := d.TryAcquire(testenv.Context(t, 30*time.Second), driver.Request{Name: name, Owner: owner, TTL: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -586,7 +580,7 @@ func (s server) testBellRings(t *testing.T) {
 			default:
 			}
 			if end == "release" {
-				if err := d.Release(ctxT(t, 10*time.Second), driver.Held{Name: name, Owner: owner, Token: g.Token}); err != nil {
+				if err := d.Release(testenv.Context(t, 10*time.Second), driver.Held{Name: name, Owner: owner, Token: g.Token}); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -625,7 +619,7 @@ func (s server) testFrozenServer(t *testing.T) {
 	ttl := 2 * time.Second
 	holder := dlock.New(s.open(t, s.Addr, "?timeout=1s"), dlock.WithTTL(ttl))
 	other := s.client(t)
-	l, err := holder.Mutex("frozen").TryLock(ctxT(t, 30*time.Second))
+	l, err := holder.Mutex("frozen").TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,12 +635,12 @@ func (s server) testFrozenServer(t *testing.T) {
 		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 	// The server's clock went on: the lease is due (or soon is).
-	l2, err := other.Mutex("frozen").Lock(ctxT(t, 60*time.Second))
+	l2, err := other.Mutex("frozen").Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l2.Token() <= l.Token() {
 		t.Errorf("token %d after %d", l2.Token(), l.Token())
 	}
-	_ = l2.Unlock(ctxT(t, 10*time.Second))
+	_ = l2.Unlock(testenv.Context(t, 10*time.Second))
 }

@@ -24,7 +24,7 @@ import (
 func TestServerCrashWhileLocksAreHeld(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	u := srv.URL(srv.Addr, "")
-	ctx := ctxT(t, 120*time.Second)
+	ctx := testenv.Context(t, 120*time.Second)
 
 	holder := newClient(t, u)
 	held, err := holder.Mutex("held", dlock.WithTTL(5*time.Second)).Lock(ctx)
@@ -59,7 +59,7 @@ func TestServerCrashWhileLocksAreHeld(t *testing.T) {
 	// The due lease is granted anew, once the server is back.
 	var got *dlock.Lease
 	for deadline := time.Now().Add(60 * time.Second); got == nil; {
-		got, err = other.Mutex("due").Lock(ctxT(t, 30*time.Second))
+		got, err = other.Mutex("due").Lock(testenv.Context(t, 30*time.Second))
 		if err != nil && time.Now().After(deadline) {
 			t.Fatalf("the due lease was not granted after the restart: %v", err)
 		}
@@ -122,7 +122,7 @@ func TestCutConnectionSeesLossBeforeOthersAcquire(t *testing.T) {
 				opts = append(opts, pglock.WithSessionLocks())
 			}
 			proxy := testenv.NewProxy(t, srv.Addr)
-			ctx := ctxT(t, 120*time.Second)
+			ctx := testenv.Context(t, 120*time.Second)
 			ttl := 3 * time.Second
 			holder := newClient(t, srv.URL(proxy.Addr(), ""), opts...)
 			l, err := holder.Mutex("cut", dlock.WithTTL(ttl)).Lock(ctx)
@@ -193,14 +193,14 @@ func TestKilledSessionHolderFreesAtOnce(t *testing.T) {
 		t.Fatalf("holder process: %v", err)
 	}
 	c := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
-	if _, err := c.Mutex("job").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := c.Mutex("job").TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while the child holds the lock: %v, want ErrNotAcquired", err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	l, err := c.Mutex("job").Lock(ctxT(t, ttl/2))
+	l, err := c.Mutex("job").Lock(testenv.Context(t, ttl/2))
 	if err != nil {
 		t.Fatalf("the killed holder's session lock was not freed within half its TTL: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestKilledSessionHolderFreesAtOnce(t *testing.T) {
 	if l.Token() <= tok {
 		t.Errorf("token %d after the crash, want above %d", l.Token(), tok)
 	}
-	if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Error(err)
 	}
 }

@@ -1,7 +1,6 @@
 package pglock_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -15,16 +14,10 @@ import (
 	"github.com/dlock/dlock/internal/testenv"
 )
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // newPool connects to rawURL; the pool is closed when the test ends.
 func newPool(t testing.TB, rawURL string) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(ctxT(t, 30*time.Second), rawURL)
+	pool, err := pgxpool.New(testenv.Context(t, 30*time.Second), rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +60,7 @@ func TestHostileNamesAreStoredAndMatchedExactly(t *testing.T) {
 		"ключ/名前/🔒",
 		strings.Repeat("é", 512), // 1024 bytes
 	}
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	leases := map[string]*dlock.Lease{}
 	for _, n := range names {
 		l, err := c.Mutex(n).TryLock(ctx)
@@ -123,7 +116,7 @@ func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	srv.Exec(`CREATE ROLE locker LOGIN`)
 	lockerURL := strings.Replace(srv.URL(srv.Addr, ""), "postgres://"+srv.User+"@", "postgres://locker@", 1)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 
 	locker := newClient(t, lockerURL)
 	_, err := locker.Mutex("job").TryLock(ctx)
@@ -158,7 +151,7 @@ func TestGrantReportsTakeoverOfUnreleasedLease(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	d := newDriver(t, srv.URL(srv.Addr, ""))
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	acquire := func(owner string, ttl time.Duration) driver.Grant {
 		t.Helper()
 		g, err := d.Acquire(ctx, driver.Request{Name: "n", Owner: owner, TTL: ttl, Wait: true})
@@ -204,7 +197,7 @@ func TestWaitersShareOneListenConnection(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	u := srv.URL(srv.Addr, "application_name=waiters")
 	holder := newClient(t, srv.URL(srv.Addr, ""))
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	l, err := holder.Mutex("busy").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +251,7 @@ func TestSubscriberIsWokenByRelease(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	a := newDriver(t, srv.URL(srv.Addr, ""))
 	b := newDriver(t, srv.URL(srv.Addr, ""))
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	g, err := a.Acquire(ctx, driver.Request{Name: "n\x00", Owner: "o", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) dlock.Info {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		in, err := c.Inspect(ctxT(t, 30*time.Second), name)
+		in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
 		if err == nil && len(in.Waiters) == n {
 			return in
 		}
@@ -67,7 +67,7 @@ func recv(t *testing.T, ch <-chan lockResult, what string) *dlock.Lease {
 func testWorkerKilled(t *testing.T, srv server) {
 	const queue = "dlock-test-worker-killed"
 	proxy := testenv.NewProxy(t, srv.Addr)
-	wc, err := client.DialContext(ctxT(t, 30*time.Second), client.Options{HostPort: proxy.Addr(), Namespace: srv.Namespace, Logger: quietLogger()})
+	wc, err := client.DialContext(testenv.Context(t, 30*time.Second), client.Options{HostPort: proxy.Addr(), Namespace: srv.Namespace, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,11 +81,11 @@ func testWorkerKilled(t *testing.T, srv server) {
 	a := srv.client(t, WithTaskQueue(queue), WithoutWorker())
 	b := srv.client(t, WithTaskQueue(queue), WithoutWorker())
 	name := "worker-killed/" + t.Name()
-	la, err := a.Mutex(name).Lock(ctxT(t, 60*time.Second))
+	la, err := a.Mutex(name).Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bch := lockAsync(ctxT(t, 120*time.Second), b.Mutex(name))
+	bch := lockAsync(testenv.Context(t, 120*time.Second), b.Mutex(name))
 	waitWaiters(t, a, name, 1)
 
 	proxy.Block()
@@ -114,10 +114,10 @@ func testWorkerKilled(t *testing.T, srv server) {
 	if lb.Token() <= la.Token() {
 		t.Errorf("waiter's token %d, want > %d", lb.Token(), la.Token())
 	}
-	if err := la.Unlock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
+	if err := la.Unlock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Errorf("old holder's Unlock: got %v, want ErrLeaseLost", err)
 	}
-	if err := lb.Unlock(ctxT(t, 30*time.Second)); err != nil {
+	if err := lb.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Errorf("waiter's Unlock: %v", err)
 	}
 }
@@ -130,13 +130,13 @@ func testServerRestart(t *testing.T, srv server) {
 	open := func() *dlock.Client { return dlock.New(srv.open(t, ""), dlock.WithTTL(ttl)) }
 	a, b, c := open(), open(), open()
 	name := "server-restart/" + t.Name()
-	la, err := a.Mutex(name).Lock(ctxT(t, 60*time.Second))
+	la, err := a.Mutex(name).Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	bch := lockAsync(ctxT(t, 180*time.Second), b.Mutex(name, dlock.WithNote("B")))
+	bch := lockAsync(testenv.Context(t, 180*time.Second), b.Mutex(name, dlock.WithNote("B")))
 	waitWaiters(t, a, name, 1)
-	cch := lockAsync(ctxT(t, 180*time.Second), c.Mutex(name, dlock.WithNote("C")))
+	cch := lockAsync(testenv.Context(t, 180*time.Second), c.Mutex(name, dlock.WithNote("C")))
 	waitWaiters(t, a, name, 2)
 
 	srv.Restart(t)
@@ -154,7 +154,7 @@ func testServerRestart(t *testing.T, srv server) {
 		t.Fatalf("the holder lost its lease over the restart: %v", la.Err())
 	default:
 	}
-	if err := la.Unlock(ctxT(t, 60*time.Second)); err != nil {
+	if err := la.Unlock(testenv.Context(t, 60*time.Second)); err != nil {
 		t.Fatalf("holder's Unlock after restart: %v", err)
 	}
 	lb := recv(t, bch, "B")
@@ -166,14 +166,14 @@ func testServerRestart(t *testing.T, srv server) {
 	if lb.Token() <= la.Token() {
 		t.Errorf("B's token %d, want > %d", lb.Token(), la.Token())
 	}
-	if err := lb.Unlock(ctxT(t, 60*time.Second)); err != nil {
+	if err := lb.Unlock(testenv.Context(t, 60*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	lc := recv(t, cch, "C")
 	if lc.Token() <= lb.Token() {
 		t.Errorf("C's token %d, want > %d", lc.Token(), lb.Token())
 	}
-	if err := lc.Unlock(ctxT(t, 60*time.Second)); err != nil {
+	if err := lc.Unlock(testenv.Context(t, 60*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -186,12 +186,12 @@ func testStopsRenewing(t *testing.T, srv server, mode Mode) {
 	d := srv.open(t, "", WithMode(mode))
 	name := "stops-renewing/" + t.Name()
 	req := driver.Request{Name: name, Owner: "0123456789abcdef0123456789abcdef", TTL: testTTL}
-	g, err := d.Acquire(ctxT(t, 60*time.Second), req)
+	g, err := d.Acquire(testenv.Context(t, 60*time.Second), req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiter := dlock.New(srv.open(t, "", WithMode(mode)), dlock.WithTTL(testTTL))
-	lw, err := waiter.Mutex(name).Lock(ctxT(t, 4*testTTL+60*time.Second))
+	lw, err := waiter.Mutex(name).Lock(testenv.Context(t, 4*testTTL+60*time.Second))
 	if err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
@@ -199,13 +199,13 @@ func testStopsRenewing(t *testing.T, srv server, mode Mode) {
 		t.Errorf("waiter's token %d, want > %d", lw.Token(), g.Token)
 	}
 	held := driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
-	if err := d.Extend(ctxT(t, 30*time.Second), held, testTTL); !errors.Is(err, driver.ErrLeaseLost) {
+	if err := d.Extend(testenv.Context(t, 30*time.Second), held, testTTL); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Extend after expiry: got %v, want ErrLeaseLost", err)
 	}
-	if err := d.Release(ctxT(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
+	if err := d.Release(testenv.Context(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Release after expiry: got %v, want ErrLeaseLost", err)
 	}
-	if err := lw.Unlock(ctxT(t, 30*time.Second)); err != nil {
+	if err := lw.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Errorf("waiter's Unlock: %v", err)
 	}
 }
@@ -216,7 +216,7 @@ func testStopsRenewing(t *testing.T, srv server, mode Mode) {
 // owner's reach.
 func testIDContinueAsNew(t *testing.T, srv server) {
 	d := srv.open(t, "", WithMode(ModeID), withHistoryLimit(20))
-	ctx := ctxT(t, 120*time.Second)
+	ctx := testenv.Context(t, 120*time.Second)
 	name := "id-continue-as-new/" + t.Name()
 	g, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "a", TTL: testTTL})
 	if err != nil {

@@ -87,12 +87,6 @@ func waitReady(t testing.TB, srv server) {
 	}
 }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestTemporal runs every test that needs a server against one dev server
 // (it takes seconds to start), one after the other.
 func TestTemporal(t *testing.T) {
@@ -136,7 +130,7 @@ func TestTemporal(t *testing.T) {
 // and no error, so both callers believe they hold the lock.
 func testNaiveStart(t *testing.T, srv server) {
 	d := srv.open(t, "", WithMode(ModeID))
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	name := "naive/" + t.Name()
 	naive := client.StartWorkflowOptions{ID: WorkflowID(ModeID, name), TaskQueue: d.cfg.taskQueue}
 	state := idLockState{Name: name, Owner: "naive", TTL: time.Minute}

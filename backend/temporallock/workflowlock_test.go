@@ -2,6 +2,7 @@ package temporallock
 
 import (
 	"flag"
+	"github.com/dlock/dlock/internal/testenv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -58,7 +59,7 @@ func testWorkflowLock(t *testing.T, srv server) {
 	defer w.Stop()
 
 	name := "workflow-lock/" + t.Name()
-	ctx := ctxT(t, 180*time.Second)
+	ctx := testenv.Context(t, 180*time.Second)
 	l0, err := c.Mutex(name).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +131,7 @@ func testWorkflowLock(t *testing.T, srv server) {
 
 func runOfMutex(t *testing.T, d *Driver, name string) string {
 	t.Helper()
-	desc, err := d.describe(ctxT(t, 30*time.Second), WorkflowID(ModeFair, name), "")
+	desc, err := d.describe(testenv.Context(t, 30*time.Second), WorkflowID(ModeFair, name), "")
 	if err != nil {
 		t.Fatal(err)
 	}

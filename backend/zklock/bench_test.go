@@ -58,7 +58,7 @@ func benchmarkLock(b *testing.B, addrs []string) {
 		b.Cleanup(conn.Close)
 		return conn
 	}
-	ctx := ctxT(b, 10*time.Minute)
+	ctx := testenv.Context(b, 10*time.Minute)
 	dlockOne := func(b *testing.B, m *dlock.Mutex) {
 		l, err := m.Lock(ctx)
 		if err != nil {

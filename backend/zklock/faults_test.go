@@ -25,7 +25,7 @@ func client(t testing.TB, d *Driver) *dlock.Client {
 
 func mustLock(t testing.TB, c *dlock.Client, name string) *dlock.Lease {
 	t.Helper()
-	l, err := c.Mutex(name).Lock(ctxT(t, 60*time.Second))
+	l, err := c.Mutex(name).Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
 		t.Fatalf("Lock(%q): %v", name, err)
 	}
@@ -34,7 +34,7 @@ func mustLock(t testing.TB, c *dlock.Client, name string) *dlock.Lease {
 
 func mustUnlock(t testing.TB, l *dlock.Lease) {
 	t.Helper()
-	if err := l.Unlock(ctxT(t, 30*time.Second)); err != nil {
+	if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Fatalf("Unlock(%q): %v", l.Name(), err)
 	}
 }
@@ -72,15 +72,15 @@ func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	for range waiters {
 		c := client(t, open(t, "/herd"))
 		go func() {
-			lw, err := c.Mutex(name).Lock(ctxT(t, 120*time.Second))
+			lw, err := c.Mutex(name).Lock(testenv.Context(t, 120*time.Second))
 			if err == nil {
-				err = lw.Unlock(ctxT(t, 30*time.Second))
+				err = lw.Unlock(testenv.Context(t, 30*time.Second))
 			}
 			errs <- err
 		}()
 	}
 	if !waitFor(30*time.Second, func() bool {
-		in, err := inspector.Inspect(ctxT(t, 30*time.Second), name)
+		in, err := inspector.Inspect(testenv.Context(t, 30*time.Second), name)
 		return err == nil && len(in.Waiters) == waiters
 	}) {
 		t.Fatalf("%d waiters did not queue within 30s", waiters)
@@ -205,12 +205,12 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	}
 	defer d.Close()
 	name := "expired-session"
-	g, err := d.Acquire(ctxT(t, 30*time.Second), driver.Request{Name: name, Owner: strings.Repeat("e", 32), TTL: time.Hour, Wait: true})
+	g, err := d.Acquire(testenv.Context(t, 30*time.Second), driver.Request{Name: name, Owner: strings.Repeat("e", 32), TTL: time.Hour, Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	held := driver.Held{Name: name, Owner: strings.Repeat("e", 32), Token: g.Token, Handle: g.Handle}
-	if err := d.Extend(ctxT(t, 30*time.Second), held, time.Hour); err != nil { // a renewal: the holder watches its node from now on
+	if err := d.Extend(testenv.Context(t, 30*time.Second), held, time.Hour); err != nil { // a renewal: the holder watches its node from now on
 		t.Fatal(err)
 	}
 	p.Block()
@@ -230,13 +230,13 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lost not closed 30s after the holder reconnected to learn its session expired")
 	}
-	if err := d.Extend(ctxT(t, 30*time.Second), held, time.Hour); !errors.Is(err, driver.ErrLeaseLost) {
+	if err := d.Extend(testenv.Context(t, 30*time.Second), held, time.Hour); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Extend after the session expired: %v, want ErrLeaseLost", err)
 	}
-	if err := d.Release(ctxT(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
+	if err := d.Release(testenv.Context(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Release after the session expired: %v, want ErrLeaseLost", err)
 	}
-	if _, err := other.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("the new holder's lock must still be held; TryLock: %v", err)
 	}
 	mustUnlock(t, l2)
@@ -269,7 +269,7 @@ func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open open
 		t.Fatalf("lease lost across a short disconnection: %v", l.Err())
 	default:
 	}
-	in, err := client(t, open(t, "/faults")).Inspect(ctxT(t, 30*time.Second), name)
+	in, err := client(t, open(t, "/faults")).Inspect(testenv.Context(t, 30*time.Second), name)
 	if err != nil || !in.Held || in.Token != l.Token() {
 		t.Fatalf("Inspect after the reconnection: %+v, %v; want held with token %d", in, err, l.Token())
 	}
@@ -295,12 +295,12 @@ func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
 			time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond)
 			p.Cut()
 		}()
-		l, err := c.Mutex(name).Lock(ctxT(t, 30*time.Second))
+		l, err := c.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
 		<-cut
 		switch {
 		case err == nil:
 			granted++
-			_ = l.Unlock(ctxT(t, 30*time.Second)) // a cut may fail it; the driver deletes the node later
+			_ = l.Unlock(testenv.Context(t, 30*time.Second)) // a cut may fail it; the driver deletes the node later
 		case !errors.Is(err, dlock.ErrUnavailable):
 			t.Fatalf("Lock with a cut connection: %v, want success or ErrUnavailable", err)
 		}
@@ -312,7 +312,7 @@ func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	var in dlock.Info
 	if !waitFor(2*testSession+10*time.Second, func() bool {
 		var err error
-		in, err = inspector.Inspect(ctxT(t, 30*time.Second), name)
+		in, err = inspector.Inspect(testenv.Context(t, 30*time.Second), name)
 		return err == nil && !in.Held && len(in.Waiters) == 0
 	}) {
 		t.Fatalf("after %d cut Locks (%d granted and released) the queue is not empty: %+v", cuts, granted, in)
@@ -344,13 +344,13 @@ func testDigestACL(t *testing.T, z *testenv.ZooKeeper) {
 			t.Errorf("%s deleting alice's lock node: %v, want zk.ErrNoAuth", who, err)
 		}
 		c := client(t, d)
-		if err := c.Break(ctxT(t, 30*time.Second), name); !errors.Is(err, zk.ErrNoAuth) {
+		if err := c.Break(testenv.Context(t, 30*time.Second), name); !errors.Is(err, zk.ErrNoAuth) {
 			t.Errorf("%s breaking alice's lock: %v, want an error wrapping zk.ErrNoAuth", who, err)
 		}
-		if _, err := c.Inspect(ctxT(t, 30*time.Second), name); !errors.Is(err, zk.ErrNoAuth) {
+		if _, err := c.Inspect(testenv.Context(t, 30*time.Second), name); !errors.Is(err, zk.ErrNoAuth) {
 			t.Errorf("%s inspecting alice's lock: %v, want an error wrapping zk.ErrNoAuth", who, err)
 		}
-		if _, err := c.Mutex(name).TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, zk.ErrNoAuth) {
+		if _, err := c.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, zk.ErrNoAuth) {
 			t.Errorf("%s taking alice's lock: %v, want an error wrapping zk.ErrNoAuth", who, err)
 		}
 	}
@@ -359,11 +359,11 @@ func testDigestACL(t *testing.T, z *testenv.ZooKeeper) {
 		t.Fatalf("alice lost her lease: %v", l.Err())
 	default:
 	}
-	in, err := client(t, alice).Inspect(ctxT(t, 30*time.Second), name)
+	in, err := client(t, alice).Inspect(testenv.Context(t, 30*time.Second), name)
 	if err != nil || !in.Held || in.Token != l.Token() {
 		t.Errorf("alice's Inspect: %+v, %v; want held with token %d", in, err, l.Token())
 	}
-	if err := client(t, alice).Break(ctxT(t, 30*time.Second), name); err != nil {
+	if err := client(t, alice).Break(testenv.Context(t, 30*time.Second), name); err != nil {
 		t.Errorf("alice breaking her own lock: %v", err)
 	}
 	select {
@@ -426,7 +426,7 @@ func testRestarts(t *testing.T, z *testenv.ZooKeeper, open opener) {
 		default:
 		}
 		other := client(t, open(t, "/restart"))
-		if _, err := other.Mutex("short").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := other.Mutex("short").TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("TryLock of the kept lock: %v, want ErrNotAcquired", err)
 		}
 		mustUnlock(t, l)
@@ -489,7 +489,7 @@ func testLeaderStopped(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	case <-held.Done():
 		t.Logf("the holder of another lock lost it during the election: %v", held.Err())
 	default:
-		if _, err := other.Mutex("held").TryLock(ctxT(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if _, err := other.Mutex("held").TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 			t.Errorf("TryLock of a lock whose holder kept its lease: %v, want ErrNotAcquired", err)
 		}
 		mustUnlock(t, held)

@@ -46,12 +46,6 @@ func openURL(t testing.TB, raw string) *Driver {
 	return d
 }
 
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestStandalone runs the conformance suite and the ZooKeeper-specific tests
 // against one standalone server, started once for all of them.
 func TestStandalone(t *testing.T) {
@@ -96,14 +90,14 @@ func TestCapabilitiesFollowTheNegotiatedSession(t *testing.T) {
 	if got := d.Capabilities().MinTTL; got != 120*time.Second {
 		t.Errorf("MinTTL = %v, want the negotiated 2m0s", got)
 	}
-	g, err := d.Acquire(ctxT(t, 30*time.Second), driver.Request{Name: "x", Owner: strings.Repeat("a", 32), TTL: time.Hour, Wait: true})
+	g, err := d.Acquire(testenv.Context(t, 30*time.Second), driver.Request{Name: "x", Owner: strings.Repeat("a", 32), TTL: time.Hour, Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g.TTL != 80*time.Second {
 		t.Errorf("Grant.TTL = %v, want two thirds of the 2m session", g.TTL)
 	}
-	if err := d.Release(ctxT(t, 30*time.Second), driver.Held{Name: "x", Handle: g.Handle}); err != nil {
+	if err := d.Release(testenv.Context(t, 30*time.Second), driver.Held{Name: "x", Handle: g.Handle}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -147,7 +141,7 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 		"zk://u:hunter2@127.0.0.1:1/a/../b",
 		"zk://:hunter2@127.0.0.1:1/x",
 	} {
-		_, err := dlock.Open(ctxT(t, 10*time.Second), raw)
+		_, err := dlock.Open(testenv.Context(t, 10*time.Second), raw)
 		if !errors.Is(err, dlock.ErrInvalidOption) {
 			t.Errorf("Open(%q): got %v, want ErrInvalidOption", dlock.Redact(raw), err)
 			continue
@@ -171,7 +165,7 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 		t.Errorf("parsed %+v", cfg)
 	}
 	// An unreachable ensemble: ErrUnavailable within the connect timeout.
-	_, err = dlock.Open(ctxT(t, 30*time.Second), "zk://u:hunter2@127.0.0.1:1/x?connect-timeout=500ms")
+	_, err = dlock.Open(testenv.Context(t, 30*time.Second), "zk://u:hunter2@127.0.0.1:1/x?connect-timeout=500ms")
 	if !errors.Is(err, dlock.ErrUnavailable) || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("Open of an unreachable server: %v; want ErrUnavailable without the password", err)
 	}

@@ -227,3 +227,17 @@ func startEmbeddedBounded(ctx context.Context, dir, listen string) (embeddedNode
 		return nil, fmt.Errorf("etcd did not start: %w", ctx.Err())
 	}
 }
+
+// connect opens the backend that the flags, the environment or the running
+// "dlock dev" server choose, for the commands that act on existing locks.
+func (bf *backendFlags) connect(ctx context.Context, env *cmdEnv) (*backend, *dlock.Client, error) {
+	b, err := bf.shared(env)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := bf.open(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, c, nil
+}

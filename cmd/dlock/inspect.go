@@ -35,11 +35,7 @@ func inspectCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := bf.shared(env)
-	if err != nil {
-		return err
-	}
-	c, err := bf.open(ctx, b)
+	b, c, err := bf.connect(ctx, env)
 	if err != nil {
 		return err
 	}

@@ -31,11 +31,7 @@ func listCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if fs.NArg() > 1 {
 		return usageErrorf("want at most one PREFIX, got %d arguments: dlock list [flags] [PREFIX]", fs.NArg())
 	}
-	b, err := bf.shared(env)
-	if err != nil {
-		return err
-	}
-	c, err := bf.open(ctx, b)
+	b, c, err := bf.connect(ctx, env)
 	if err != nil {
 		return err
 	}

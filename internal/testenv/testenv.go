@@ -8,6 +8,7 @@ package testenv
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -246,4 +247,11 @@ func (p *Process) WaitLog(substr string, timeout time.Duration) error {
 		}
 	}
 	return fmt.Errorf("%s: timed out waiting for log line %q\n%s", p.Name, substr, p.Tail(20))
+}
+
+// Context returns a context that ends after d, or when the test ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
