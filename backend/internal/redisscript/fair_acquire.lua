@@ -21,8 +21,12 @@ local v = redis.call('GET', lock)
 if owned_by(v, owner) then
   return {2, tonumber(string.match(v, '^%S+ (%d+) '))}
 end
-local head, now = live_head(queue, waiters, owner)
+local now
 if not v then
+  -- Free: who is first in line decides. (While the lock is held the queue
+  -- needs no look: a release serves its head.)
+  local head
+  head, now = live_head(queue, waiters, owner)
   if not head or head == owner or ARGV[9] == '1' then
     if head == owner then
       redis.call('LPOP', queue)
