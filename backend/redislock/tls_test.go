@@ -81,3 +81,28 @@ func TestTLSWrongCAIsClearError(t *testing.T) {
 		t.Errorf("Open(redis://…?ca=) = %v, want ErrInvalidOption", err)
 	}
 }
+
+// A Lock whose context ends during a TLS handshake (here: the first Lock
+// that waits opens the pub/sub connection) returns the context's error, as
+// any other cancelled Lock does, not ErrUnavailable.
+func TestTLSCancelledDuringHandshakeIsContextError(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.RedisTLS())
+	u := "rediss://" + srv.Addr + "?ca=" + url.QueryEscape(srv.TLS.CA)
+	holder := open(t, u)
+	ctx := testenv.Context(t, time.Minute)
+	l, err := holder.Mutex("handshake").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	for i := range 20 {
+		c := open(t, u)
+		wctx, cancel := context.WithTimeout(ctx, time.Duration(1+i%5)*time.Millisecond)
+		_, err := c.Mutex("handshake").Lock(wctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with a %v deadline: %v, want context.DeadlineExceeded", time.Duration(1+i%5)*time.Millisecond, err)
+		}
+		c.Close()
+	}
+}
