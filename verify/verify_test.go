@@ -63,9 +63,13 @@ func TestVerifyShortProfile(t *testing.T) {
 							}
 						})
 					}
+					duration := 11 * time.Second
+					if f == Skew {
+						duration = 16 * time.Second // a round for each skewed clock
+					}
 					res, err := Run(context.Background(), Config{
 						Backend: be.name, Fault: f, Deploy: dep, Dir: dir,
-						Clients: 4, Duration: 11 * time.Second, TTL: be.ttl, Bound: be.bound,
+						Clients: 4, Duration: duration, TTL: be.ttl, Bound: be.bound,
 						TokensMayReset: be.tokensMayReset,
 						Spawn:          func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
 						Log:            testLog{t},
