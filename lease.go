@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -113,14 +114,16 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
 		return l.Err()
 	}
-	l.end(fmt.Errorf("%w: %q was released", ErrNotHeld, l.name))
+	l.end(releasedError{l.name})
 	if h := l.o.hooks.Released; h != nil {
 		h(l.name, l.token, time.Since(l.acquired))
 	}
 	if err != nil {
 		return classify(ctx, err)
 	}
-	l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
+	if l.o.logger.Enabled(ctx, slog.LevelDebug) {
+		l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
+	}
 	return nil
 }
 
@@ -184,19 +187,22 @@ func (l *Lease) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// startRenewal arms the renewal and expiry timers; backendLost, if not nil,
-// is the backend's own loss signal. Renewal runs on timers rather than a
-// goroutine per lease: a held lease costs no goroutine and no wake-up until
-// a renewal is due, which keeps an uncontended Lock+Unlock close to the
-// backend's round trips.
+// startRenewal arms the renewal timer; backendLost, if not nil, is the
+// backend's own loss signal. Renewal runs on timers rather than a goroutine
+// per lease: a held lease costs no goroutine and no wake-up until a renewal
+// is due, which keeps an uncontended Lock+Unlock close to the backend's
+// round trips.
 //
 // The lease is declared lost when the backend says so (ErrLeaseLost, or
 // backendLost closing) or when the deadline — the send time of the last
 // confirmed renewal plus TTL minus the drift margin — passes without a newer
-// confirmation, whether or not a renewal is still in flight.
+// confirmation, whether or not a renewal is still in flight. The expiry
+// timer that watches the deadline is armed by the first renewal: until the
+// renewal timer fires, TTL/3 after the grant, the deadline is at least a
+// third of the TTL further away, and a lease released before that (the
+// common case) never needs one.
 func (l *Lease) startRenewal(backendLost <-chan struct{}) {
 	l.mu.Lock()
-	l.expireTimer = time.AfterFunc(time.Until(l.deadline), l.expired)
 	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
 	// begun a while ago), then TTL/3 after each confirmed renewal.
 	l.renewTimer = time.AfterFunc(max(time.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
@@ -213,10 +219,12 @@ func (l *Lease) startRenewal(backendLost <-chan struct{}) {
 }
 
 // stopRenewal stops the timers; a renewal already running sees l.released
-// or l.ended and does nothing more.
+// or l.ended and does nothing more. l.mu is held.
 func (l *Lease) stopRenewal() {
 	if l.renewTimer != nil {
 		l.renewTimer.Stop()
+	}
+	if l.expireTimer != nil {
 		l.expireTimer.Stop()
 	}
 }
@@ -242,6 +250,9 @@ func (l *Lease) renew() {
 		return
 	}
 	deadline := l.deadline
+	if l.expireTimer == nil {
+		l.expireTimer = time.AfterFunc(time.Until(deadline), l.expired)
+	}
 	l.mu.Unlock()
 
 	// A renewal that arrives after the deadline proves nothing.
@@ -276,3 +287,10 @@ func (l *Lease) renew() {
 	retry := min(every/4<<min(l.failures-1, 3), time.Until(l.deadline)/3)
 	l.renewTimer.Reset(driver.Jitter(max(retry, 5*time.Millisecond)))
 }
+
+// releasedError is the cause of a released lease's end: ErrNotHeld, with
+// the name, formatted only if someone asks.
+type releasedError struct{ name string }
+
+func (e releasedError) Error() string { return fmt.Sprintf("%v: %q was released", ErrNotHeld, e.name) }
+func (e releasedError) Unwrap() error { return ErrNotHeld }

@@ -2,10 +2,9 @@ package dlock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"log/slog"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -58,7 +57,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	}
 	c := m.c
 	now := time.Now()
-	holder, _ := json.Marshal(Holder{Host: hostname(), PID: os.Getpid(), Note: m.o.note, AcquiredAt: now.UTC().Round(time.Millisecond)})
+	holder := encodeHolder(m.o.note, now.UTC().Round(time.Millisecond))
 	req := driver.Request{Name: m.name, Owner: newOwner(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
 
 	g, err := c.d.Acquire(ctx, req)
@@ -89,7 +88,9 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			return nil, err
 		}
 	}
-	m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", time.Since(now))
+	if m.o.logger.Enabled(ctx, slog.LevelDebug) {
+		m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", time.Since(now))
+	}
 	if h := m.o.hooks.Acquired; h != nil {
 		h(m.name, g.Token, time.Since(now))
 	}

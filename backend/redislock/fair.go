@@ -27,15 +27,34 @@ type attempt struct {
 // back a grant that raced with the cancellation) before Acquire returns.
 func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	k := d.keys(req.Name)
-	if !req.Wait {
-		o, n, err := k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", false)
+	if !req.Wait || !d.hub.Subscribed(k.Channel) {
+		// One attempt that does not queue: a TryLock, or the first attempt
+		// of a Lock of a name this process has not waited for lately. A
+		// free lock is then taken in one round trip, without subscribing
+		// first; a Lock that finds it held subscribes and queues (the name
+		// then stays subscribed for a while, so a busy lock's Locks queue
+		// at once, in one attempt).
+		// A plain Lock takes a free lock whoever waits: acquire.lua, the
+		// cheaper script, does that.
+		sent := time.Now()
+		var granted bool
+		var n int64
+		var err error
+		if req.Fair {
+			var o int
+			o, n, err = k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", d.wake, false)
+			granted = o != redisscript.NotGranted
+		} else {
+			granted, n, err = k.Acquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
+		}
 		switch {
 		case err != nil:
 			return driver.Grant{}, d.unavailable(ctx, err)
-		case o == redisscript.NotGranted:
+		case granted:
+			return driver.Grant{Token: uint64(n), Since: sent, Handle: &k}, nil
+		case !req.Wait:
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
-		return driver.Grant{Token: uint64(n)}, nil
 	}
 	wake := make(chan struct{}, 1)
 	stop, err := d.subscribe(ctx, req.Name, req.Owner, wake)
@@ -50,7 +69,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	var notGrantedAt time.Time
 	handedOff := func(token uint64) (driver.Grant, bool) {
 		if time.Since(notGrantedAt) < req.TTL/2 {
-			return driver.Grant{Token: token, Since: notGrantedAt}, true
+			return driver.Grant{Token: token, Since: notGrantedAt, Handle: &k}, true
 		}
 		// This waiter was held up (frozen, or cut off with its connection
 		// open) long enough for most of that lease to be gone: renew it
@@ -59,7 +78,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
 		}
-		return driver.Grant{Token: token, Since: sent}, true
+		return driver.Grant{Token: token, Since: sent, Handle: &k}, true
 	}
 	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
@@ -67,9 +86,9 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// known; it is one round trip, after which a cancelled ctx is seen.
 		// (It runs on this goroutine: a hand-off to another would delay
 		// every grant.)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
+		actx, cancel := d.attemptContext(ctx)
 		a := attempt{sent: time.Now()}
-		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc, barge)
+		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc, d.wake, barge)
 		barge = false
 		cancel()
 		if ctx.Err() != nil {
@@ -81,7 +100,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
 		case a.outcome == redisscript.Granted:
-			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
+			return driver.Grant{Token: uint64(a.n), Since: a.sent, Handle: &k}, nil
 		case a.outcome == redisscript.HandedOff:
 			if g, ok := handedOff(uint64(a.n)); ok {
 				return g, nil
@@ -111,6 +130,17 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	}
 }
 
+// attemptContext is ctx without its cancellation, so that an attempt's
+// outcome is always known; it is bounded by the waiter TTL unless the
+// client's own read and write timeouts bound it already (go-redis's
+// default: 5s).
+func (d *Driver) attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.boundedIO {
+		return context.WithoutCancel(ctx), func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
+}
+
 // giveUp takes the owner out of the queue, passing on a lock that was
 // granted or handed to it meanwhile, so that a cancelled Lock leaves
 // nothing behind. If Redis cannot be reached, the place expires after the
@@ -118,5 +148,5 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = k.LeaveQueue(cctx, d.rdb, owner, d.proc != "")
+	_ = k.LeaveQueue(cctx, d.rdb, owner, d.wake)
 }

@@ -13,11 +13,13 @@
 //
 // # Mechanism
 //
-// Acquire is one script in one round trip: if the lock key is absent it
-// INCRs the name's fence counter and SETs the lock key with PX = TTL; if it
-// is present it answers the holder's remaining PTTL. Extend and Release are
-// scripts that act only if the lock still holds the caller's owner key (128
-// random bits). Release deletes the key and PUBLISHes on the name's channel.
+// Acquire is one script in one round trip: it INCRs the name's fence
+// counter and SETs the lock key, NX with PX = TTL, its value holding the
+// token; if the lock is held it answers the holder's remaining PTTL (the
+// number it took is then skipped: tokens need only increase). Extend and
+// Release are scripts that act only if the lock still holds the caller's
+// owner key (128 random bits). Release deletes the key and serves the
+// first queued waiter, if any.
 //
 // Waiting is a FIFO queue in Redis, for plain and fair locks alike: each
 // waiter has a place in a list, and the lock is granted only to the first
@@ -29,7 +31,11 @@
 // modes is arrival: a plain Lock first tries to take the lock outright, as
 // an unfair mutex lets an arriving goroutine do, and TryLock takes a free
 // lock whoever waits; with dlock.WithFair, an arrival never passes a live
-// waiter. (Waiting by retrying, as driver.AcquireByRetry does, would have
+// waiter. The first attempt of a Lock of a name this process has not
+// waited for lately does not queue: a free lock costs one round trip and
+// no subscription, and only a Lock that finds the lock taken subscribes to
+// the name's channel (which then stays subscribed for 30s after its last
+// waiter, so that a busy lock's Locks queue in their first attempt). (Waiting by retrying, as driver.AcquireByRetry does, would have
 // every process with a waiter try on every release — eight workers, seven
 // failed attempts per grant — and the releasing process, trying at once,
 // would win most of the time; the queue sends one message to one waiter,
@@ -52,9 +58,8 @@
 // subscribers only, there is no hand-off: the release publishes the first
 // waiter's owner key on the lock's channel, and that waiter tries.
 //
-// Waiters are woken only through the queue; a driver still implements
-// driver.Subscriber (the name's channel carries "" for releases with
-// nobody queued), for callers that wait by other means.
+// Waiters are woken only through the queue: a release that finds nobody
+// queued publishes nothing.
 //
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
@@ -140,8 +145,10 @@ type Driver struct {
 	durable   bool
 	err       error  // an invalid option, returned by every call
 	proc      string // this driver's channel for fair hand-offs; "" on a cluster
-	noHandoff bool   // tests: behave as on a cluster
+	wake      redisscript.Wake
+	noHandoff bool // tests: behave as on a cluster
 	hub       *redisscript.Hub
+	boundedIO bool // the client's reads and writes time out by themselves
 }
 
 func randomHex() string {
@@ -180,10 +187,19 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 	} else if d.waiterTTL < 3*MinTTL {
 		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", dlock.ErrInvalidOption, d.waiterTTL, 3*MinTTL)
 	}
+	if c, single := rdb.(*redis.Client); single {
+		// After go-redis normalised them, 0 and -1 both mean no timeout.
+		o := c.Options()
+		d.boundedIO = o.ReadTimeout > 0 && o.WriteTimeout > 0
+	}
 	if _, single := rdb.(*redis.Client); single && !d.noHandoff {
 		// Hand-offs need PUBLISH to count this process's subscription,
 		// which a cluster node does only for its own clients.
 		d.proc = d.prefix + ":proc:" + randomHex()
+	}
+	d.wake = redisscript.WakeFirst
+	if d.proc != "" {
+		d.wake = redisscript.HandOff
 	}
 	d.hub = redisscript.NewHub(rdb, d.proc)
 	return d
@@ -200,6 +216,15 @@ func describe(rdb redis.UniversalClient) string {
 }
 
 func (d *Driver) keys(name string) redisscript.Keys { return redisscript.KeysFor(d.prefix, name) }
+
+// heldKeys returns the keys of a held lock: the grant carries them as its
+// handle, so that renewals and the release do not hash the name again.
+func (d *Driver) heldKeys(h driver.Held) redisscript.Keys {
+	if k, ok := h.Handle.(*redisscript.Keys); ok && k.Name == h.Name {
+		return *k
+	}
+	return d.keys(h.Name)
+}
 
 func (d *Driver) unavailable(ctx context.Context, err error) error {
 	return redisscript.Unavailable(ctx, d.where, err)
@@ -223,27 +248,23 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 
 // TryAcquire makes one plain attempt (driver.Retrier).
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
-	ok, n, err := d.keys(req.Name).Acquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
+	k := d.keys(req.Name)
+	ok, n, err := k.Acquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
 	if err != nil {
 		return driver.Grant{}, 0, d.unavailable(ctx, err)
 	}
 	if !ok {
 		return driver.Grant{}, max(time.Duration(n)*time.Millisecond, 0), driver.ErrNotAcquired
 	}
-	return driver.Grant{Token: uint64(n)}, 0, nil
+	return driver.Grant{Token: uint64(n), Handle: &k}, 0, nil
 }
 
 // subscribeTimeout bounds the wait for the server to confirm a SUBSCRIBE.
 const subscribeTimeout = 5 * time.Second
 
-// Subscribe listens for releases of name on the driver's shared pub/sub
-// connection (driver.Subscriber); it returns once the server confirmed it.
-func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	wake := make(chan struct{}, 1)
-	stop, err := d.subscribe(ctx, name, "", wake)
-	return wake, stop, err
-}
-
+// subscribe registers a queued waiter's wake-ups on the driver's shared
+// pub/sub connection; it returns once the server confirmed the
+// subscription.
 func (d *Driver) subscribe(ctx context.Context, name, owner string, wake chan struct{}) (func(), error) {
 	ready, stop, err := d.hub.Subscribe(ctx, d.keys(name).Channel, owner, wake)
 	if err != nil {
@@ -260,7 +281,7 @@ func (d *Driver) subscribe(ctx context.Context, name, owner string, wake chan st
 
 // Extend renews the lease if it is still the owner's.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
-	ok, err := d.keys(h.Name).Extend(ctx, d.rdb, h.Owner, ttl)
+	ok, err := d.heldKeys(h).Extend(ctx, d.rdb, h.Owner, ttl)
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -273,7 +294,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 // Release frees the lock if it is still the owner's, and wakes the next
 // waiter.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
-	ok, err := d.keys(h.Name).Release(ctx, d.rdb, h.Owner, d.proc != "")
+	ok, err := d.heldKeys(h).Release(ctx, d.rdb, h.Owner, d.wake)
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -337,7 +358,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	if d.err != nil {
 		return d.err
 	}
-	ok, err := d.keys(name).Break(ctx, d.rdb, d.proc != "")
+	ok, err := d.keys(name).Break(ctx, d.rdb, d.wake)
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -360,7 +381,6 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver     = (*Driver)(nil)
-	_ driver.Retrier    = (*Driver)(nil)
-	_ driver.Subscriber = (*Driver)(nil)
+	_ driver.Driver  = (*Driver)(nil)
+	_ driver.Retrier = (*Driver)(nil)
 )

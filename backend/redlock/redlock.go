@@ -322,7 +322,7 @@ func retryAfter(rs []reply, t tally, quorum int) time.Duration {
 // have set the lock although its reply was lost).
 func (d *Driver) abandon(ctx context.Context, k redisscript.Keys, req driver.Request) {
 	d.each(context.WithoutCancel(ctx), nil, nodeTimeout(req.TTL), func(ctx context.Context, n *node) reply {
-		_, err := k.Release(ctx, n.rdb, req.Owner, false)
+		_, err := k.Release(ctx, n.rdb, req.Owner, redisscript.WakeAny)
 		return reply{err: err}
 	})
 }
@@ -350,7 +350,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	k := d.keys(h.Name)
 	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
-		ok, err := k.Release(ctx, n.rdb, h.Owner, false)
+		ok, err := k.Release(ctx, n.rdb, h.Owner, redisscript.WakeAny)
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)
@@ -513,7 +513,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	}
 	k := d.keys(name)
 	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
-		ok, err := k.Break(ctx, n.rdb, false)
+		ok, err := k.Break(ctx, n.rdb, redisscript.WakeAny)
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)

@@ -11,7 +11,7 @@
 -- ARGV[5] "1" to queue when not granted, "0" for a single try
 -- ARGV[6] how long a waiter's entry lives without a heartbeat, in ms
 -- ARGV[7] the waiter's process channel, for hand-offs ("-": none)
--- ARGV[8] "1" if releases hand the lock to the next waiter
+-- ARGV[8] how a release wakes the next waiter (see wake_next)
 -- ARGV[9] "1" to take a free lock even if others are queued
 -- Returns {1, token} when granted now, {2, token} when it had been handed
 -- to this owner, {0, pttl} when not granted.
@@ -21,8 +21,12 @@ local v = redis.call('GET', lock)
 if owned_by(v, owner) then
   return {2, tonumber(string.match(v, '^%S+ (%d+) '))}
 end
-local head, now = live_head(queue, waiters, owner)
+local now
 if not v then
+  -- Free: who is first in line decides. (While the lock is held the queue
+  -- needs no look: a release serves its head.)
+  local head
+  head, now = live_head(queue, waiters, owner)
   if not head or head == owner or ARGV[9] == '1' then
     if head == owner then
       redis.call('LPOP', queue)

@@ -84,6 +84,19 @@ func (h *Hub) ProcReady() <-chan struct{} {
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// Subscribed reports whether channel (and the process channel, if any) is
+// subscribed and confirmed, so that a Subscribe of it needs no round trip.
+func (h *Hub) Subscribed(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	if t == nil || !t.confirmed {
+		return false
+	}
+	pt := h.topics[h.proc]
+	return h.proc == "" || pt.confirmed
+}
+
 // TakeHandoff returns the token a release handed to owner, if one came.
 func (h *Hub) TakeHandoff(owner string) (uint64, bool) {
 	h.mu.Lock()

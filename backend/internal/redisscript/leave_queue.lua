@@ -4,7 +4,7 @@
 -- next waiter is served, since no release will come to do it.
 --
 -- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
--- ARGV[1] owner  ARGV[2] name  ARGV[3] "1" if releases hand off
+-- ARGV[1] owner  ARGV[2] name  ARGV[3] how the next waiter is woken (see wake_next)
 local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 if owned_by(redis.call('GET', KEYS[1]), ARGV[1]) then

@@ -45,23 +45,28 @@ local function owned_by(v, owner)
   return v and string.sub(v, 1, #owner + 1) == owner .. ' '
 end
 
--- wake_next runs when the lock has just become free. If fair waiters are
--- queued, the first live one is granted the lock right here — a hand-off:
--- its process learns the token from the message on its process channel,
--- with no request of its own — provided that process still listens:
--- PUBLISH counts the receivers, and a waiter whose process has died (its
--- connection closed with it) is skipped. Without hand-off (handoff ~= "1":
--- Redis Cluster, where PUBLISH counts one node's receivers only) the first
--- waiter is woken by its owner key on the lock's channel, and tries. With
--- no queue, payload "" wakes whoever listens.
-local function wake_next(lock, fence, queue, waiters, channel, name, handoff)
+-- wake_next runs when the lock has just become free. mode says how the
+-- next waiter learns it:
+--   'handoff': the first live waiter is granted the lock right here — its
+--     process learns the token from the message on its process channel,
+--     with no request of its own — provided that process still listens:
+--     PUBLISH counts the receivers, and a waiter whose process has died
+--     (its connection closed with it) is skipped;
+--   'first': the first waiter is woken by its owner key on the lock's
+--     channel, and tries (Redis Cluster, where PUBLISH counts one node's
+--     receivers only);
+--   'any': "" on the lock's channel wakes whoever listens (Redlock's
+--     waiters, which retry rather than queue).
+-- With no queue, only 'any' publishes: queued waiters need no word of a
+-- release that finds nobody queued.
+local function wake_next(lock, fence, queue, waiters, channel, name, mode)
   while true do
     local head, _, entry = live_head(queue, waiters)
     if not head then
-      redis.call('PUBLISH', channel, '')
+      if mode == 'any' then redis.call('PUBLISH', channel, '') end
       return
     end
-    if handoff ~= '1' then
+    if mode ~= 'handoff' then
       redis.call('PUBLISH', channel, head)
       return
     end

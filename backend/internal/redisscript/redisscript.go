@@ -123,16 +123,33 @@ const (
 	HandedOff  = 2 // granted earlier, by a release that handed the lock over
 )
 
+// Wake says how a release (or Break, or a waiter leaving) wakes the next
+// waiter; see wake_next in lib.lua.
+type Wake string
+
+const (
+	// HandOff: the release grants the lock to the first live waiter and
+	// publishes the token on that waiter's process channel.
+	HandOff Wake = "handoff"
+	// WakeFirst: the release publishes the first waiter's owner key on the
+	// lock's channel, and that waiter tries (Redis Cluster).
+	WakeFirst Wake = "first"
+	// WakeAny: the release publishes "" on the lock's channel, waking
+	// whoever listens (waiters that retry rather than queue: Redlock's).
+	WakeAny Wake = "any"
+)
+
 // FairAcquire makes one attempt of a queued acquire; with wait it queues
 // the owner when not granted, or renews its place in the queue. waiterTTL
 // is how long the place lasts without another attempt. With barge, a free
-// lock is taken even if others are queued. proc is the waiter's
-// process channel for hand-offs ("" if releases do not hand off). When
-// granted (Granted or HandedOff), n is the token; otherwise the holder's
-// PTTL in ms.
-func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration, proc string, barge bool) (outcome int, n int64, err error) {
+// lock is taken even if others are queued. proc is the waiter's process
+// channel for hand-offs ("" if releases do not hand off), wake how a
+// release that this attempt makes wakes the next waiter. When granted
+// (Granted or HandedOff), n is the token; otherwise the holder's PTTL in
+// ms.
+func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration, proc string, wake Wake, barge bool) (outcome int, n int64, err error) {
 	v, err := fairAcquire.Run(ctx, rdb, k.queueKeys(),
-		owner, ms(ttl), k.Name, holder, flag(wait), ms(waiterTTL), cmp.Or(proc, "-"), flag(proc != ""), flag(barge)).Slice()
+		owner, ms(ttl), k.Name, holder, flag(wait), ms(waiterTTL), cmp.Or(proc, "-"), string(wake), flag(barge)).Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -167,9 +184,8 @@ func pair(v []any, err error) (bool, int64, error) {
 
 // LeaveQueue removes a fair waiter that gives up, and passes on a lock
 // handed to it meanwhile; the next waiter is served if the lock is free.
-// handoff says whether releases hand the lock over (see FairAcquire).
-func (k Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string, handoff bool) error {
-	return leaveQueue.Run(ctx, rdb, k.queueKeys(), owner, k.Name, flag(handoff)).Err()
+func (k Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) error {
+	return leaveQueue.Run(ctx, rdb, k.queueKeys(), owner, k.Name, string(wake)).Err()
 }
 
 // Extend renews owner's lease for ttl; false means the lock is not owner's.
@@ -180,15 +196,15 @@ func (k Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl 
 
 // Release frees owner's lock and serves the next waiter; false means the
 // lock is not owner's.
-func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, handoff bool) (bool, error) {
-	n, err := release.Run(ctx, rdb, k.queueKeys(), owner, k.Name, flag(handoff)).Int64()
+func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) (bool, error) {
+	n, err := release.Run(ctx, rdb, k.queueKeys(), owner, k.Name, string(wake)).Int64()
 	return n == 1, err
 }
 
 // Break frees the lock whoever holds it and serves the next waiter; false
 // means it was free.
-func (k Keys) Break(ctx context.Context, rdb redis.Scripter, handoff bool) (bool, error) {
-	n, err := breakLock.Run(ctx, rdb, k.queueKeys(), k.Name, flag(handoff)).Int64()
+func (k Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, error) {
+	n, err := breakLock.Run(ctx, rdb, k.queueKeys(), k.Name, string(wake)).Int64()
 	return n == 1, err
 }
 

@@ -2,7 +2,7 @@
 -- the next waiter (see wake_next).
 --
 -- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
--- ARGV[1] owner  ARGV[2] name  ARGV[3] "1" if releases hand off
+-- ARGV[1] owner  ARGV[2] name  ARGV[3] how the next waiter is woken (see wake_next)
 -- Returns 1 when released, 0 when the lock is not the owner's.
 if not owned_by(redis.call('GET', KEYS[1]), ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
