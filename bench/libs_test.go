@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/etcdlock"
@@ -59,7 +60,7 @@ type lib struct {
 	// open connects a new worker; locks it takes live for ttl.
 	open func(t testing.TB, ttl time.Duration) worker
 
-	sent  atomic.Int64   // requests its Redis clients sent (Redis only)
+	sent  atomic.Int64   // requests its clients sent (Redis and etcd only)
 	redis *testenv.Redis // the server whose INFO commandstats counts commands (Redis only)
 }
 
@@ -191,8 +192,17 @@ func redisLibs(srv *testenv.Redis) []*lib {
 }
 
 func etcdLibs(endpoint string) []*lib {
-	client := func(t testing.TB) *clientv3.Client {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	// client connects a worker of l, counting the unary requests it sends
+	// (watch streams and lease keep-alive streams are not counted).
+	client := func(t testing.TB, l *lib) *clientv3.Client {
+		count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			l.sent.Add(1)
+			return invoke(ctx, method, req, reply, cc, opts...)
+		}
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+		})
 		if err != nil {
 			t.Fatalf("etcd client: %v", err)
 		}
@@ -200,13 +210,13 @@ func etcdLibs(endpoint string) []*lib {
 	}
 	dl := &lib{backend: "etcd", name: "dlock", role: ours, how: "backend/etcdlock (FIFO)"}
 	dl.open = func(t testing.TB, ttl time.Duration) worker {
-		cli := client(t)
+		cli := client(t, dl)
 		return dlockWorker(dlock.New(etcdlock.New(cli), dlock.WithTTL(ttl)), false, func() { _ = cli.Close() })
 	}
 	cm := &lib{backend: "etcd", name: "concurrency.Mutex", role: incumbent,
 		how: "etcd client/v3/concurrency: one Session (lease TTL = the TTL) per worker, a Mutex per name"}
 	cm.open = func(t testing.TB, ttl time.Duration) worker {
-		cli := client(t)
+		cli := client(t, cm)
 		s, err := concurrency.NewSession(cli, concurrency.WithTTL(max(int(ttl/time.Second), 1)))
 		if err != nil {
 			t.Fatalf("etcd session: %v", err)
@@ -224,7 +234,7 @@ func etcdLibs(endpoint string) []*lib {
 	}
 	fl := &lib{backend: "etcd", name: "floor: 2 txn commits", role: floor, how: "a Txn that puts a key, then a Txn that deletes it"}
 	fl.open = func(t testing.TB, ttl time.Duration) worker {
-		cli := client(t)
+		cli := client(t, fl)
 		return worker{
 			lock: func(ctx context.Context, key string) (func(), error) {
 				k := "/floor/" + key

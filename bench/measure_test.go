@@ -23,6 +23,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // unlocking one name in a loop.
 type serial struct {
 	ops, errors     int
+	reqs            int64 // requests sent, where the library's clients count them
 	elapsed         time.Duration
 	lat             []time.Duration // lock+unlock, per op
 	mallocs, allocs uint64          // heap objects and bytes this process allocated
@@ -30,8 +31,11 @@ type serial struct {
 
 func (s *serial) opsPerSec() float64 { return float64(s.ops) / s.elapsed.Seconds() }
 
-// uncontended locks and unlocks key in a loop for d, adding to s.
-func (s *serial) run(w worker, key string, d time.Duration) {
+// run locks and unlocks key in a loop for d, adding to s; sent counts the
+// requests w sends.
+func (s *serial) run(w worker, key string, d time.Duration, sent *atomic.Int64) {
+	sent0 := sent.Load()
+	defer func() { s.reqs += sent.Load() - sent0 }()
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
 	var m0, m1 runtime.MemStats

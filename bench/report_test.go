@@ -191,7 +191,6 @@ type goal struct {
 	target   float64
 	atMost   bool // met when got <= target
 	unit     string
-	why      string // when missed
 	measured bool
 }
 
@@ -220,10 +219,14 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		ratio("Redis uncontended lock+unlock, "+mode+" ÷ bsm/redislock (ops/s) ≥ 1.0", ops("redis", mode), ops("redis", "bsm-linear1ms"), 1.0, false)
 		ratio("Redis uncontended lock+unlock, "+mode+" time ÷ two PINGs' ≤ 1.2", ops("redis", "floor: 2 PINGs"), ops("redis", mode), 1.2, true)
 	}
-	fair, rsync, bsm := cont("redis", "dlock-fair", 8), cont("redis", "redsync", 8), cont("redis", "bsm-linear1ms", 8)
+	fair, rsync, bsm8 := cont("redis", "dlock-fair", 8), cont("redis", "redsync", 8), cont("redis", "bsm-linear1ms", 8)
 	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ redsync ≥ 25", fair.changesPerSec(), rsync.changesPerSec(), 25, false)
-	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ bsm LinearBackoff(1ms) ≥ 1.2", fair.changesPerSec(), bsm.changesPerSec(), 1.2, false)
-	ratio("Redis contended (8 workers) commands/grant, dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", fair.callsPerGrant(), bsm.callsPerGrant(), 0.1, true)
+	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ bsm LinearBackoff(1ms) ≥ 1.2", fair.changesPerSec(), bsm8.changesPerSec(), 1.2, false)
+	for _, n := range workersB {
+		fair, bsm := cont("redis", "dlock-fair", n), cont("redis", "bsm-linear1ms", n)
+		ratio(fmt.Sprintf("Redis contended (%d workers) commands/grant (executed, scripts' included), dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", n), fair.callsPerGrant(), bsm.callsPerGrant(), 0.1, true)
+		ratio(fmt.Sprintf("Redis contended (%d workers) requests sent/grant, dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", n), fair.reqsPerGrant(), bsm.reqsPerGrant(), 0.1, true)
+	}
 	ratio("etcd uncontended lock+unlock, dlock ÷ concurrency.Mutex (ops/s) ≥ 1.0", ops("etcd", "dlock"), ops("etcd", "concurrency.Mutex"), 1.0, false)
 	ratio("etcd contended (8 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 3", cont("etcd", "dlock", 8).grantsPerSec(), cont("etcd", "concurrency.Mutex", 8).grantsPerSec(), 3, false)
 	ratio("ZooKeeper uncontended lock+unlock, dlock ÷ zk.Lock (ops/s) ≥ 1.0", ops("zookeeper", "dlock"), ops("zookeeper", "zk.Lock"), 1.0, false)
@@ -275,8 +278,8 @@ func ratioCell(a, b float64) string {
 
 func (r *report) writeA(p func(string, ...any)) {
 	p("## A. Uncontended lock+unlock\n\n")
-	p("One worker locks and unlocks one name in a loop. ÷ best incumbent: ops/s over the best incumbent's on the same backend (higher is better). Time ÷ floor: time per lock+unlock over the backend's raw round trips (scenario D; 1.00× is the physical floor, lower is better). allocs/op: heap allocations per lock+unlock in this process (client side only).\n\n")
-	p("| backend | library | p50 | p99 | ops/s | ÷ best incumbent | time ÷ floor | allocs/op | bytes/op | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	p("One worker locks and unlocks one name in a loop. ÷ best incumbent: ops/s over the best incumbent's on the same backend (higher is better). Time ÷ floor: time per lock+unlock over the backend's raw round trips (scenario D; 1.00× is the physical floor, lower is better). reqs/op: requests the client sent per lock+unlock (Redis commands; etcd unary gRPC calls; not counted for the others). allocs/op: heap allocations per lock+unlock in this process (client side only).\n\n")
+	p("| backend | library | p50 | p99 | ops/s | ÷ best incumbent | time ÷ floor | reqs/op | allocs/op | bytes/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, b := range r.backends {
 		_, bi := best(b, r.serial, (*serial).opsPerSec)
 		fl := r.serial(b.floor())
@@ -286,8 +289,12 @@ func (r *report) writeA(p func(string, ...any)) {
 			if l.role == ours && bi != nil {
 				inc = ratioCell(s.opsPerSec(), bi.opsPerSec())
 			}
-			p("| %s | %s | %s | %s | %.0f | %s | %s | %.0f | %.0f | %d |\n", b.name, l.name,
-				ms(quantile(s.lat, 0.5)), ms(quantile(s.lat, 0.99)), s.opsPerSec(), inc, ratioCell(fl.opsPerSec(), s.opsPerSec()),
+			reqs := "–"
+			if s.reqs > 0 {
+				reqs = fmt.Sprintf("%.2f", float64(s.reqs)/float64(max(s.ops, 1)))
+			}
+			p("| %s | %s | %s | %s | %.0f | %s | %s | %s | %.0f | %.0f | %d |\n", b.name, l.name,
+				ms(quantile(s.lat, 0.5)), ms(quantile(s.lat, 0.99)), s.opsPerSec(), inc, ratioCell(fl.opsPerSec(), s.opsPerSec()), reqs,
 				float64(s.mallocs)/float64(max(s.ops, 1)), float64(s.allocs)/float64(max(s.ops, 1)), s.errors)
 		}
 	}
@@ -297,7 +304,7 @@ func (r *report) writeA(p func(string, ...any)) {
 func (r *report) writeB(p func(string, ...any)) {
 	p("## B. Contended: one name, %v critical section\n\n", hold)
 	p("Holder changes/s: grants to a different worker than the previous grant. Ceiling: 1 ÷ (what time.Sleep(%v) takes + the backend's floor pair of round trips, scenario D) — a hand-off needs at least the release and the message that tells the next holder; × ceiling is holder changes/s over it. ", hold)
-	p("Wait: from calling lock to being granted. cmds/grant: commands the Redis server executed per grant (INFO commandstats delta, including those run by scripts); reqs/grant: requests the clients sent per grant. Gave up: lock calls that returned an error (redsync gives up after 32 tries). PostgreSQL and MariaDB run with 8 workers only.\n\n")
+	p("Wait: from calling lock to being granted. cmds/grant: commands the Redis server executed per grant (INFO commandstats delta, including those run by scripts); reqs/grant: requests the clients sent per grant (Redis commands; etcd unary gRPC calls, without the watch and keep-alive streams). Gave up: lock calls that returned an error (redsync gives up after 32 tries). PostgreSQL and MariaDB run with 8 workers only.\n\n")
 	for _, n := range workersB {
 		p("### %d workers\n\n", n)
 		p("| backend | library | grants/s | holder changes/s | ÷ best incumbent | × ceiling | wait p50 | wait p99 | wait max | grants/worker min–max | fairness | cmds/grant | reqs/grant | gave up |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -323,7 +330,10 @@ func (r *report) writeB(p func(string, ...any)) {
 				}
 				cmds, reqs := "–", "–"
 				if l.redis != nil {
-					cmds, reqs = fmt.Sprintf("%.2f", c.callsPerGrant()), fmt.Sprintf("%.2f", c.reqsPerGrant())
+					cmds = fmt.Sprintf("%.2f", c.callsPerGrant())
+				}
+				if c.reqs > 0 {
+					reqs = fmt.Sprintf("%.2f", c.reqsPerGrant())
 				}
 				waits := c.waits
 				p("| %s | %s | %.1f | %.1f | %s | %.2f | %s | %s | %s | %d–%d | %.3f | %s | %s | %d |\n", b.name, l.name,
