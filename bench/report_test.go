@@ -153,6 +153,7 @@ func (r *report) write(dir string) error {
 	p("A: %d rounds × %v per library; B: %d rounds × %v per library and worker count (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, scaled(eachB), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
 	p("Each worker has its own client and connection(s), as a separate process would.\n\n")
 
+	r.writeHeadline(p)
 	r.writeGoals(p)
 	r.writeA(p)
 	r.writeB(p)
@@ -256,6 +257,71 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		p("| %s | %.3g%s | %s |\n", g.what, g.got, g.unit, verdict)
 	}
 	p("\nWhy a goal is missed, where one is, is discussed in [README.md](README.md#reading-the-results).\n\n")
+}
+
+// writeHeadline is the short table the top-level README shows.
+func (r *report) writeHeadline(p func(string, ...any)) {
+	p("## Headline\n\n| backend | scenario | dlock | incumbents | dlock ÷ best incumbent |\n|---|---|---|---|---|\n")
+	for _, b := range r.backends {
+		// The first dlock library of the backend (dlock-fair on Redis).
+		var ours0 *lib
+		for _, l := range b.libs {
+			if l.role == ours {
+				ours0 = l
+				break
+			}
+		}
+		others := func(f func(*lib) float64, unit string) (string, float64) {
+			var cells []string
+			bestV := 0.0
+			for _, l := range b.libs {
+				if l.role == incumbent {
+					v := f(l)
+					cells = append(cells, fmt.Sprintf("%s %s%s", l.name, num(v), unit))
+					bestV = max(bestV, v)
+				}
+			}
+			if len(cells) == 0 {
+				return "–", 0
+			}
+			return strings.Join(cells, "; "), bestV
+		}
+		row := func(scenario string, f func(*lib) float64, unit string, floorNote string) {
+			inc, bestV := others(f, unit)
+			v := f(ours0)
+			ratio := ratioCell(v, bestV)
+			if floorNote != "" {
+				ratio = floorNote
+			}
+			p("| %s | %s | %s%s | %s | %s |\n", b.name, scenario, num(v), unit, inc, ratio)
+		}
+		fl := r.serial(b.floor())
+		uncontended := func(l *lib) float64 { return r.serial(l).opsPerSec() }
+		note := ""
+		if bestLib, _ := best(b, r.serial, (*serial).opsPerSec); bestLib == nil {
+			note = "time ÷ floor " + ratioCell(fl.opsPerSec(), r.serial(ours0).opsPerSec())
+		}
+		row(ours0.name+": uncontended lock+unlock", uncontended, " ops/s", note)
+		for _, n := range workersB {
+			if n > b.maxB {
+				continue
+			}
+			row(fmt.Sprintf("%s: contended, %d workers, 1 ms held", ours0.name, n), func(l *lib) float64 { return r.contended(l, n).changesPerSec() }, " changes/s", "")
+		}
+		for _, m := range r.many {
+			if m.lib == ours0 && m.m.n == keysC {
+				row(fmt.Sprintf("%s: heap per held lock, %d names", ours0.name, keysC), func(l *lib) float64 {
+					for _, m := range r.many {
+						if m.lib == l && m.m.n == keysC {
+							return m.m.heapPerLock
+						}
+					}
+					return math.NaN()
+				}, " B", "(lower is better)")
+			}
+		}
+	}
+	p("\n")
 }
 
 func ms(d time.Duration) string {
