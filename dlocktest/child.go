@@ -63,12 +63,16 @@ func runChild() int {
 	}
 }
 
-// startHolder runs the test binary as a child that takes name on h.URL and
-// returns it once the child reports its token.
-func startHolder(t *testing.T, h *Harness, name string, ttl time.Duration) (*exec.Cmd, uint64) {
+// StartHolder runs the test binary as a child process that opens url,
+// takes the lock name with the given TTL and holds it, renewing, until it
+// is killed (or for at most two minutes); it returns once the child has
+// reported its token. The test package's TestMain must be Main. Tests of a
+// crash use it: kill the child with SIGKILL and watch what the backend does
+// with its lock.
+func StartHolder(t *testing.T, url, name string, ttl time.Duration) (*exec.Cmd, uint64) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChildURL+"="+h.URL, envChildName+"="+name, envChildTTL+"="+ttl.String())
+	cmd.Env = append(os.Environ(), envChildURL+"="+url, envChildName+"="+name, envChildTTL+"="+ttl.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -640,7 +640,7 @@ func (s *suite) testFairCancel(t *testing.T) {
 func (s *suite) testCrash(t *testing.T) {
 	name := s.name(t, "l")
 	ttl := s.h.ttl()
-	cmd, tok := startHolder(t, s.h, name, ttl)
+	cmd, tok := StartHolder(t, s.h.URL, name, ttl)
 	c := s.client(t)
 	if _, err := c.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while another process holds the lock: got %v, want ErrNotAcquired", err)

@@ -1,16 +1,13 @@
 package pglock_test
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/pglock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -177,21 +174,7 @@ func TestKilledSessionHolderFreesAtOnce(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	u := srv.URL(srv.Addr, "mode=session")
 	const ttl = time.Minute
-	// The test binary, run as a lock-holding child by dlocktest.Main.
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "DLOCKTEST_CHILD_URL="+u, "DLOCKTEST_CHILD_NAME=job", "DLOCKTEST_CHILD_TTL="+ttl.String())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var tok uint64
-	if _, err := fmt.Fscanf(bufio.NewReader(out), "TOKEN %d\n", &tok); err != nil {
-		t.Fatalf("holder process: %v", err)
-	}
+	cmd, tok := dlocktest.StartHolder(t, u, "job", ttl)
 	c := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
 	if _, err := c.Mutex("job").TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while the child holds the lock: %v, want ErrNotAcquired", err)
