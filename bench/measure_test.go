@@ -223,8 +223,18 @@ func (m *manyKeys) lockPerSec() float64 { return float64(m.n) / m.lockTime.Secon
 func (m *manyKeys) freePerSec() float64 { return float64(m.n) / m.freeTime.Seconds() }
 
 // heapNow is the live Go heap after a full collection, and the number of
-// goroutines.
+// goroutines once it has stopped changing (the clients of the previous run
+// wind down in the background).
 func heapNow() (uint64, int) {
+	g := runtime.NumGoroutine()
+	for range 30 {
+		time.Sleep(100 * time.Millisecond)
+		if n := runtime.NumGoroutine(); n != g {
+			g = n
+			continue
+		}
+		break
+	}
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.GC()

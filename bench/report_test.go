@@ -150,7 +150,7 @@ func (r *report) write(dir string) error {
 		}
 	}
 	p("\nSettings: TTL %v (redsync's default expiry) in A and B; critical section %v in B; ", ttl, hold)
-	p("A: %d rounds × %v per library; B: %d rounds × %v per library and worker count (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, scaled(eachB), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
+	p("A: %d rounds × %v per library; B: %d rounds × %v per library with 8 workers, × %v with 64 (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, roundB(8), roundB(64), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
 	p("Each worker has its own client and connection(s), as a separate process would.\n\n")
 
 	r.writeHeadline(p)
@@ -250,11 +250,11 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		case !g.measured:
 			verdict = "not measured"
 		case !met && g.atMost:
-			verdict = fmt.Sprintf("**missed** by %.0f%%", (g.got/g.target-1)*100)
+			verdict = fmt.Sprintf("**missed** by %.1f%%", (g.got/g.target-1)*100)
 		case !met:
-			verdict = fmt.Sprintf("**missed** by %.0f%%", (1-g.got/g.target)*100)
+			verdict = fmt.Sprintf("**missed** by %.1f%%", (1-g.got/g.target)*100)
 		}
-		p("| %s | %.3g%s | %s |\n", g.what, g.got, g.unit, verdict)
+		p("| %s | %.3f%s | %s |\n", g.what, g.got, g.unit, verdict)
 	}
 	p("\nWhy a goal is missed, where one is, is discussed in [README.md](README.md#reading-the-results).\n\n")
 }

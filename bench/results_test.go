@@ -43,7 +43,7 @@ const (
 	roundsB    = 3
 	eachB      = 2 * time.Second
 	warmUp     = 500 * time.Millisecond
-	eachPoint  = time.Second
+	eachPoint  = 1500 * time.Millisecond
 	ttlC       = 10 * time.Minute // no renewal while the many keys are held
 	keysC      = 10_000
 	keysCLarge = 1_000_000
@@ -249,7 +249,7 @@ func (r *report) scenarioB(t *testing.T, b *backend) {
 		for round := range roundsB {
 			for i, l := range ls {
 				c := r.contended(l, n)
-				run(i, n, key, hold, scaled(eachB), c)
+				run(i, n, key, hold, roundB(n), c)
 				r.progress("  %2d workers, round %d %-20s %8.1f changes/s  fairness %.2f  gave up %d", n, round+1, l.name, c.changesPerSec(), c.fairness(), c.errors)
 			}
 		}
@@ -309,6 +309,11 @@ func (r *report) scenarioC(t *testing.T, b *backend, n int) {
 			m.lockPerSec(), m.freePerSec(), m.heapPerLock, m.goroutinesPerLock, m.errors)
 	}
 }
+
+// roundB is the length of a round of B with n workers: longer with many
+// workers, so that each gets enough turns for min ÷ max grants to mean
+// something.
+func roundB(n int) time.Duration { return scaled(eachB) * time.Duration(max(n/32, 1)) }
 
 // measureSleep is how long time.Sleep(d) really takes here (median).
 func measureSleep(d time.Duration) time.Duration {
