@@ -420,7 +420,12 @@ func (r *report) writeC(p func(string, ...any)) {
 	p("%d workers lock N distinct names between them and hold them all; then they unlock them all. Heap and goroutines per held lock: this process's live Go heap (after two GCs) and goroutine count while all N are held, minus before, ÷ N — the client's cost of holding a lock (it includes the benchmark's own closure per lock, a few dozen bytes). 1,000,000 names run only for the libraries listed in the settings (`-million`), to fit the run in its time.\n\n", workersC)
 	p("| backend | library | names | locks/s | unlocks/s | heap bytes per held lock | goroutines per held lock | errors |\n|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.many {
-		p("| %s | %s | %d | %.0f | %.0f | %.0f | %.3f | %d |\n", m.backend, m.lib.name, m.m.n, m.m.lockPerSec(), m.m.freePerSec(), m.m.heapPerLock, m.m.goroutinesPerLock, m.m.errors)
+		// A few goroutines of earlier runs' clients may end meanwhile.
+		g := fmt.Sprintf("%.2f", m.m.goroutinesPerLock)
+		if math.Abs(m.m.goroutinesPerLock) < 0.005 {
+			g = "0.00"
+		}
+		p("| %s | %s | %d | %.0f | %.0f | %.0f | %s | %d |\n", m.backend, m.lib.name, m.m.n, m.m.lockPerSec(), m.m.freePerSec(), m.m.heapPerLock, g, m.m.errors)
 	}
 	p("\n")
 	for _, s := range r.skipped {

@@ -27,7 +27,7 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 
 const (
 	panelW, panelH                     = 380, 290
-	marginL, marginR, marginT, marginB = 62, 14, 30, 82
+	marginL, marginR, marginT, marginB = 62, 26, 30, 82
 )
 
 // writeSVG draws panels in a grid of cols columns into path.
