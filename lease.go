@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/clock"
 )
 
 // Lease is one grant of a lock: held until Unlock, renewed in the
@@ -116,7 +117,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	l.end(releasedError{l.name})
 	if h := l.o.hooks.Released; h != nil {
-		h(l.name, l.token, time.Since(l.acquired))
+		h(l.name, l.token, clock.Since(l.acquired))
 	}
 	if err != nil {
 		return classify(ctx, err)
@@ -175,7 +176,7 @@ func (l *Lease) stopTimers() {
 // sleep waits d while the lease is renewed (the lock-delay); it fails if ctx
 // ends or the lease is lost meanwhile.
 func (l *Lease) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
+	t := clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -205,7 +206,7 @@ func (l *Lease) startRenewal(backendLost <-chan struct{}) {
 	l.mu.Lock()
 	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
 	// begun a while ago), then TTL/3 after each confirmed renewal.
-	l.renewTimer = time.AfterFunc(max(time.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
+	l.renewTimer = clock.AfterFunc(max(clock.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
 	l.mu.Unlock()
 	if backendLost != nil {
 		go func() {
@@ -232,8 +233,8 @@ func (l *Lease) stopRenewal() {
 // expired runs when the deadline passes, unless a renewal moved it.
 func (l *Lease) expired() {
 	l.mu.Lock()
-	if left := time.Until(l.deadline); left > 0 {
-		l.expireTimer.Reset(left) // a renewal confirmed meanwhile
+	if left := clock.Until(l.deadline); left > 0 {
+		clock.Reset(l.expireTimer, left) // a renewal confirmed meanwhile
 		l.mu.Unlock()
 		return
 	}
@@ -251,13 +252,13 @@ func (l *Lease) renew() {
 	}
 	deadline := l.deadline
 	if l.expireTimer == nil {
-		l.expireTimer = time.AfterFunc(time.Until(deadline), l.expired)
+		l.expireTimer = clock.AfterFunc(clock.Until(deadline), l.expired)
 	}
 	l.mu.Unlock()
 
 	// A renewal that arrives after the deadline proves nothing.
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	sent := time.Now()
+	ctx, cancel := clock.WithDeadline(context.Background(), deadline)
+	sent := clock.Now()
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
 
@@ -275,17 +276,17 @@ func (l *Lease) renew() {
 		l.failures = 0
 		if d := sent.Add(l.ttl - driftMargin(l.ttl)); d.After(l.deadline) {
 			l.deadline = d
-			l.expireTimer.Reset(time.Until(d))
+			clock.Reset(l.expireTimer, clock.Until(d))
 		}
-		l.renewTimer.Reset(max(time.Until(sent.Add(every)), 0))
+		clock.Reset(l.renewTimer, max(clock.Until(sent.Add(every)), 0))
 		return
 	}
 	// The backend is unreachable or failing: retry sooner, with back-off,
 	// until the deadline decides.
 	l.failures++
 	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
-	retry := min(every/4<<min(l.failures-1, 3), time.Until(l.deadline)/3)
-	l.renewTimer.Reset(driver.Jitter(max(retry, 5*time.Millisecond)))
+	retry := min(every/4<<min(l.failures-1, 3), clock.Until(l.deadline)/3)
+	clock.Reset(l.renewTimer, driver.Jitter(max(retry, 5*time.Millisecond)))
 }
 
 // releasedError is the cause of a released lease's end: ErrNotHeld, with

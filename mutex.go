@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/clock"
 )
 
 // Mutex is a distributed mutual-exclusion lock named by a string. Unlike
@@ -56,7 +57,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, err
 	}
 	c := m.c
-	now := time.Now()
+	now := clock.Now()
 	holder := encodeHolder(m.o.note, now.UTC().Round(time.Millisecond))
 	req := driver.Request{Name: m.name, Owner: newOwner(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
 
@@ -89,10 +90,10 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		}
 	}
 	if m.o.logger.Enabled(ctx, slog.LevelDebug) {
-		m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", time.Since(now))
+		m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", clock.Since(now))
 	}
 	if h := m.o.hooks.Acquired; h != nil {
-		h(m.name, g.Token, time.Since(now))
+		h(m.name, g.Token, clock.Since(now))
 	}
 	return l, nil
 }

@@ -94,7 +94,7 @@ var backends = []backend{
 	},
 	{
 		name:   "redis",
-		faults: []Fault{None, Pause, Kill, Net, Restart},
+		faults: []Fault{None, Pause, Kill, Net, Restart, Skew},
 		start: func(t testing.TB) Deployment {
 			srv := testenv.StartRedis(t, testenv.RedisAOF())
 			return Deployment{Endpoints: []string{srv.Addr}, URL: joined("redis", "/0?durable_fencing=true"), Restart: srv.Restart}
@@ -114,7 +114,7 @@ var backends = []backend{
 	},
 	{
 		name:   "redlock",
-		faults: []Fault{None, Pause, Kill, Net, Member},
+		faults: []Fault{None, Pause, Kill, Net, Member, Skew},
 		start: func(t testing.TB) Deployment {
 			var nodes []*testenv.Redis
 			var eps []string

@@ -35,6 +35,9 @@ type Params struct {
 	// Bound is the stated recovery bound: after a fault heals, some client
 	// must be granted a lease within TTL + Bound.
 	Bound time.Duration
+	// Until is when the clients stopped asking for leases (zero: at the
+	// end of the history). Recovery is judged only while they asked.
+	Until time.Time
 	// Faults says faults were injected: overlapping holds are then allowed
 	// if explained (see Check). Without faults any overlap is a violation.
 	Faults bool
@@ -143,6 +146,7 @@ func Check(events []Event, p Params) *Result {
 	decisions := map[string]Event{}
 	var decided []Event
 	var heals []Event
+	skewed := map[string]string{} // proc → its clock
 	key := func(proc string, n int) string { return fmt.Sprintf("%s/%d", proc, n) }
 
 	for _, e := range events {
@@ -203,6 +207,10 @@ func Check(events []Event, p Params) *Result {
 			}
 		case OpHeal:
 			heals = append(heals, e)
+		case OpSpawn:
+			if e.Fault != "" {
+				skewed[e.Target] = e.Fault
+			}
 		}
 	}
 	for _, h := range order {
@@ -215,9 +223,47 @@ func Check(events []Event, p Params) *Result {
 	checkLinearizable(r, events, decisions, endOfHistory)
 	checkFence(r, decided)
 	checkTokens(r, order, p)
-	checkExclusion(r, order, decisions, p)
-	checkRecovery(r, order, heals, endOfHistory, p)
+	losers := checkExclusion(r, order, decisions, p)
+	end := endOfHistory
+	if !p.Until.IsZero() && p.Until.Before(end) {
+		end = p.Until
+	}
+	checkRecovery(r, order, heals, end, p)
+	noteSkewed(r, skewed, order, losers, decided)
 	return r
+}
+
+// noteSkewed notes what became of each client whose clock was skewed: its
+// grants, the holds it lost and learnt so, those that overlapped a newer
+// holder's (explained: it was the loser), and its writes the fence refused.
+func noteSkewed(r *Result, skewed map[string]string, order []*hold, losers map[*hold]bool, decided []Event) {
+	procs := make([]string, 0, len(skewed))
+	for p := range skewed {
+		procs = append(procs, p)
+	}
+	sort.Strings(procs)
+	for _, proc := range procs {
+		var grants, lost, overlapped, refused int
+		for _, h := range order {
+			if h.proc != proc {
+				continue
+			}
+			grants++
+			if h.lost {
+				lost++
+			}
+			if losers[h] {
+				overlapped++
+			}
+		}
+		for _, d := range decided {
+			if p, _, _, ok := parseWriteValue(d.Value); ok && p == proc && d.Phase == Refused {
+				refused++
+			}
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("%s (%s): %d grants, %d leases lost and noticed, %d overlapped a newer holder's, %d stale writes refused",
+			proc, skewed[proc], grants, lost, overlapped, refused))
+	}
 }
 
 // The sequential model of the fenced register, per name.
@@ -403,8 +449,9 @@ func checkTokens(r *Result, order []*hold, p Params) {
 	}
 }
 
-// checkExclusion finds the overlapping holds of each name and judges them.
-func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Params) {
+// checkExclusion finds the overlapping holds of each name and judges them;
+// it returns the holds whose overlaps were explained, each as the loser.
+func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Params) map[*hold]bool {
 	hs := append([]*hold(nil), order...)
 	sort.Slice(hs, func(i, j int) bool { return hs[i].start.Before(hs[j].start) })
 	// firstAccepted is the register's first accepted decision for a hold.
@@ -471,10 +518,11 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, p Para
 			unexplained[a] = true
 		}
 	}
+	return losers
 }
 
 // checkRecovery: after each heal, the next grant (of any name) comes within
-// TTL + Bound.
+// TTL + Bound, judged up to end: when the clients stopped asking.
 func checkRecovery(r *Result, order []*hold, heals []Event, end time.Time, p Params) {
 	starts := make([]time.Time, 0, len(order))
 	for _, h := range order {
@@ -488,7 +536,7 @@ func checkRecovery(r *Result, order []*hold, heals []Event, end time.Time, p Par
 			if end.Sub(heal.Time) > limit {
 				r.violate(CheckRecovery, "no grant in the %v after the heal of %s at %s", end.Sub(heal.Time).Round(time.Millisecond), heal.Fault, heal.Time.Format("15:04:05.000"))
 			} else {
-				r.Notes = append(r.Notes, fmt.Sprintf("the history ended %v after the heal of %s, before any grant: recovery not judged", end.Sub(heal.Time).Round(time.Millisecond), heal.Fault))
+				r.Notes = append(r.Notes, fmt.Sprintf("the clients stopped asking %v after the heal of %s, before any grant: recovery not judged", end.Sub(heal.Time).Round(time.Millisecond), heal.Fault))
 			}
 			continue
 		}

@@ -211,6 +211,30 @@ func TestSlowRecoveryAfterHealFails(t *testing.T) {
 	}
 }
 
+// TestRecoveryIsJudgedOnlyWhileClientsAsk: a heal that comes just before
+// the clients stop asking for leases (a server that restarted slowly near
+// the end of a run) is followed by no grant, and by the clients' last
+// releases timing out long after: that is no failure to recover.
+func TestRecoveryIsJudgedOnlyWhileClientsAsk(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 1)
+	h.add(Event{Proc: "c0.0", Op: OpRelease, Phase: Invoke, ID: 19, Hold: 1, Name: "x", Token: 1})
+	h.add(Event{Proc: "nemesis", Op: OpHeal, Fault: "restart"})
+	until := h.events[len(h.events)-1].Time.Add(5 * time.Millisecond)
+	for range 50 { // the release times out after the clients stopped asking
+		h.add(Event{Proc: "c1.0", Op: OpRead, Phase: Invoke, ID: 99, Name: "y"})
+	}
+	h.add(Event{Proc: "c0.0", Op: OpRelease, Phase: Fail, ID: 19, Hold: 1, Name: "x", Token: 1, Err: "context deadline exceeded"})
+	p := Params{TTL: 10 * time.Millisecond, Bound: 20 * time.Millisecond, Faults: true}
+	if r := Check(h.events, p); !hasViolation(r, CheckRecovery) {
+		t.Fatalf("without Until, 50ms without a grant after the heal passed a 30ms bound: %v", r.Violations)
+	}
+	p.Until = until
+	if r := Check(h.events, p); hasViolation(r, CheckRecovery) {
+		t.Fatalf("recovery judged after the clients stopped asking: %v", r.Violations)
+	}
+}
+
 func TestHistoryRoundTripsAndSurvivesTruncation(t *testing.T) {
 	var b strings.Builder
 	if err := WriteHistory(&b, pausedHolder().events); err != nil {

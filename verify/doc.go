@@ -30,11 +30,54 @@
 // holder's traffic frozen through its own in-harness proxy for longer than
 // the TTL, or its connections dropped and delayed); Restart (every server
 // killed and started again on its data); Member (one member of a
-// three-node deployment stopped and started again). Each fault is injected
-// again and again, each time ending with a heal; the end of a run is left
+// three-node deployment stopped and started again); Skew (client clocks
+// that are wrong, below). Each fault is injected again and again, each time
+// ending with a heal; the first waits until the workload runs (a client
+// process starts slowly on a loaded machine), and the end of a run is left
 // quiet so that recovery after the last heal can be seen. dlock verify
 // applies only the faults a client can inject on its own side (Pause,
 // Kill, Net).
+//
+// # Skewed clocks
+//
+// A lease is a promise about time made by two clocks: the server expires
+// the lock a TTL after its last renewal by its own clock, and the client
+// declares the lease lost at the send time of its last confirmed renewal
+// plus the TTL minus a drift margin (1% of the TTL + 5ms) by its own
+// monotonic clock. The Skew fault runs two of the client processes with
+// wrong clocks (internal/clock, set by the worker's clock_rate and
+// clock_offset; libfaketime cannot do it, as Go reads the clock through the
+// vDSO, not libc), and each round makes one of them hold the lock for
+// SkewHold TTLs of real time:
+//
+//   - c0's clock is an hour ahead (SkewOffset) at the right rate. This
+//     changes nothing, and the run shows it (no loss, no overlap, the long
+//     holds renewed and released normally): every lease decision in dlock
+//     is a difference of two readings of the process's own monotonic
+//     clock, and servers are given durations (PX, a session timeout, an
+//     interval), never the client's time of day.
+//   - c1's clock runs at SkewRate = 0.3 of real time: it believes that 0.3s
+//     passed when a second did. Any rate below 1 − 1% − 5ms/TTL (0.9875 for
+//     a TTL of 2s) is beyond the drift allowance: when renewals stop, the
+//     client believes it holds for (TTL − margin)/rate, after the server
+//     has expired it. Below 1/3 — hence 0.3 — the renewals themselves, due
+//     every TTL/3 of its clock, come more than a TTL of real time apart, so
+//     the lease expires on the server between two renewals with no other
+//     fault, and another client is granted the lock. The checker then shows
+//     what happens when the clock assumption breaks: overlaps, each
+//     explained — the skewed holder's next renewal or its release is
+//     refused, so it learns that it lost the lease (late), and its stale
+//     writes are refused by the fence. The verdict is PASS because of
+//     fencing: exclusion in time is lost, and a resource that does not
+//     check tokens would have taken both holders' writes.
+//
+// A fast clock (rate above 1) errs on the safe side: the client gives up
+// its lease early. Only the Redis and Redlock backends run this fault:
+// their clients' lease decisions (the grant's send time, Redlock's
+// validity, renewals and the loss deadline) all read internal/clock; the
+// other backends keep their own lease clocks. The run's notes give, for
+// each skewed client, its grants, the leases it lost and noticed, the holds
+// that overlapped a newer holder's, and its writes the fence refused.
 //
 // # What is checked
 //
@@ -53,7 +96,9 @@
 //  4. recovery: after each heal, the next grant comes within TTL plus the
 //     stated bound (Config.Bound, 5s by default: a loaded machine's
 //     reconnect and scheduling delays; the recovery column shows what was
-//     measured).
+//     measured), judged while the clients still ask for leases: a heal
+//     just before the end of the run (a server that restarted slowly) is
+//     noted, not judged.
 //
 // A hold is the interval from the acquire's completion to the first of:
 // the release call, the moment the client learnt of the loss, its kill,

@@ -27,6 +27,7 @@ type register struct {
 	// The next hold to begin is stretched for the fault injector: asked by
 	// stretchNext, marked at its first write, told at its read.
 	stretchWanted bool
+	stretchOnly   string // only a hold of this process, if not ""
 	stretchFor    time.Duration
 	stretchProc   string
 	stretched     chan string
@@ -128,7 +129,7 @@ func (r *register) apply(req registerRequest) registerReply {
 		return rep
 	}
 	r.seq++
-	if proc, _, n, ok := parseWriteValue(req.Value); ok && n == 1 && r.stretchWanted && req.Token >= st.token {
+	if proc, _, n, ok := parseWriteValue(req.Value); ok && n == 1 && r.stretchWanted && req.Token >= st.token && (r.stretchOnly == "" || r.stretchOnly == proc) {
 		r.stretchWanted, r.stretchProc = false, proc
 		r.stretched <- proc
 	}
@@ -152,11 +153,12 @@ func (r *register) acceptedCount() int {
 	return r.accepted
 }
 
-// stretchNext asks that the next hold to begin last holdFor, and returns
-// the process that holds it, or "" if none began within wait.
-func (r *register) stretchNext(wait, holdFor time.Duration) string {
+// stretchNext asks that the next hold to begin (of proc, if not "") last
+// holdFor, and returns the process that holds it, or "" if none began
+// within wait.
+func (r *register) stretchNext(proc string, wait, holdFor time.Duration) string {
 	r.mu.Lock()
-	r.stretchWanted, r.stretchFor = true, holdFor
+	r.stretchWanted, r.stretchOnly, r.stretchFor = true, proc, holdFor
 	r.mu.Unlock()
 	select {
 	case proc := <-r.stretched:

@@ -42,6 +42,18 @@ const (
 	// Member stops one member of a three-node deployment (a cluster member,
 	// a Redlock node) and starts it again later.
 	Member Fault = "member"
+	// Skew runs two client processes with wrong clocks: c0's wall clock an
+	// hour ahead (SkewOffset), c1's clock at SkewRate of real time; each
+	// round, one of them is made to hold the lock for SkewHold TTLs.
+	Skew Fault = "skew"
+)
+
+// The clocks of the Skew fault's two client processes (see the package
+// documentation for why these values).
+const (
+	SkewOffset = time.Hour // c0: an hour ahead, at the right rate
+	SkewRate   = 0.3       // c1: 0.3 s of its clock per real second
+	SkewHold   = 2         // a round's hold, in TTLs of real time
 )
 
 // ClientFaults are the faults a client can inject on its own side, without
@@ -145,12 +157,14 @@ func (c *Config) check() error {
 		return fmt.Errorf("verify: fault %q needs Deploy.Restart", c.Fault)
 	case c.Fault == Member && (c.Deploy.Members < 2 || c.Deploy.StopMember == nil || c.Deploy.StartMember == nil):
 		return fmt.Errorf("verify: fault %q needs a deployment of several members", c.Fault)
+	case c.Fault == Skew && c.Clients < 3:
+		return fmt.Errorf("verify: fault %q needs at least 3 clients: two skewed, one or more with a correct clock", c.Fault)
 	}
 	switch c.Fault {
-	case None, Pause, Kill, Net, Restart, Member:
+	case None, Pause, Kill, Net, Restart, Member, Skew:
 		return nil
 	}
-	return fmt.Errorf("verify: unknown fault %q (none, pause, kill, net, restart, member)", c.Fault)
+	return fmt.Errorf("verify: unknown fault %q (none, pause, kill, net, restart, member, skew)", c.Fault)
 }
 
 // Run runs the workload against the deployment while injecting cfg.Fault,
@@ -211,7 +225,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset})
+	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Until: h.until, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset})
 	res.Backend, res.Fault, res.History = cfg.Backend, string(cfg.Fault), path
 	if cfg.Fault != None && h.rounds == 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("the run was too short to inject %s: allow at least 5 TTLs", cfg.Fault))
@@ -293,6 +307,17 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 		Until: h.until, Register: h.reg.addr(), History: filepath.Join(h.parts, c.proc+".jsonl"),
 		Seed: uint64(slot)<<32 | uint64(n),
 	}
+	var skew string
+	if h.cfg.Fault == Skew {
+		switch slot {
+		case 0:
+			wc.ClockRate, wc.ClockOffset = 1, SkewOffset
+			skew = fmt.Sprintf("clock %v ahead", SkewOffset)
+		case 1:
+			wc.ClockRate = SkewRate
+			skew = fmt.Sprintf("clock rate %v", SkewRate)
+		}
+	}
 	if h.cfg.Open != nil {
 		cl, err := h.cfg.Open(ctx)
 		if err != nil {
@@ -335,7 +360,7 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 		return fmt.Errorf("verify: start client process: %w", err)
 	}
 	c.p = p
-	h.rec.record(Event{Op: OpSpawn, Target: c.proc})
+	h.rec.record(Event{Op: OpSpawn, Target: c.proc, Fault: skew})
 	h.mu.Lock()
 	h.procs[slot] = c
 	h.mu.Unlock()
@@ -374,17 +399,35 @@ func (h *harness) nemesis(ctx context.Context) {
 			return true
 		}
 	}
+	if h.cfg.Fault == Skew {
+		faultFor = SkewHold * ttl
+		last = h.until.Add(-(faultFor + ttl + time.Second))
+	}
 	if !sleep(max(ttl/2, time.Second)) {
 		return
 	}
+	// A fault before the workload runs tests nothing: wait for the first
+	// accepted write (client processes start slowly on a loaded machine).
+	for h.reg.acceptedCount() == 0 && time.Now().Before(last) {
+		if !sleep(20 * time.Millisecond) {
+			return
+		}
+	}
 	for round := 0; time.Now().Before(last); round++ {
-		h.rounds++
 		var target *client
-		if h.cfg.Fault == Pause || h.cfg.Fault == Kill || h.cfg.Fault == Net {
+		switch h.cfg.Fault {
+		case Pause, Kill, Net:
 			// The hold outlasts the fault a little, so that the lease can
 			// be lost while held and is released soon after the heal.
 			target = h.holder(ttl, faultFor+ttl/10)
+		case Skew:
+			// The slow clock first, then the one that is ahead.
+			target = h.skewedHolder(1-round%2, 2*ttl, faultFor)
+			if target == nil {
+				continue
+			}
 		}
+		h.rounds++
 		h.inject(ctx, round, target, faultFor)
 		// Let grants resume before the next round.
 		before := h.reg.acceptedCount()
@@ -408,7 +451,7 @@ func (h *harness) nemesis(ctx context.Context) {
 // that long, or until its lease is lost), waiting up to wait; else it
 // returns a random client.
 func (h *harness) holder(wait, holdFor time.Duration) *client {
-	proc := h.reg.stretchNext(wait, holdFor)
+	proc := h.reg.stretchNext("", wait, holdFor)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.procs {
@@ -417,6 +460,19 @@ func (h *harness) holder(wait, holdFor time.Duration) *client {
 		}
 	}
 	return h.procs[rand.IntN(len(h.procs))]
+}
+
+// skewedHolder is holder for the client of slot: it returns that client
+// once a hold of its own has begun, stretched to holdFor, or nil if none
+// began within wait.
+func (h *harness) skewedHolder(slot int, wait, holdFor time.Duration) *client {
+	h.mu.Lock()
+	c := h.procs[slot]
+	h.mu.Unlock()
+	if c == nil || h.reg.stretchNext(c.proc, wait, holdFor) == "" {
+		return nil
+	}
+	return c
 }
 
 // inject applies one round of the fault and heals it.
@@ -470,6 +526,12 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 		h.rec.record(Event{Op: OpFault, Fault: fault, Target: "servers"})
 		h.cfg.Deploy.Restart()
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: "servers"})
+	case Skew:
+		// The clock is wrong all along; the round is the long hold that
+		// makes it matter.
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
+		wait()
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
 	case Member:
 		i := round % h.cfg.Deploy.Members
 		target := fmt.Sprintf("member %d", i)

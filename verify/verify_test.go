@@ -15,7 +15,8 @@ import (
 // table. Combinations run one after another, so that each has the machine
 // to itself. DLOCK_VERIFY_OUT=DIR keeps the histories (DIR/<backend>-<fault>)
 // and writes the table to DIR/summary.txt; DLOCK_VERIFY_ONLY=etcd,redis/pause
-// restricts the run to the named backends or backend/fault pairs.
+// restricts the run to the named backends or backend/fault pairs;
+// DLOCK_VERIFY_DURATION=1m sets the length of each run.
 func TestVerifyShortProfile(t *testing.T) {
 	out := os.Getenv("DLOCK_VERIFY_OUT")
 	if out != "" {
@@ -63,9 +64,16 @@ func TestVerifyShortProfile(t *testing.T) {
 							}
 						})
 					}
+					duration := 11 * time.Second
+					if f == Skew {
+						duration = 16 * time.Second // a round for each skewed clock
+					}
+					if d, err := time.ParseDuration(os.Getenv("DLOCK_VERIFY_DURATION")); err == nil && d > 0 {
+						duration = d
+					}
 					res, err := Run(context.Background(), Config{
 						Backend: be.name, Fault: f, Deploy: dep, Dir: dir,
-						Clients: 4, Duration: 11 * time.Second, TTL: be.ttl, Bound: be.bound,
+						Clients: 4, Duration: duration, TTL: be.ttl, Bound: be.bound,
 						TokensMayReset: be.tokensMayReset,
 						Spawn:          func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
 						Log:            testLog{t},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/clock"
 )
 
 // workerEnv carries a client process's WorkerConfig, as JSON.
@@ -27,6 +28,10 @@ type WorkerConfig struct {
 	Register string        `json:"register"` // the fenced register's address
 	History  string        `json:"history"`  // the JSON-lines file it appends its events to
 	Seed     uint64        `json:"seed"`
+	// ClockRate and ClockOffset, when set, skew the process's clock (see
+	// clock.Skew): the Skew fault.
+	ClockRate   float64       `json:"clock_rate,omitempty"`
+	ClockOffset time.Duration `json:"clock_offset,omitempty"`
 }
 
 // IsWorker reports whether this process was started as a client process of
@@ -56,6 +61,14 @@ func WorkerMain() int {
 		return 2
 	}
 	defer f.Close()
+	if cfg.ClockRate != 0 || cfg.ClockOffset != 0 {
+		if !(cfg.ClockRate > 0) {
+			fmt.Fprintln(os.Stderr, "verify worker: bad configuration: the clock rate must be positive")
+			return 2
+		}
+		// Before dlock reads the clock. The history keeps the real time.
+		clock.Skew(cfg.ClockRate, cfg.ClockOffset)
+	}
 	rec := newRecorder(cfg.Proc, f)
 	ctx := context.Background()
 	var c *dlock.Client

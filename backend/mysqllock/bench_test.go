@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +30,8 @@ import (
 //     loop of the same statements (TryLock, sleep, retry), as lock libraries
 //     without a server-side wait do; x-poll is the ratio. unlock-to-grant is
 //     the time from a holder's Unlock returning to the next grant;
-//     stmts/handoff is the server's work per hand-off. ContendedHolding100ms is the same with
+//     stmts/handoff is the server's work per hand-off, attempts/handoff
+//     the acquire attempts (INSERTs) among it. ContendedHolding100ms is the same with
 //     each holder keeping the lock 100 ms on average: what polling costs
 //     while waiting.
 //     ContendedPairHolding20ms: 2 clients, each holding 20 ms on average, so
@@ -117,15 +119,17 @@ func contended(b *testing.B, s server, workers int, hold time.Duration, perRound
 	spent := make([]time.Duration, len(modes))
 	gaps := make([]time.Duration, len(modes))
 	stmts := make([]int64, len(modes))
+	attempts := make([]int64, len(modes))
 	round := 0
 	for b.Loop() {
 		for i, mode := range modes {
 			name := fmt.Sprintf("bench/contended/%s/%d", mode.name, round)
-			before := statements(b, db)
+			before, triedBefore := statements(b, db, allStatements...), statements(b, db, "Com_insert")
 			took, gap := handOffs(b, clients, name, perRound, mode.poll, hold)
 			spent[i] += took
 			gaps[i] += gap
-			stmts[i] += statements(b, db) - before
+			stmts[i] += statements(b, db, allStatements...) - before
+			attempts[i] += statements(b, db, "Com_insert") - triedBefore
 		}
 		round++
 	}
@@ -134,6 +138,7 @@ func contended(b *testing.B, s server, workers int, hold time.Duration, perRound
 		b.ReportMetric(rate(i), mode.name+"-handoffs/s")
 		b.ReportMetric(float64(gaps[i].Microseconds())/float64(round*(perRound-1)), mode.name+"-unlock-to-grant-µs")
 		b.ReportMetric(float64(stmts[i])/float64(round*perRound), mode.name+"-stmts/handoff")
+		b.ReportMetric(float64(attempts[i])/float64(round*perRound), mode.name+"-attempts/handoff")
 	}
 	b.ReportMetric(rate(0)/rate(1), "x-poll-10ms")
 	b.ReportMetric(rate(0)/rate(2), "x-poll-100ms")
@@ -228,11 +233,15 @@ func lockOrPoll(ctx context.Context, m *dlock.Mutex, poll time.Duration) (*dlock
 	}
 }
 
-// statements counts the SELECT, INSERT and UPDATE statements the server
-// has run (prepared or not).
-func statements(b *testing.B, db *sql.DB) int64 {
+// allStatements are the statements the driver runs.
+var allStatements = []string{"Com_select", "Com_insert", "Com_update", "Com_kill"}
+
+// statements sums the server's counters of the given statements (prepared
+// or not). Every acquire attempt is an INSERT, and nothing else is, so
+// Com_insert counts the attempts.
+func statements(b *testing.B, db *sql.DB, counters ...string) int64 {
 	var total int64
-	rows, err := db.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_insert', 'Com_update', 'Com_kill')")
+	rows, err := db.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('" + strings.Join(counters, "', '") + "')")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/clock"
 )
 
 // attempt is the outcome of one fair_acquire.lua call.
@@ -36,7 +37,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// at once, in one attempt).
 		// A plain Lock takes a free lock whoever waits: acquire.lua, the
 		// cheaper script, does that.
-		sent := time.Now()
+		sent := clock.Now()
 		var granted bool
 		var n int64
 		var err error
@@ -68,13 +69,13 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// hand-off to this owner happened after it.
 	var notGrantedAt time.Time
 	handedOff := func(token uint64) (driver.Grant, bool) {
-		if time.Since(notGrantedAt) < req.TTL/2 {
+		if clock.Since(notGrantedAt) < req.TTL/2 {
 			return driver.Grant{Token: token, Since: notGrantedAt, Handle: &k}, true
 		}
 		// This waiter was held up (frozen, or cut off with its connection
 		// open) long enough for most of that lease to be gone: renew it
 		// before trusting it.
-		sent := time.Now()
+		sent := clock.Now()
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
 		}
@@ -87,7 +88,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// (It runs on this goroutine: a hand-off to another would delay
 		// every grant.)
 		actx, cancel := d.attemptContext(ctx)
-		a := attempt{sent: time.Now()}
+		a := attempt{sent: clock.Now()}
 		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc, d.wake, barge)
 		barge = false
 		cancel()

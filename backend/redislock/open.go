@@ -2,9 +2,13 @@ package redislock
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,15 +22,28 @@ func init() {
 	dlock.Register("rediss", Open)
 }
 
-// Open connects to the server of a redis:// or rediss:// URL (see the
-// package documentation) and checks that it answers and accepts the
+// Open connects to the server of a redis:// or rediss:// URL, or to the
+// Redis Cluster of a URL with addr= parameters or cluster=true (see the
+// package documentation), and checks that it answers and accepts the
 // credentials.
 func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	opt, opts, err := ParseURL(u)
-	if err != nil {
+	var rdb redis.UniversalClient
+	var opts []Option
+	if cluster, err := isClusterURL(u); err != nil {
 		return nil, err
+	} else if cluster {
+		copt, o, err := ParseClusterURL(u)
+		if err != nil {
+			return nil, err
+		}
+		rdb, opts = redis.NewClusterClient(copt), o
+	} else {
+		opt, o, err := ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		rdb, opts = redis.NewClient(opt), o
 	}
-	rdb := redis.NewClient(opt)
 	d := New(rdb, opts...)
 	d.closeRDB = true
 	if err := d.check(ctx); err != nil {
@@ -36,9 +53,100 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
+// isClusterURL reports whether u names a Redis Cluster: it has addr=
+// parameters (more seed nodes, as in go-redis's ParseClusterURL) or
+// cluster=true.
+func isClusterURL(u *url.URL) (bool, error) {
+	q := u.Query()
+	if v := q.Get("cluster"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%w: redis URL: cluster=%q: want true or false", dlock.ErrInvalidOption, v)
+		}
+		return b || q.Has("addr"), nil
+	}
+	return q.Has("addr"), nil
+}
+
 // ParseURL splits a redis:// or rediss:// URL into go-redis options and
 // the driver's own options (prefix, waiter_ttl, durable_fencing).
 func ParseURL(u *url.URL) (*redis.Options, []Option, error) {
+	opts, rest, tlsParams, err := ownParams(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	opt, err := redis.ParseURL(rest.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
+	}
+	if err := tlsParams.apply(u, opt.TLSConfig); err != nil {
+		return nil, nil, err
+	}
+	return opt, opts, nil
+}
+
+// ParseClusterURL splits a Redis Cluster URL, redis[s]://host:port?addr=
+// host2:port2&addr=host3:port3 (or with cluster=true and a single seed),
+// into go-redis cluster options and the driver's own options.
+func ParseClusterURL(u *url.URL) (*redis.ClusterOptions, []Option, error) {
+	opts, rest, tlsParams, err := ownParams(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p := strings.Trim(rest.Path, "/"); p != "" && p != "0" {
+		return nil, nil, fmt.Errorf("%w: redis URL %s: Redis Cluster has only database 0, not %q", dlock.ErrInvalidOption, u.Redacted(), p)
+	}
+	rest.Path = ""
+	opt, err := redis.ParseClusterURL(rest.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
+	}
+	if opt.TLSConfig != nil {
+		opt.TLSConfig.MinVersion = tls.VersionTLS12
+	}
+	if err := tlsParams.apply(u, opt.TLSConfig); err != nil {
+		return nil, nil, err
+	}
+	return opt, opts, nil
+}
+
+// tlsParams are the URL's TLS parameters, applied by the driver rather
+// than by go-redis (whose cluster URLs know neither).
+type tlsParams struct {
+	ca         string // a PEM file of the CAs to trust instead of the system's
+	skipVerify string
+}
+
+func (p tlsParams) apply(u *url.URL, cfg *tls.Config) error {
+	if cfg == nil {
+		if p.ca != "" || p.skipVerify != "" {
+			return fmt.Errorf("%w: redis URL %s: ca and skip_verify need the rediss:// scheme (TLS)", dlock.ErrInvalidOption, u.Redacted())
+		}
+		return nil
+	}
+	if p.skipVerify != "" {
+		b, err := strconv.ParseBool(p.skipVerify)
+		if err != nil {
+			return fmt.Errorf("%w: redis URL: skip_verify=%q: want true or false", dlock.ErrInvalidOption, p.skipVerify)
+		}
+		cfg.InsecureSkipVerify = b
+	}
+	if p.ca != "" {
+		pem, err := os.ReadFile(p.ca)
+		if err != nil {
+			return fmt.Errorf("%w: redis URL: ca=%s: %v", dlock.ErrInvalidOption, p.ca, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%w: redis URL: ca=%s: no PEM certificate in the file", dlock.ErrInvalidOption, p.ca)
+		}
+		cfg.RootCAs = pool
+	}
+	return nil
+}
+
+// ownParams takes the driver's own parameters out of u.
+func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 	q := u.Query()
 	var opts []Option
 	if v := q.Get("prefix"); q.Has("prefix") {
@@ -47,29 +155,26 @@ func ParseURL(u *url.URL) (*redis.Options, []Option, error) {
 	if v := q.Get("waiter_ttl"); v != "" {
 		ttl, err := time.ParseDuration(v)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
+			return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
 		}
 		opts = append(opts, WithWaiterTTL(ttl))
 	}
 	if v := q.Get("durable_fencing"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: redis URL: durable_fencing=%q: want true or false", dlock.ErrInvalidOption, v)
+			return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: durable_fencing=%q: want true or false", dlock.ErrInvalidOption, v)
 		}
 		if b {
 			opts = append(opts, WithDurableFencing())
 		}
 	}
-	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing"} {
+	tp := tlsParams{ca: q.Get("ca"), skipVerify: q.Get("skip_verify")}
+	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "ca", "skip_verify", "cluster"} {
 		q.Del(k)
 	}
 	rest := *u
 	rest.RawQuery = q.Encode()
-	opt, err := redis.ParseURL(rest.String())
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
-	}
-	return opt, opts, nil
+	return opts, &rest, tp, nil
 }
 
 // check pings the server (which authenticates), and verifies a declared

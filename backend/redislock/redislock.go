@@ -100,14 +100,22 @@
 // # URL
 //
 //	redis://[user:password@]host:port[/db][?param=value&...]
-//	rediss://...  (TLS; skip_verify=true disables certificate checks)
+//	rediss://...  (TLS)
+//	redis://[user:password@]host1:port1?addr=host2:port2&addr=host3:port3
+//	redis://host:port?cluster=true   (Redis Cluster, from one seed node)
 //
-// Besides go-redis's own parameters (dial_timeout, read_timeout,
-// pool_size, protocol, client_name, skip_verify, ...; see redis.ParseURL):
+// A URL with addr= parameters or cluster=true opens a Redis Cluster: the
+// host and the addr= nodes are seeds, from which go-redis learns the
+// cluster's layout (as redis.ParseClusterURL; a cluster has only database
+// 0). Besides go-redis's own parameters (dial_timeout, read_timeout,
+// pool_size, protocol, client_name, ...; see redis.ParseURL and
+// redis.ParseClusterURL):
 //
 //	prefix=dlock           first part of every key (no '{' or '}')
 //	waiter_ttl=2s          how long a fair waiter's place lives without a heartbeat
 //	durable_fencing=true   declare that the server persists every write (see Fencing)
+//	ca=/path/ca.pem        rediss: trust the CAs in this PEM file instead of the system's
+//	skip_verify=true       rediss: do not check the server's certificate (tests only)
 //
 // Passwords never appear in errors.
 package redislock

@@ -294,6 +294,7 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 	d := newDriver()
 	d.ownConn = true
 	d.root = cfg.root
+	d.sessionTimeout.Store(int64(cfg.sessionTimeout)) // until the server's handshake reply says
 	if cfg.user != "" {
 		d.acl = zk.DigestACL(zk.PermAll, cfg.user, cfg.password)
 	}
@@ -422,12 +423,30 @@ func (d *Driver) dial(network, address string, timeout time.Duration) (net.Conn,
 // handshakeConn reads the session timeout from the first reply on a new
 // connection: the connect response, which starts with its length, the
 // protocol version and the negotiated timeout in milliseconds (int32s, big
-// endian).
+// endian). It also bounds the wait for that reply (see SetReadDeadline).
 type handshakeConn struct {
 	net.Conn
 	d    *Driver
 	n    int
 	head [12]byte
+}
+
+// SetReadDeadline shortens the wait for the first byte of the handshake's
+// reply to two thirds of the session timeout: the limit go-zookeeper puts
+// on a silent established connection, where for the handshake it allows
+// ten times that. A ZooKeeper server that is starting up can accept a
+// connection and never answer its handshake; waiting ten times longer on
+// it outlasts the session (a restarted server expires the restored sessions
+// whose clients do not come back within their timeout) and stalls every
+// lock of the driver for that long, when trying again would have reached
+// the server as soon as it serves.
+func (c *handshakeConn) SetReadDeadline(t time.Time) error {
+	if c.n == 0 && !t.IsZero() {
+		if limit := time.Now().Add(c.d.session() * 2 / 3); t.After(limit) {
+			t = limit
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *handshakeConn) Read(p []byte) (int, error) {

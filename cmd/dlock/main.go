@@ -93,32 +93,42 @@ func printMainUsage(w io.Writer) {
 // dlockMain runs the command line args and returns the exit status.
 func dlockMain(args []string, stdout, stderr io.Writer) int {
 	env := &cmdEnv{stdout: stdout, stderr: stderr, name: "dlock"}
+	c, args, err := parseCommandLine(env, args)
+	if err != nil {
+		return report(env, err)
+	}
+	env.name = "dlock " + c.name
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if c.name == "run" || c.hidden {
+		stop() // run forwards signals to its command itself; workers die with their parent
+		ctx = context.Background()
+	}
+	return report(env, c.run(ctx, env, args))
+}
+
+// parseCommandLine parses the flags before the command name into env and
+// returns the command args names, with the arguments that follow its name.
+// It does no I/O beyond printing help; an error (a usage error, or --help's
+// exitStatus(0)) is for report.
+func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
 	fs := newFlagSet("dlock", "", nil)
-	fs.help = func() { printMainUsage(stdout) }
+	fs.help = func() { printMainUsage(env.stdout) }
 	fs.StringVar(&env.backend, "backend", "", "backend URL")
 	if err := parseFlags(fs, args); err != nil {
-		return report(env, err)
+		return command{}, nil, err
 	}
 	args = fs.Args()
 	if len(args) == 0 {
-		printMainUsage(stderr)
-		return exitUsage
+		printMainUsage(env.stderr)
+		return command{}, nil, exitStatus(exitUsage)
 	}
-	name := args[0]
 	for _, c := range commands() {
-		if c.name != name {
-			continue
+		if c.name == args[0] {
+			return c, args[1:], nil
 		}
-		env.name = "dlock " + name
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		if name == "run" || c.hidden {
-			stop() // run forwards signals to its command itself; workers die with their parent
-			ctx = context.Background()
-		}
-		return report(env, c.run(ctx, env, args[1:]))
 	}
-	return report(env, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench, verify (see dlock --help)", name))
+	return command{}, nil, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench, verify (see dlock --help)", args[0])
 }
 
 func helpCmd(_ context.Context, env *cmdEnv, args []string) error {

@@ -41,45 +41,63 @@ Example:
   dlock verify --backend redis://127.0.0.1:6379/0 --faults client --duration 30s
 `
 
-func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
+// verifyArgs is a dlock verify command line, parsed and checked.
+type verifyArgs struct {
+	bf                   backendFlags
+	clients              int
+	duration, ttl, bound time.Duration
+	history              string
+	runs                 []verify.Fault
+}
+
+// parseVerifyArgs parses and checks dlock verify's arguments, without I/O
+// beyond printing --help.
+func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
+	a := &verifyArgs{}
 	fs := newFlagSet("dlock verify", verifyUsage, env.stdout)
-	var bf backendFlags
-	bf.register(fs)
-	clients := fs.Int("clients", 4, "client `N` processes")
-	duration := fs.Duration("duration", 20*time.Second, "length `D` of each run")
+	a.bf.register(fs)
+	fs.IntVar(&a.clients, "clients", 4, "client `N` processes")
+	fs.DurationVar(&a.duration, "duration", 20*time.Second, "length `D` of each run")
 	faults := fs.String("faults", "client", "`KIND`: client (pause, kill, net, after a fault-free run) or none")
-	history := fs.String("history", "", "write the history to `FILE` (with several runs, FILE-<fault>.jsonl); default: a temporary directory")
-	ttl := fs.Duration("ttl", 2*time.Second, "lease length `D` the clients ask for")
-	bound := fs.Duration("bound", 5*time.Second, "after a fault heals, a grant must come within TTL + `D`")
+	fs.StringVar(&a.history, "history", "", "write the history to `FILE` (with several runs, FILE-<fault>.jsonl); default: a temporary directory")
+	fs.DurationVar(&a.ttl, "ttl", 2*time.Second, "lease length `D` the clients ask for")
+	fs.DurationVar(&a.bound, "bound", 5*time.Second, "after a fault heals, a grant must come within TTL + `D`")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usageErrorf("unexpected argument %q (see dlock verify --help)", fs.Arg(0))
-	case *clients < 2 || *clients > 64:
-		return usageErrorf("--clients %d: want 2..64 client processes", *clients)
-	case *ttl <= 0 || *bound <= 0:
-		return usageErrorf("--ttl and --bound must be positive")
-	case *duration < 5**ttl:
-		return usageErrorf("--duration %v: want at least 5 TTLs (%v), room for a fault and the recovery after it", *duration, 5**ttl)
+		return nil, usageErrorf("unexpected argument %q (see dlock verify --help)", fs.Arg(0))
+	case a.clients < 2 || a.clients > 64:
+		return nil, usageErrorf("--clients %d: want 2..64 client processes", a.clients)
+	case a.ttl <= 0 || a.bound <= 0:
+		return nil, usageErrorf("--ttl and --bound must be positive")
+	case a.duration/5 < a.ttl: // not 5*ttl, which can overflow
+		return nil, usageErrorf("--duration %v: want at least 5 TTLs (--ttl %v), room for a fault and the recovery after it", a.duration, a.ttl)
 	}
-	var runs []verify.Fault
 	switch *faults {
 	case "none":
-		runs = []verify.Fault{verify.None}
+		a.runs = []verify.Fault{verify.None}
 	case "client":
-		runs = append([]verify.Fault{verify.None}, verify.ClientFaults...)
+		a.runs = append([]verify.Fault{verify.None}, verify.ClientFaults...)
 	default:
-		return usageErrorf("--faults %q: want client or none", *faults)
+		return nil, usageErrorf("--faults %q: want client or none", *faults)
 	}
-	b, err := bf.shared(env)
+	return a, nil
+}
+
+func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
+	a, err := parseVerifyArgs(env, args)
+	if err != nil {
+		return err
+	}
+	b, err := a.bf.shared(env)
 	if err != nil {
 		return err
 	}
 	// Check the backend before starting processes: a bad URL or an
 	// unreachable server is reported once, plainly.
-	c, err := bf.open(ctx, b)
+	c, err := a.bf.open(ctx, b)
 	if err != nil {
 		return err
 	}
@@ -92,8 +110,8 @@ func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if caps.InProcess {
 		return usageErrorf("backend %s keeps its locks inside one process; verify needs one that client processes share", b)
 	}
-	if caps.MinTTL > 0 && *ttl < caps.MinTTL {
-		return usageErrorf("--ttl %v: this backend's shortest lease is %v", *ttl, caps.MinTTL)
+	if caps.MinTTL > 0 && a.ttl < caps.MinTTL {
+		return usageErrorf("--ttl %v: this backend's shortest lease is %v", a.ttl, caps.MinTTL)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -106,13 +124,13 @@ func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	deploy := verify.DeploymentFromURL(b.url)
 
 	var results []*verify.Result
-	for _, f := range runs {
+	for _, f := range a.runs {
 		if f == verify.Net && len(deploy.Endpoints) == 0 {
 			fmt.Fprintln(env.stderr, "dlock verify: skipping the net fault: the URL's hosts need explicit ports, and verified TLS cannot be proxied")
 			continue
 		}
 		res, err := verify.Run(ctx, verify.Config{
-			Backend: label, Fault: f, Deploy: deploy, Clients: *clients, TTL: *ttl, Duration: *duration, Bound: *bound,
+			Backend: label, Fault: f, Deploy: deploy, Clients: a.clients, TTL: a.ttl, Duration: a.duration, Bound: a.bound,
 			Dir:   filepath.Join(dir, string(f)),
 			Spawn: func() *exec.Cmd { return exec.Command(self, verifyWorkerCmd) },
 			Log:   env.stderr,
@@ -120,9 +138,9 @@ func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		if err != nil {
 			return fmt.Errorf("run with fault %s: %w", f, err)
 		}
-		if *history != "" {
-			dst := *history
-			if len(runs) > 1 {
+		if a.history != "" {
+			dst := a.history
+			if len(a.runs) > 1 {
 				dst = strings.TrimSuffix(dst, filepath.Ext(dst)) + "-" + string(f) + ".jsonl"
 			}
 			if err := copyHistory(res.History, dst); err != nil {

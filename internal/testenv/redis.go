@@ -20,8 +20,9 @@ const RedisInstall = "apt-get install -y redis-server"
 
 // Redis is a redis-server started for a test.
 type Redis struct {
-	Addr string // 127.0.0.1:port
-	Dir  string // working directory (AOF and RDB files)
+	Addr string   // 127.0.0.1:port
+	Dir  string   // working directory (AOF and RDB files)
+	TLS  TLSFiles // with RedisTLS: the server's certificate and its CA
 
 	t    testing.TB
 	bin  string
@@ -37,6 +38,8 @@ type redisConfig struct {
 	password string
 	users    [][]string
 	aof      bool
+	tls      bool
+	args     []string // more redis-server arguments
 }
 
 // RedisPassword requires clients to authenticate as the default user with pw.
@@ -56,6 +59,17 @@ func RedisAOF() RedisOption {
 	return func(c *redisConfig) { c.aof = true }
 }
 
+// RedisTLS makes the server accept TLS connections only, with a
+// certificate for 127.0.0.1 and localhost signed by a throwaway CA (see
+// Redis.CA). Clients need not present a certificate.
+func RedisTLS() RedisOption {
+	return func(c *redisConfig) { c.tls = true }
+}
+
+func redisArgs(args ...string) RedisOption {
+	return func(c *redisConfig) { c.args = append(c.args, args...) }
+}
+
 // StartRedis starts redis-server on a free loopback port in a temporary
 // directory, by default without any persistence (no RDB snapshots, no
 // AOF). It is killed when the test ends. A missing binary stops the test
@@ -73,6 +87,14 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.Dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "no", "--loglevel", "notice",
 	}
+	if cfg.tls {
+		r.TLS = GenerateCert(t, r.Dir)
+		r.args[1] = "0" // no plain-text port
+		r.args = append(r.args, "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", r.TLS.Cert, "--tls-key-file", r.TLS.Key, "--tls-ca-cert-file", r.TLS.CA,
+			"--tls-auth-clients", "no")
+	}
+	r.args = append(r.args, cfg.args...)
 	if cfg.aof {
 		r.args = append(r.args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -101,6 +123,59 @@ func (r *Redis) start() {
 		p.Kill()
 		r.t.Fatalf("testenv: %v", err)
 	}
+}
+
+// RedisCluster is a Redis Cluster of masters without replicas, started for
+// a test.
+type RedisCluster struct {
+	Nodes []*Redis
+}
+
+// Addrs are the masters' addresses.
+func (c *RedisCluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr
+	}
+	return addrs
+}
+
+// StartRedisCluster starts n (at least 3) redis-server masters with
+// cluster mode on, each on a free loopback port (and a free cluster bus
+// port) in a temporary directory, joins them with redis-cli --cluster
+// create, which spreads the 16384 slots evenly, and waits until every
+// node reports cluster_state:ok. The servers are killed when the test
+// ends.
+func StartRedisCluster(t testing.TB, n int, opts ...RedisOption) *RedisCluster {
+	t.Helper()
+	cli := LookPath(t, "redis", RedisInstall, []string{"redis-cli"})
+	c := &RedisCluster{}
+	for range n {
+		node := append(slices.Clone(opts), redisArgs("--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", // in the node's own directory
+			"--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-node-timeout", "5000"))
+		c.Nodes = append(c.Nodes, StartRedis(t, node...))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := append(append([]string{"--cluster", "create"}, c.Addrs()...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, node := range c.Nodes {
+		host, port, _ := net.SplitHostPort(node.Addr)
+		for {
+			out, err := exec.CommandContext(ctx, cli, "-h", host, "-p", port, "cluster", "info").CombinedOutput()
+			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("testenv: redis cluster node %s not ok within a minute: %v\n%s", node.Addr, err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return c
 }
 
 // Kill stops the server at once (SIGKILL): what it had not persisted is lost.

@@ -23,7 +23,7 @@ import (
 
 // Required reports whether a missing dependency named what must fail the
 // test rather than skip it. DLOCK_REQUIRE is "all" or a comma-separated list
-// of names (redis, zookeeper, postgres, mariadb, temporal, faketime, …).
+// of names (etcd, redis, zookeeper, postgres, mariadb, temporal, …).
 func Required(what string) bool {
 	v := os.Getenv("DLOCK_REQUIRE")
 	if v == "" {

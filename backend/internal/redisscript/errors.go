@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/dlock/dlock/driver"
@@ -14,8 +15,14 @@ import (
 // permission). where names the server (never with its password). When ctx
 // has ended, ctx's error is returned instead.
 func Unavailable(ctx context.Context, where string, err error) error {
-	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return ctx.Err()
+	if ctx.Err() != nil {
+		// go-redis turns ctx's deadline into the connection's, so a
+		// dial, a TLS handshake or a write that ctx cut short fails with
+		// a network timeout rather than ctx's error.
+		var ne net.Error
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			return ctx.Err()
+		}
 	}
 	msg := err.Error()
 	switch {
