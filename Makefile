@@ -2,6 +2,7 @@
 # make test   install what tests need, then run every test with -race
 # make check  gofmt, go vet, staticcheck
 # make verify every backend x fault combination in the short profile, and its table
+# make bench  dlock side by side with the incumbent libraries: bench/RESULTS.md and bench/curves-*.svg
 GO ?= go
 
 .PHONY: demo test check install bench verify
@@ -27,3 +28,9 @@ verify: install
 	rm -rf $(VERIFY_OUT)
 	DLOCK_VERIFY_OUT=$(VERIFY_OUT) $(GO) test -count=1 -timeout 20m -run '^TestVerifyShortProfile$$' ./verify/ || { cat $(VERIFY_OUT)/summary.txt 2>/dev/null; exit 1; }
 	@cat $(VERIFY_OUT)/summary.txt
+
+# Starts its own servers; about 11 minutes on 2 cores. BENCH_FLAGS passes
+# flags to the driver, e.g. BENCH_FLAGS='-scale 0.3 -million ""' for a quick look.
+BENCH_FLAGS ?=
+bench: install
+	cd bench && $(GO) test -count=1 -timeout 30m -run '^TestResults$$' -v . -args -results $(BENCH_FLAGS)

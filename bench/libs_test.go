@@ -1,0 +1,360 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bsmlock "github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/etcdlock"
+	_ "github.com/dlock/dlock/backend/mysqllock"
+	_ "github.com/dlock/dlock/backend/pglock"
+	dredis "github.com/dlock/dlock/backend/redislock"
+	"github.com/dlock/dlock/backend/zklock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// role says what a library is in the comparison.
+type role int
+
+const (
+	ours      role = iota // dlock
+	incumbent             // a peer library
+	floor                 // raw round trips, no lock at all
+)
+
+// locker takes the lock named key and returns the function that releases it.
+type locker func(ctx context.Context, key string) (unlock func(), err error)
+
+// worker is one client of a library, with its own connection(s), as a
+// separate process would have.
+type worker struct {
+	lock  locker
+	close func()
+}
+
+// lib is one library under test on one backend.
+type lib struct {
+	backend string // redis, etcd, zookeeper, postgres, mariadb
+	name    string // dlock-fair, redsync, ...
+	role    role
+	how     string // how it is used, for the settings table
+	// open connects a new worker; locks it takes live for ttl.
+	open func(t testing.TB, ttl time.Duration) worker
+
+	sent  atomic.Int64   // requests its clients sent (Redis and etcd only)
+	redis *testenv.Redis // the server whose INFO commandstats counts commands (Redis only)
+}
+
+// cached returns a locker that makes the per-name object (a mutex) once
+// per name in a row, as a program that locks one name in a loop does.
+func cached[M any](mk func(key string) M, lock func(ctx context.Context, m M) (func(), error)) locker {
+	var last string
+	var m M
+	return func(ctx context.Context, key string) (func(), error) {
+		if key != last || last == "" {
+			m, last = mk(key), key
+		}
+		return lock(ctx, m)
+	}
+}
+
+// sentCounter is a go-redis hook that counts the requests a client sends.
+type sentCounter struct{ n *atomic.Int64 }
+
+func (h sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+func (l *lib) redisClient() *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: l.redis.Addr})
+	rdb.AddHook(sentCounter{&l.sent})
+	return rdb
+}
+
+// dlockWorker locks through a dlock client; closeAlso closes what the
+// driver does not own.
+func dlockWorker(c *dlock.Client, fair bool, closeAlso func()) worker {
+	var opts []dlock.Option
+	if fair {
+		opts = append(opts, dlock.WithFair())
+	}
+	return worker{
+		lock: cached(func(key string) *dlock.Mutex { return c.Mutex(key, opts...) },
+			func(ctx context.Context, m *dlock.Mutex) (func(), error) {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return func() { _ = l.Unlock(context.Background()) }, nil
+			}),
+		close: func() {
+			_ = c.Close()
+			if closeAlso != nil {
+				closeAlso()
+			}
+		},
+	}
+}
+
+func openDlock(t testing.TB, rawURL string, ttl time.Duration) *dlock.Client {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dlock.Open(ctx, rawURL, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("open %s: %v", dlock.Redact(rawURL), err)
+	}
+	return c
+}
+
+func redisLibs(srv *testenv.Redis) []*lib {
+	dl := func(name string, fair bool, how string) *lib {
+		l := &lib{backend: "redis", name: name, role: ours, how: how, redis: srv}
+		l.open = func(t testing.TB, ttl time.Duration) worker {
+			rdb := l.redisClient()
+			return dlockWorker(dlock.New(dredis.New(rdb), dlock.WithTTL(ttl)), fair, func() { _ = rdb.Close() })
+		}
+		return l
+	}
+	rs := &lib{backend: "redis", name: "redsync", role: incumbent, redis: srv,
+		how: "go-redsync/redsync v4 defaults: 32 tries, 50–250 ms apart; expiry = the TTL"}
+	rs.open = func(t testing.TB, ttl time.Duration) worker {
+		rdb := rs.redisClient()
+		rsc := redsync.New(goredis.NewPool(rdb))
+		return worker{
+			lock: cached(func(key string) *redsync.Mutex { return rsc.NewMutex("redsync/"+key, redsync.WithExpiry(ttl)) },
+				func(ctx context.Context, m *redsync.Mutex) (func(), error) {
+					if err := m.LockContext(ctx); err != nil {
+						return nil, err
+					}
+					return func() { _, _ = m.UnlockContext(context.Background()) }, nil
+				}),
+			close: func() { _ = rdb.Close() },
+		}
+	}
+	bsm := &lib{backend: "redis", name: "bsm-linear1ms", role: incumbent, redis: srv,
+		how: "bsm/redislock, RetryStrategy LinearBackoff(1ms) (it does not retry by default)"}
+	bsm.open = func(t testing.TB, ttl time.Duration) worker {
+		rdb := bsm.redisClient()
+		c := bsmlock.New(rdb)
+		opt := &bsmlock.Options{RetryStrategy: bsmlock.LinearBackoff(time.Millisecond)}
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				l, err := c.Obtain(ctx, "bsm/"+key, ttl, opt)
+				if err != nil {
+					return nil, err
+				}
+				return func() { _ = l.Release(context.Background()) }, nil
+			},
+			close: func() { _ = rdb.Close() },
+		}
+	}
+	fl := &lib{backend: "redis", name: "floor: 2 PINGs", role: floor, redis: srv, how: "two PINGs on a go-redis client"}
+	fl.open = func(t testing.TB, ttl time.Duration) worker {
+		rdb := fl.redisClient()
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				if err := rdb.Ping(ctx).Err(); err != nil {
+					return nil, err
+				}
+				return func() { _ = rdb.Ping(context.Background()).Err() }, nil
+			},
+			close: func() { _ = rdb.Close() },
+		}
+	}
+	return []*lib{
+		dl("dlock-fair", true, "backend/redislock, dlock.WithFair()"),
+		dl("dlock-plain", false, "backend/redislock (an arrival may take a free lock; waiters queue)"),
+		rs, bsm, fl,
+	}
+}
+
+func etcdLibs(endpoint string) []*lib {
+	// client connects a worker of l, counting the unary requests it sends
+	// (watch streams and lease keep-alive streams are not counted).
+	client := func(t testing.TB, l *lib) *clientv3.Client {
+		count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			l.sent.Add(1)
+			return invoke(ctx, method, req, reply, cc, opts...)
+		}
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+		})
+		if err != nil {
+			t.Fatalf("etcd client: %v", err)
+		}
+		return cli
+	}
+	dl := &lib{backend: "etcd", name: "dlock", role: ours, how: "backend/etcdlock (FIFO)"}
+	dl.open = func(t testing.TB, ttl time.Duration) worker {
+		cli := client(t, dl)
+		return dlockWorker(dlock.New(etcdlock.New(cli), dlock.WithTTL(ttl)), false, func() { _ = cli.Close() })
+	}
+	cm := &lib{backend: "etcd", name: "concurrency.Mutex", role: incumbent,
+		how: "etcd client/v3/concurrency: one Session (lease TTL = the TTL) per worker, a Mutex per name"}
+	cm.open = func(t testing.TB, ttl time.Duration) worker {
+		cli := client(t, cm)
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(max(int(ttl/time.Second), 1)))
+		if err != nil {
+			t.Fatalf("etcd session: %v", err)
+		}
+		return worker{
+			lock: cached(func(key string) *concurrency.Mutex { return concurrency.NewMutex(s, "/mutex/"+key) },
+				func(ctx context.Context, m *concurrency.Mutex) (func(), error) {
+					if err := m.Lock(ctx); err != nil {
+						return nil, err
+					}
+					return func() { _ = m.Unlock(context.Background()) }, nil
+				}),
+			close: func() { _ = s.Close(); _ = cli.Close() },
+		}
+	}
+	fl := &lib{backend: "etcd", name: "floor: 2 txn commits", role: floor, how: "a Txn that puts a key, then a Txn that deletes it"}
+	fl.open = func(t testing.TB, ttl time.Duration) worker {
+		cli := client(t, fl)
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				k := "/floor/" + key
+				if _, err := cli.Txn(ctx).Then(clientv3.OpPut(k, "x")).Commit(); err != nil {
+					return nil, err
+				}
+				return func() { _, _ = cli.Txn(context.Background()).Then(clientv3.OpDelete(k)).Commit() }, nil
+			},
+			close: func() { _ = cli.Close() },
+		}
+	}
+	return []*lib{dl, cm, fl}
+}
+
+// quietLogger drops go-zookeeper's log lines.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+func zkConnect(t testing.TB, addr string) *zk.Conn {
+	conn, _, err := zk.Connect([]string{addr}, zklock.DefaultSessionTimeout, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("zookeeper: %v", err)
+	}
+	return conn
+}
+
+func zkLibs(addr string) []*lib {
+	dl := &lib{backend: "zookeeper", name: "dlock", role: ours, how: "backend/zklock (FIFO; TTL at least the session timeout)"}
+	dl.open = func(t testing.TB, ttl time.Duration) worker {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		d, err := zklock.Open(ctx, &url.URL{Scheme: "zk", Host: addr, Path: "/bench"})
+		if err != nil {
+			t.Fatalf("zklock: %v", err)
+		}
+		return dlockWorker(dlock.New(d, dlock.WithTTL(max(ttl, d.Capabilities().MinTTL))), false, nil)
+	}
+	zl := &lib{backend: "zookeeper", name: "zk.Lock", role: incumbent,
+		how: "go-zookeeper/zk Lock (no context: a Lock call cannot be cancelled), one connection per worker"}
+	zl.open = func(t testing.TB, ttl time.Duration) worker {
+		conn := zkConnect(t, addr)
+		return worker{
+			lock: cached(func(key string) *zk.Lock { return zk.NewLock(conn, "/zklock/"+key, zk.WorldACL(zk.PermAll)) },
+				func(ctx context.Context, l *zk.Lock) (func(), error) {
+					if err := l.Lock(); err != nil {
+						return nil, err
+					}
+					return func() { _ = l.Unlock() }, nil
+				}),
+			close: conn.Close,
+		}
+	}
+	fl := &lib{backend: "zookeeper", name: "floor: create+delete", role: floor, how: "create an ephemeral node, then delete it"}
+	fl.open = func(t testing.TB, ttl time.Duration) worker {
+		conn := zkConnect(t, addr)
+		if _, err := conn.Create("/floor", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatalf("zookeeper: %v", err)
+		}
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				p, err := conn.Create("/floor/"+strings.ReplaceAll(key, "/", "-"), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+				if err != nil {
+					return nil, err
+				}
+				return func() { _ = conn.Delete(p, -1) }, nil
+			},
+			close: conn.Close,
+		}
+	}
+	return []*lib{dl, zl, fl}
+}
+
+func postgresLibs(pg *testenv.Postgres) []*lib {
+	dl := &lib{backend: "postgres", name: "dlock", role: ours, how: "backend/pglock"}
+	dl.open = func(t testing.TB, ttl time.Duration) worker {
+		return dlockWorker(openDlock(t, pg.URL(pg.Addr, ""), ttl), false, nil)
+	}
+	fl := &lib{backend: "postgres", name: "floor: 2 statements", role: floor, how: "two SELECT 1 on one pgx connection"}
+	fl.open = func(t testing.TB, ttl time.Duration) worker {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pg.User, pg.Addr, pg.Database))
+		if err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+					return nil, err
+				}
+				return func() { _, _ = conn.Exec(context.Background(), "SELECT 1") }, nil
+			},
+			close: func() { _ = conn.Close(context.Background()) },
+		}
+	}
+	return []*lib{dl, fl}
+}
+
+func mariadbLibs(m *testenv.MariaDB) []*lib {
+	dl := &lib{backend: "mariadb", name: "dlock", role: ours, how: "backend/mysqllock"}
+	dl.open = func(t testing.TB, ttl time.Duration) worker {
+		return dlockWorker(openDlock(t, m.URL(testenv.MariaDBUser, testenv.MariaDBPassword, m.Addr), ttl), false, nil)
+	}
+	fl := &lib{backend: "mariadb", name: "floor: 2 statements", role: floor, how: "two DO 1 on one database/sql connection"}
+	fl.open = func(t testing.TB, ttl time.Duration) worker {
+		db, err := sql.Open("mysql", m.DSN(testenv.MariaDBUser, testenv.MariaDBPassword))
+		if err != nil {
+			t.Fatalf("mariadb: %v", err)
+		}
+		db.SetMaxOpenConns(1)
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				if _, err := db.ExecContext(ctx, "DO 1"); err != nil {
+					return nil, err
+				}
+				return func() { _, _ = db.ExecContext(context.Background(), "DO 1") }, nil
+			},
+			close: func() { _ = db.Close() },
+		}
+	}
+	return []*lib{dl, fl}
+}

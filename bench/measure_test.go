@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// quantile returns the q-quantile (0..1) of ds, sorting ds in place.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(int(q*float64(len(ds))), len(ds)-1)]
+}
+
+// serial is the outcome of uncontended runs: one worker locking and
+// unlocking one name in a loop.
+type serial struct {
+	ops, errors     int
+	reqs            int64 // requests sent, where the library's clients count them
+	elapsed         time.Duration
+	lat             []time.Duration // lock+unlock, per op
+	mallocs, allocs uint64          // heap objects and bytes this process allocated
+}
+
+func (s *serial) opsPerSec() float64 { return float64(s.ops) / s.elapsed.Seconds() }
+
+// run locks and unlocks key in a loop for d, adding to s; sent counts the
+// requests w sends.
+func (s *serial) run(w worker, key string, d time.Duration, sent *atomic.Int64) {
+	sent0 := sent.Load()
+	defer func() { s.reqs += sent.Load() - sent0 }()
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	end := start.Add(d)
+	for t0 := start; t0.Before(end); t0 = time.Now() {
+		unlock, err := w.lock(ctx, key)
+		if err != nil {
+			s.errors++
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		unlock()
+		s.lat = append(s.lat, time.Since(t0))
+		s.ops++
+	}
+	s.elapsed += time.Since(start)
+	runtime.ReadMemStats(&m1)
+	s.mallocs += m1.Mallocs - m0.Mallocs
+	s.allocs += m1.TotalAlloc - m0.TotalAlloc
+}
+
+// contention is the outcome of contended runs: workers taking turns
+// through one lock.
+type contention struct {
+	grants    int             // grants within the runs' durations
+	changes   int             // grants to another worker than the previous grant
+	errors    int             // lock calls that failed (gave up) before the end
+	overlaps  int             // grants while another worker held the lock: must be 0
+	perWorker []int           // grants per worker
+	waits     []time.Duration // from calling lock to being granted
+	elapsed   time.Duration
+	calls     int64 // Redis commands executed (INFO commandstats), Redis only
+	reqs      int64 // requests the clients sent, Redis only
+}
+
+func (c *contention) grantsPerSec() float64  { return float64(c.grants) / c.elapsed.Seconds() }
+func (c *contention) changesPerSec() float64 { return float64(c.changes) / c.elapsed.Seconds() }
+func (c *contention) callsPerGrant() float64 { return float64(c.calls) / float64(max(c.grants, 1)) }
+func (c *contention) reqsPerGrant() float64  { return float64(c.reqs) / float64(max(c.grants, 1)) }
+
+// fairness is the fewest grants of a worker divided by the most.
+func (c *contention) fairness() float64 {
+	lo, hi := slices.Min(c.perWorker), slices.Max(c.perWorker)
+	if hi == 0 {
+		return 0
+	}
+	return float64(lo) / float64(hi)
+}
+
+// run has every worker, in a loop, lock key, hold it for hold and unlock
+// it, for d; grants after d are not counted (a library whose lock call
+// cannot be cancelled finishes its queue after d).
+func (c *contention) run(ws []worker, key string, hold, d time.Duration) {
+	if c.perWorker == nil {
+		c.perWorker = make([]int, len(ws))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var mu sync.Mutex
+	var holders atomic.Int32
+	last := -1
+	start := time.Now()
+	end := start.Add(d)
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				unlock, err := w.lock(ctx, key)
+				if err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						c.errors++
+						mu.Unlock()
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				now := time.Now()
+				if holders.Add(1) != 1 {
+					mu.Lock()
+					c.overlaps++
+					mu.Unlock()
+				}
+				if now.Before(end) {
+					mu.Lock()
+					c.grants++
+					c.perWorker[i]++
+					c.waits = append(c.waits, now.Sub(t0))
+					if last != i {
+						c.changes++
+					}
+					last = i
+					mu.Unlock()
+				}
+				if hold > 0 {
+					time.Sleep(hold)
+				}
+				holders.Add(-1)
+				unlock()
+			}
+		})
+	}
+	wg.Wait()
+	c.elapsed += d
+}
+
+// manyKeys is the outcome of the many-keys scenario.
+type manyKeys struct {
+	n                  int
+	lockTime, freeTime time.Duration
+	heapPerLock        float64 // Go heap bytes per held lock, after GC
+	goroutinesPerLock  float64
+	errors             int
+}
+
+// run has the workers lock n distinct names between them, all held at
+// once, measures this process's heap and goroutines, then unlocks them all.
+func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, ...any)) {
+	m.n = n
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	unlocks := make([][]func(), len(ws))
+	names := make([][]string, len(ws))
+	for i := range ws {
+		for k := i; k < n; k += len(ws) {
+			names[i] = append(names[i], prefix+strconv.Itoa(k))
+		}
+		unlocks[i] = make([]func(), 0, len(names[i]))
+	}
+	heap0, g0 := heapNow()
+	var errs atomic.Int64
+	var done atomic.Int64
+	stop := make(chan struct{})
+	go func() { // progress, for long runs
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				progress("  %d/%d locked", done.Load(), n)
+			}
+		}
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			for _, name := range names[i] {
+				unlock, err := w.lock(ctx, name)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				unlocks[i] = append(unlocks[i], unlock)
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	m.lockTime = time.Since(start)
+	heap1, g1 := heapNow()
+	held := float64(done.Load())
+	m.heapPerLock = float64(int64(heap1)-int64(heap0)) / held
+	m.goroutinesPerLock = float64(g1-g0) / held
+	start = time.Now()
+	for i := range ws {
+		wg.Go(func() {
+			for _, unlock := range unlocks[i] {
+				unlock()
+			}
+		})
+	}
+	wg.Wait()
+	m.freeTime = time.Since(start)
+	m.errors = int(errs.Load())
+}
+
+func (m *manyKeys) lockPerSec() float64 { return float64(m.n) / m.lockTime.Seconds() }
+func (m *manyKeys) freePerSec() float64 { return float64(m.n) / m.freeTime.Seconds() }
+
+// heapNow is the live Go heap after a full collection, and the number of
+// goroutines once it has stopped changing (the clients of the previous run
+// wind down in the background).
+func heapNow() (uint64, int) {
+	g := runtime.NumGoroutine()
+	for range 30 {
+		time.Sleep(100 * time.Millisecond)
+		if n := runtime.NumGoroutine(); n != g {
+			g = n
+			continue
+		}
+		break
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc, runtime.NumGoroutine()
+}

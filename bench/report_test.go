@@ -1,0 +1,668 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+type serverRow struct{ name, version, settings string }
+
+type manyRow struct {
+	backend string
+	lib     *lib
+	m       *manyKeys
+}
+
+// curve is one backend's lines against one variable: per library, the
+// holder changes/s and the p99 wait (ms) per x position.
+type curve struct {
+	libs           []string
+	changes, p99Ms map[string][]float64
+}
+
+// report gathers the figures of one run and writes RESULTS.md.
+type report struct {
+	start       time.Time
+	load0       string
+	servers     []serverRow
+	backends    []*backend
+	sleep       time.Duration // what time.Sleep(1ms) takes here
+	serials     map[*lib]*serial
+	contentions map[*lib]map[int]*contention
+	curves      map[string]*curve // backend + "/" + variable
+	many        []manyRow
+	skipped     []string // runs left out, and why
+}
+
+func newReport() *report {
+	return &report{
+		start: time.Now(), load0: loadAvg(),
+		serials: map[*lib]*serial{}, contentions: map[*lib]map[int]*contention{}, curves: map[string]*curve{},
+	}
+}
+
+func (r *report) progress(format string, args ...any) {
+	fmt.Printf("[%4.0fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (r *report) serial(l *lib) *serial {
+	if r.serials[l] == nil {
+		r.serials[l] = &serial{}
+	}
+	return r.serials[l]
+}
+
+func (r *report) contended(l *lib, workers int) *contention {
+	if r.contentions[l] == nil {
+		r.contentions[l] = map[int]*contention{}
+	}
+	if r.contentions[l][workers] == nil {
+		r.contentions[l][workers] = &contention{}
+	}
+	return r.contentions[l][workers]
+}
+
+func (r *report) curvePoint(backend, variable, lib string, x, n int, c *contention) {
+	key := backend + "/" + variable
+	cv := r.curves[key]
+	if cv == nil {
+		cv = &curve{changes: map[string][]float64{}, p99Ms: map[string][]float64{}}
+		r.curves[key] = cv
+	}
+	if cv.changes[lib] == nil {
+		cv.libs = append(cv.libs, lib)
+		cv.changes[lib], cv.p99Ms[lib] = nanSlice(n), nanSlice(n)
+	}
+	if c.grants > 0 {
+		if len(c.perWorker) > 1 { // with one worker there is nobody to hand off to
+			cv.changes[lib][x] = c.changesPerSec()
+		}
+		cv.p99Ms[lib][x] = float64(quantile(c.waits, 0.99)) / float64(time.Millisecond)
+	}
+}
+
+func nanSlice(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = math.NaN()
+	}
+	return s
+}
+
+// best returns the incumbent of b with the highest value of f, or nil.
+func best[T any](b *backend, get func(*lib) T, f func(T) float64) (*lib, T) {
+	var bl *lib
+	var bv T
+	for _, l := range b.libs {
+		if l.role != incumbent {
+			continue
+		}
+		v := get(l)
+		if bl == nil || f(v) > f(bv) {
+			bl, bv = l, v
+		}
+	}
+	return bl, bv
+}
+
+func (r *report) write(dir string) error {
+	var w strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
+	took := time.Since(r.start)
+	p("# dlock side by side: results\n\n")
+	p("Written by `make bench` (bench/results_test.go) on %s; the run took %s. ", r.start.UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
+	p("Every figure below comes from that one run, with the libraries of a backend interleaved (A B A B …) so that a change of the machine's load affects all alike. ")
+	p("Do not edit by hand: run `make bench` again. How each figure is measured is in [README.md](README.md).\n\n")
+
+	p("## Machine\n\n")
+	p("| | |\n|---|---|\n")
+	p("| CPU | %s, %d logical cores (GOMAXPROCS %d) |\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	p("| kernel | %s |\n", kernel())
+	p("| load average (1, 5, 15 min) | at start %s; at end %s |\n", r.load0, loadAvg())
+	p("| Go | %s %s/%s |\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	p("| time.Sleep(1ms) takes | %v (median) |\n\n", r.sleep.Round(time.Microsecond))
+	p("The machine is shared with other work; the load average says how busy it was.\n\n")
+
+	p("## Servers\n\n| server | version | settings |\n|---|---|---|\n")
+	for _, s := range r.servers {
+		p("| %s | %s | %s |\n", s.name, s.version, s.settings)
+	}
+	p("\nAll on 127.0.0.1, started by the run in temporary directories. The disks' sync latency is taken out (tmpfs, fsync off) so that the figures measure the client libraries and protocols, not a shared disk.\n\n")
+
+	p("## Libraries\n\n| backend | library | module version | how it is used |\n|---|---|---|---|\n")
+	for _, b := range r.backends {
+		for _, l := range b.libs {
+			p("| %s | %s | %s | %s |\n", b.name, l.name, libVersion(l), l.how)
+		}
+	}
+	p("\nSettings: TTL %v (redsync's default expiry) in A and B; critical section %v in B; ", ttl, hold)
+	p("A: %d rounds × %v per library; B: %d rounds × %v per library with 8 workers, × %v with 64 (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, roundB(8), roundB(64), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
+	p("Each worker has its own client and connection(s), as a separate process would.\n\n")
+
+	r.writeHeadline(p)
+	r.writeGoals(p)
+	r.writeA(p)
+	r.writeB(p)
+	r.writeC(p)
+	r.writeD(p)
+	if err := r.writeCurves(dir, p); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "RESULTS.md"), []byte(w.String()), 0o644)
+}
+
+func (r *report) backend(name string) *backend {
+	for _, b := range r.backends {
+		if b.name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+func (r *report) lib(backend, name string) *lib {
+	if b := r.backend(backend); b != nil {
+		for _, l := range b.libs {
+			if l.name == name {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// goal is one target of the issue and whether this run met it.
+type goal struct {
+	what     string
+	got      float64
+	target   float64
+	atMost   bool // met when got <= target
+	unit     string
+	measured bool
+}
+
+func (r *report) writeGoals(p func(string, ...any)) {
+	var gs []goal
+	ratio := func(what string, a, b float64, target float64, atMost bool) {
+		g := goal{what: what, target: target, atMost: atMost, unit: "×"}
+		if a > 0 && b > 0 {
+			g.got, g.measured = a/b, true
+		}
+		gs = append(gs, g)
+	}
+	ops := func(backend, name string) float64 {
+		if l := r.lib(backend, name); l != nil && r.serials[l] != nil {
+			return r.serials[l].opsPerSec()
+		}
+		return 0
+	}
+	cont := func(backend, name string, n int) *contention {
+		if l := r.lib(backend, name); l != nil && r.contentions[l] != nil && r.contentions[l][n] != nil {
+			return r.contentions[l][n]
+		}
+		return &contention{elapsed: time.Second, perWorker: []int{0}}
+	}
+	for _, mode := range []string{"dlock-fair", "dlock-plain"} {
+		ratio("Redis uncontended lock+unlock, "+mode+" ÷ bsm/redislock (ops/s) ≥ 1.0", ops("redis", mode), ops("redis", "bsm-linear1ms"), 1.0, false)
+		ratio("Redis uncontended lock+unlock, "+mode+" time ÷ two PINGs' ≤ 1.2", ops("redis", "floor: 2 PINGs"), ops("redis", mode), 1.2, true)
+	}
+	fair, rsync, bsm8 := cont("redis", "dlock-fair", 8), cont("redis", "redsync", 8), cont("redis", "bsm-linear1ms", 8)
+	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ redsync ≥ 25", fair.changesPerSec(), rsync.changesPerSec(), 25, false)
+	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ bsm LinearBackoff(1ms) ≥ 1.2", fair.changesPerSec(), bsm8.changesPerSec(), 1.2, false)
+	for _, n := range workersB {
+		fair, bsm := cont("redis", "dlock-fair", n), cont("redis", "bsm-linear1ms", n)
+		ratio(fmt.Sprintf("Redis contended (%d workers) commands/grant (executed, scripts' included), dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", n), fair.callsPerGrant(), bsm.callsPerGrant(), 0.1, true)
+		ratio(fmt.Sprintf("Redis contended (%d workers) requests sent/grant, dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", n), fair.reqsPerGrant(), bsm.reqsPerGrant(), 0.1, true)
+	}
+	ratio("etcd uncontended lock+unlock, dlock ÷ concurrency.Mutex (ops/s) ≥ 1.0", ops("etcd", "dlock"), ops("etcd", "concurrency.Mutex"), 1.0, false)
+	ratio("etcd contended (8 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 3", cont("etcd", "dlock", 8).grantsPerSec(), cont("etcd", "concurrency.Mutex", 8).grantsPerSec(), 3, false)
+	ratio("ZooKeeper uncontended lock+unlock, dlock ÷ zk.Lock (ops/s) ≥ 1.0", ops("zookeeper", "dlock"), ops("zookeeper", "zk.Lock"), 1.0, false)
+	ratio("ZooKeeper contended (8 workers) grants/s, dlock ÷ zk.Lock ≥ 1.2", cont("zookeeper", "dlock", 8).grantsPerSec(), cont("zookeeper", "zk.Lock", 8).grantsPerSec(), 1.2, false)
+	for _, f := range []struct{ backend, lib string }{{"redis", "dlock-fair"}, {"etcd", "dlock"}, {"zookeeper", "dlock"}} {
+		for _, n := range workersB {
+			c := cont(f.backend, f.lib, n)
+			gs = append(gs, goal{what: fmt.Sprintf("fairness (fewest ÷ most grants per worker), %s %s, %d workers ≥ 0.9", f.backend, f.lib, n),
+				got: c.fairness(), target: 0.9, measured: c.grants > 0})
+		}
+	}
+	p("## Goals\n\n| goal | this run | met |\n|---|---|---|\n")
+	for _, g := range gs {
+		met := g.got >= g.target
+		if g.atMost {
+			met = g.got <= g.target
+		}
+		verdict := "yes"
+		switch {
+		case !g.measured:
+			verdict = "not measured"
+		case !met && g.atMost:
+			verdict = fmt.Sprintf("**missed** by %.1f%%", (g.got/g.target-1)*100)
+		case !met:
+			verdict = fmt.Sprintf("**missed** by %.1f%%", (1-g.got/g.target)*100)
+		}
+		p("| %s | %.3f%s | %s |\n", g.what, g.got, g.unit, verdict)
+	}
+	p("\nWhy a goal is missed, where one is, is discussed in [README.md](README.md#reading-the-results).\n\n")
+}
+
+// writeHeadline is the short table the top-level README shows.
+func (r *report) writeHeadline(p func(string, ...any)) {
+	p("## Headline\n\n| backend | scenario | dlock | incumbents | dlock ÷ best incumbent |\n|---|---|---|---|---|\n")
+	for _, b := range r.backends {
+		// The first dlock library of the backend (dlock-fair on Redis).
+		var ours0 *lib
+		for _, l := range b.libs {
+			if l.role == ours {
+				ours0 = l
+				break
+			}
+		}
+		others := func(f func(*lib) float64, unit string) (string, float64) {
+			var cells []string
+			bestV := 0.0
+			for _, l := range b.libs {
+				if l.role == incumbent {
+					v := f(l)
+					cells = append(cells, fmt.Sprintf("%s %s%s", l.name, num(v), unit))
+					bestV = max(bestV, v)
+				}
+			}
+			if len(cells) == 0 {
+				return "–", 0
+			}
+			return strings.Join(cells, "; "), bestV
+		}
+		row := func(scenario string, f func(*lib) float64, unit string, floorNote string) {
+			inc, bestV := others(f, unit)
+			v := f(ours0)
+			ratio := ratioCell(v, bestV)
+			if floorNote != "" {
+				ratio = floorNote
+			}
+			p("| %s | %s | %s%s | %s | %s |\n", b.name, scenario, num(v), unit, inc, ratio)
+		}
+		fl := r.serial(b.floor())
+		uncontended := func(l *lib) float64 { return r.serial(l).opsPerSec() }
+		note := ""
+		if bestLib, _ := best(b, r.serial, (*serial).opsPerSec); bestLib == nil {
+			note = "time ÷ floor " + ratioCell(fl.opsPerSec(), r.serial(ours0).opsPerSec())
+		}
+		row(ours0.name+": uncontended lock+unlock", uncontended, " ops/s", note)
+		for _, n := range workersB {
+			if n > b.maxB {
+				continue
+			}
+			row(fmt.Sprintf("%s: contended, %d workers, 1 ms held", ours0.name, n), func(l *lib) float64 { return r.contended(l, n).changesPerSec() }, " changes/s", "")
+		}
+		for _, m := range r.many {
+			if m.lib == ours0 && m.m.n == keysC {
+				row(fmt.Sprintf("%s: heap per held lock, %d names", ours0.name, keysC), func(l *lib) float64 {
+					for _, m := range r.many {
+						if m.lib == l && m.m.n == keysC {
+							return m.m.heapPerLock
+						}
+					}
+					return math.NaN()
+				}, " B", "(lower is better)")
+			}
+		}
+	}
+	p("\n")
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func ratioCell(a, b float64) string {
+	if a <= 0 || b <= 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func (r *report) writeA(p func(string, ...any)) {
+	p("## A. Uncontended lock+unlock\n\n")
+	p("One worker locks and unlocks one name in a loop. ÷ best incumbent: ops/s over the best incumbent's on the same backend (higher is better). Time ÷ floor: time per lock+unlock over the backend's raw round trips (scenario D; 1.00× is the physical floor, lower is better). reqs/op: requests the client sent per lock+unlock (Redis commands; etcd unary gRPC calls; not counted for the others). allocs/op: heap allocations per lock+unlock in this process (client side only).\n\n")
+	p("| backend | library | p50 | p99 | ops/s | ÷ best incumbent | time ÷ floor | reqs/op | allocs/op | bytes/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, b := range r.backends {
+		_, bi := best(b, r.serial, (*serial).opsPerSec)
+		fl := r.serial(b.floor())
+		for _, l := range b.libs {
+			s := r.serial(l)
+			inc := "–"
+			if l.role == ours && bi != nil {
+				inc = ratioCell(s.opsPerSec(), bi.opsPerSec())
+			}
+			reqs := "–"
+			if s.reqs > 0 {
+				reqs = fmt.Sprintf("%.2f", float64(s.reqs)/float64(max(s.ops, 1)))
+			}
+			p("| %s | %s | %s | %s | %.0f | %s | %s | %s | %.0f | %.0f | %d |\n", b.name, l.name,
+				ms(quantile(s.lat, 0.5)), ms(quantile(s.lat, 0.99)), s.opsPerSec(), inc, ratioCell(fl.opsPerSec(), s.opsPerSec()), reqs,
+				float64(s.mallocs)/float64(max(s.ops, 1)), float64(s.allocs)/float64(max(s.ops, 1)), s.errors)
+		}
+	}
+	p("\n")
+}
+
+func (r *report) writeB(p func(string, ...any)) {
+	p("## B. Contended: one name, %v critical section\n\n", hold)
+	p("Holder changes/s: grants to a different worker than the previous grant. Ceiling: 1 ÷ (what time.Sleep(%v) takes + the backend's floor pair of round trips, scenario D) — a hand-off needs at least the release and the message that tells the next holder; × ceiling is holder changes/s over it. ", hold)
+	p("Wait: from calling lock to being granted. cmds/grant: commands the Redis server executed per grant (INFO commandstats delta, including those run by scripts); reqs/grant: requests the clients sent per grant (Redis commands; etcd unary gRPC calls, without the watch and keep-alive streams). Gave up: lock calls that returned an error (redsync gives up after 32 tries). PostgreSQL and MariaDB run with 8 workers only.\n\n")
+	for _, n := range workersB {
+		p("### %d workers\n\n", n)
+		p("| backend | library | grants/s | holder changes/s | ÷ best incumbent | × ceiling | wait p50 | wait p99 | wait max | grants/worker min–max | fairness | cmds/grant | reqs/grant | gave up |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, b := range r.backends {
+			if n > b.maxB {
+				continue
+			}
+			get := func(l *lib) *contention { return r.contended(l, n) }
+			_, bi := best(b, get, (*contention).changesPerSec)
+			floorPair := time.Duration(0)
+			if fs := r.serial(b.floor()); fs.ops > 0 {
+				floorPair = time.Duration(float64(time.Second) / fs.opsPerSec())
+			}
+			ceiling := 1 / (r.sleep + floorPair).Seconds()
+			for _, l := range b.lockLibs() {
+				c := get(l)
+				if c.grants == 0 && c.perWorker == nil {
+					continue
+				}
+				inc := "–"
+				if l.role == ours && bi != nil {
+					inc = ratioCell(c.changesPerSec(), bi.changesPerSec())
+				}
+				cmds, reqs := "–", "–"
+				if l.redis != nil {
+					cmds = fmt.Sprintf("%.2f", c.callsPerGrant())
+				}
+				if c.reqs > 0 {
+					reqs = fmt.Sprintf("%.2f", c.reqsPerGrant())
+				}
+				waits := c.waits
+				p("| %s | %s | %.1f | %.1f | %s | %.2f | %s | %s | %s | %d–%d | %.3f | %s | %s | %d |\n", b.name, l.name,
+					c.grantsPerSec(), c.changesPerSec(), inc, c.changesPerSec()/ceiling,
+					ms(quantile(waits, 0.5)), ms(quantile(waits, 0.99)), ms(quantile(waits, 1)),
+					slices.Min(c.perWorker), slices.Max(c.perWorker), c.fairness(), cmds, reqs, c.errors)
+				if c.overlaps > 0 {
+					p("| | **%d overlapping grants: two holders at once** | | | | | | | | | | | | |\n", c.overlaps)
+				}
+			}
+		}
+		p("\n")
+	}
+}
+
+func (r *report) writeC(p func(string, ...any)) {
+	p("## C. Many names\n\n")
+	p("%d workers lock N distinct names between them and hold them all; then they unlock them all. Heap and goroutines per held lock: this process's live Go heap (after two GCs) and goroutine count while all N are held, minus before, ÷ N — the client's cost of holding a lock (it includes the benchmark's own closure per lock, a few dozen bytes). 1,000,000 names run only for the libraries listed in the settings (`-million`), to fit the run in its time.\n\n", workersC)
+	p("| backend | library | names | locks/s | unlocks/s | heap bytes per held lock | goroutines per held lock | errors |\n|---|---|---|---|---|---|---|---|\n")
+	for _, m := range r.many {
+		// A few goroutines of earlier runs' clients may end meanwhile.
+		g := fmt.Sprintf("%.2f", m.m.goroutinesPerLock)
+		if math.Abs(m.m.goroutinesPerLock) < 0.005 {
+			g = "0.00"
+		}
+		p("| %s | %s | %d | %.0f | %.0f | %.0f | %s | %d |\n", m.backend, m.lib.name, m.m.n, m.m.lockPerSec(), m.m.freePerSec(), m.m.heapPerLock, g, m.m.errors)
+	}
+	p("\n")
+	for _, s := range r.skipped {
+		p("Left out: %s.\n\n", s)
+	}
+}
+
+// manyRate is f of l's first many-names run, or a tiny rate if it has none.
+func (r *report) manyRate(l *lib, f func(*manyKeys) float64) float64 {
+	for _, m := range r.many {
+		if m.lib == l {
+			return max(f(m.m), 1e-3)
+		}
+	}
+	return 1e-3
+}
+
+func (r *report) writeD(p func(string, ...any)) {
+	p("## D. The floor: raw round trips\n\n")
+	p("The same measurement as A, with a pair of raw requests on the same kind of connection in place of lock and unlock.\n\n")
+	p("| backend | round trips | p50 | p99 | pairs/s |\n|---|---|---|---|---|\n")
+	for _, b := range r.backends {
+		l := b.floor()
+		s := r.serial(l)
+		p("| %s | %s | %s | %s | %.0f |\n", b.name, l.how, ms(quantile(s.lat, 0.5)), ms(quantile(s.lat, 0.99)), s.opsPerSec())
+	}
+	p("\n")
+}
+
+func (r *report) writeCurves(dir string, p func(string, ...any)) error {
+	p("## Curves\n\n")
+	p("Holder changes/s and p99 acquire-wait against the number of workers (critical section %v), and against the critical section's length (8 workers), %v per point. With one worker there is nobody to hand off to, so the throughput line starts at 2.\n\n", hold, scaled(eachPoint))
+	for _, v := range []struct{ variable, file, title, xTitle string }{
+		{"workers", "curves-workers.svg", "Contended lock, 1 ms critical section, against workers", "workers (log 2)"},
+		{"hold", "curves-hold.svg", "Contended lock, 8 workers, against the critical section", "critical section"},
+	} {
+		var panels []panel
+		var labels []string
+		if v.variable == "workers" {
+			for _, n := range curveWorkers {
+				labels = append(labels, fmt.Sprint(n))
+			}
+		} else {
+			for _, h := range curveHolds {
+				labels = append(labels, fmt.Sprintf("%d ms", h/time.Millisecond))
+			}
+		}
+		var backends []string
+		for _, b := range r.backends {
+			if r.curves[b.name+"/"+v.variable] != nil {
+				backends = append(backends, b.name)
+			}
+		}
+		for _, metric := range []string{"changes", "p99"} {
+			for _, bn := range backends {
+				cv := r.curves[bn+"/"+v.variable]
+				pn := panel{title: bn, xTitle: v.xTitle, xLabels: labels}
+				if metric == "changes" {
+					pn.yTitle = "holder changes/s"
+				} else {
+					pn.yTitle = "p99 acquire wait (ms)"
+				}
+				for _, l := range cv.libs {
+					ys := cv.changes[l]
+					if metric == "p99" {
+						ys = cv.p99Ms[l]
+					}
+					pn.lines = append(pn.lines, series{name: l, ys: ys})
+				}
+				panels = append(panels, pn)
+			}
+		}
+		if len(backends) == 0 {
+			continue
+		}
+		if err := writeSVG(filepath.Join(dir, v.file), v.title, len(backends), panels); err != nil {
+			return err
+		}
+		p("![%s](%s)\n\n", v.title, v.file)
+		r.writeCurveTable(p, v.variable, backends, labels)
+	}
+	return nil
+}
+
+// writeCurveTable gives the charts' figures as a table.
+func (r *report) writeCurveTable(p func(string, ...any), variable string, backends, labels []string) {
+	p("<details><summary>figures: holder changes/s / p99 wait (ms)</summary>\n\n| backend | library | %s |\n|---|---|%s\n", strings.Join(labels, " | "), strings.Repeat("---|", len(labels)))
+	for _, bn := range backends {
+		cv := r.curves[bn+"/"+variable]
+		for _, l := range cv.libs {
+			var cells []string
+			for i := range labels {
+				cells = append(cells, fmt.Sprintf("%s / %s", num(cv.changes[l][i]), num(cv.p99Ms[l][i])))
+			}
+			p("| %s | %s | %s |\n", bn, l, strings.Join(cells, " | "))
+		}
+	}
+	p("\n</details>\n\n")
+}
+
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+// The machine and the versions.
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return runtime.GOOS
+	}
+	return "Linux " + strings.TrimSpace(string(b))
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// modVersion is the version of a module in this module's go.mod (a test
+// binary carries no module information of its own).
+func modVersion(path string) string {
+	b, err := os.ReadFile("go.mod")
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == path {
+			return f[1]
+		}
+	}
+	return "?"
+}
+
+// libVersion is the module version of a library; dlock's is the commit of
+// the working tree it was built from.
+func libVersion(l *lib) string {
+	switch {
+	case l.role == ours:
+		out, err := exec.Command("git", "-C", "..", "describe", "--always", "--dirty").Output()
+		if err != nil {
+			return "this tree"
+		}
+		return "dlock " + strings.TrimSpace(string(out))
+	case l.name == "redsync":
+		return "redsync " + modVersion("github.com/go-redsync/redsync/v4")
+	case l.name == "bsm-linear1ms":
+		return "bsm/redislock " + modVersion("github.com/bsm/redislock")
+	case l.name == "concurrency.Mutex":
+		return "etcd client " + modVersion("go.etcd.io/etcd/client/v3")
+	case l.name == "zk.Lock":
+		return "go-zookeeper/zk " + modVersion("github.com/go-zookeeper/zk")
+	case l.backend == "redis":
+		return "go-redis " + modVersion("github.com/redis/go-redis/v9")
+	case l.backend == "etcd":
+		return "etcd client " + modVersion("go.etcd.io/etcd/client/v3")
+	case l.backend == "zookeeper":
+		return "go-zookeeper/zk " + modVersion("github.com/go-zookeeper/zk")
+	case l.backend == "postgres":
+		return "pgx " + modVersion("github.com/jackc/pgx/v5")
+	case l.backend == "mariadb":
+		return "go-sql-driver/mysql " + modVersion("github.com/go-sql-driver/mysql")
+	}
+	return "?"
+}
+
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func zkVersion(z *testenv.ZooKeeper) string {
+	out, err := z.Servers[0].FourLetter("srvr")
+	if err != nil {
+		return "?"
+	}
+	line, _, _ := strings.Cut(out, "\n")
+	return strings.TrimSpace(strings.TrimPrefix(line, "Zookeeper version:"))
+}
+
+func pgVersion(pg *testenv.Postgres) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pg.User, pg.Addr, pg.Database))
+	if err != nil {
+		return "?"
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "?"
+	}
+	return "PostgreSQL " + v
+}
+
+func mariadbVersion(m *testenv.MariaDB) string {
+	db, err := sql.Open("mysql", m.DSN(testenv.MariaDBUser, testenv.MariaDBPassword))
+	if err != nil {
+		return "?"
+	}
+	defer db.Close()
+	var v string
+	if err := db.QueryRow("SELECT VERSION()").Scan(&v); err != nil {
+		return "?"
+	}
+	return "MariaDB " + v
+}
