@@ -238,11 +238,11 @@ func (n noQueue) Capabilities() driver.Capabilities {
 	return c
 }
 
-// watchingDriver closes a grant's Lost channel when the grant is released,
+// watchingDriver fires a grant's Lost signal when the grant is released,
 // as a backend whose watch sees its own key deleted does.
 type watchingDriver struct {
 	*memlock.Driver
-	lost chan struct{}
+	lost *driver.Signal
 }
 
 func (w *watchingDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
@@ -252,14 +252,14 @@ func (w *watchingDriver) Acquire(ctx context.Context, req driver.Request) (drive
 }
 
 func (w *watchingDriver) Release(ctx context.Context, h driver.Held) error {
-	close(w.lost)
+	w.lost.Fire()
 	time.Sleep(20 * time.Millisecond) // let the watch's signal race the release
 	return w.Driver.Release(ctx, h)
 }
 
 func TestOwnReleaseSeenByBackendWatchIsNotALoss(t *testing.T) {
 	var lost atomic.Int32
-	d := &watchingDriver{Driver: memlock.New(memlock.NewServer()), lost: make(chan struct{})}
+	d := &watchingDriver{Driver: memlock.New(memlock.NewServer()), lost: driver.NewSignal()}
 	c := dlock.New(d, dlock.WithHooks(dlock.Hooks{Lost: func(string, uint64, error) { lost.Add(1) }}))
 	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {

@@ -35,6 +35,7 @@ type Lease struct {
 	failures int       // renewals failed in a row
 
 	renewTimer, expireTimer *time.Timer
+	stopWatch               func() bool // unregisters the wait for the backend's loss signal
 }
 
 // Drift bounds the rate difference between this client's clock and the
@@ -202,20 +203,19 @@ func (l *Lease) sleep(ctx context.Context, d time.Duration) error {
 // renewal timer fires, TTL/3 after the grant, the deadline is at least a
 // third of the TTL further away, and a lease released before that (the
 // common case) never needs one.
-func (l *Lease) startRenewal(backendLost <-chan struct{}) {
+func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	l.mu.Lock()
 	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
 	// begun a while ago), then TTL/3 after each confirmed renewal.
 	l.renewTimer = clock.AfterFunc(max(clock.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
 	l.mu.Unlock()
 	if backendLost != nil {
-		go func() {
-			select {
-			case <-backendLost:
-				l.lose(fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name))
-			case <-l.ctx.Done():
-			}
-		}()
+		stop := backendLost.AfterFire(func() {
+			l.lose(fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name))
+		})
+		l.mu.Lock()
+		l.stopWatch = stop
+		l.mu.Unlock()
 	}
 }
 
@@ -227,6 +227,9 @@ func (l *Lease) stopRenewal() {
 	}
 	if l.expireTimer != nil {
 		l.expireTimer.Stop()
+	}
+	if l.stopWatch != nil {
+		l.stopWatch()
 	}
 }
 

@@ -105,9 +105,9 @@ type Grant struct {
 	// queued acquire, the last renewal while waiting). Zero means the time
 	// Acquire was called, which is right for a single-round-trip acquire.
 	Since time.Time
-	// Lost, if not nil, is closed by the backend when it learns by itself
+	// Lost, if not nil, is fired by the backend when it learns by itself
 	// that the lease is gone (a session expired, a watch saw the key vanish).
-	Lost <-chan struct{}
+	Lost *Signal
 	// Recovered reports that the previous holder's lease ended without a
 	// release (expiry, crash or Break). The portable layer applies the
 	// lock-delay option only then. Backends that cannot tell leave it false

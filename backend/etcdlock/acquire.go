@@ -177,7 +177,7 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 				n = 0
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-hd.lost.gone:
+			case <-hd.lost.gone.Done():
 				return fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
 			case err := <-leaseErr:
 				return err

@@ -90,7 +90,7 @@ func deletion(wr clientv3.WatchResponse, ok bool) (rev int64, broken bool) {
 // keyWatch reports the deletion of one's own key: a Break, an expired
 // lease, or a manual delete. gone is Grant.Lost.
 type keyWatch struct {
-	gone   chan struct{}
+	gone   *driver.Signal
 	cancel context.CancelFunc
 	timer  *time.Timer
 
@@ -111,7 +111,7 @@ const keyWatchDelay = 50 * time.Millisecond
 func (d *Driver) watchKey(key string, rev int64) *keyWatch {
 	// Closing the client ends the watch too.
 	ctx, cancel := context.WithCancel(d.watchCtx(d.cli.Ctx()))
-	kw := &keyWatch{gone: make(chan struct{}), cancel: cancel}
+	kw := &keyWatch{gone: driver.NewSignal(), cancel: cancel}
 	kw.timer = time.AfterFunc(keyWatchDelay, func() {
 		from := rev + 1
 		for failures := 0; ctx.Err() == nil; {
@@ -151,17 +151,17 @@ func (d *Driver) watchKey(key string, rev int64) *keyWatch {
 	return kw
 }
 
-// fire closes gone unless the watch was stopped first.
+// fire fires gone unless the watch was stopped first.
 func (kw *keyWatch) fire() {
 	kw.mu.Lock()
 	defer kw.mu.Unlock()
 	if !kw.stopped {
-		close(kw.gone)
+		kw.gone.Fire()
 		kw.stopped = true
 	}
 }
 
-// stop ends the watch; gone will not be closed after stop returns unless it
+// stop ends the watch; gone will not fire after stop returns unless it
 // was already.
 func (kw *keyWatch) stop() {
 	kw.mu.Lock()

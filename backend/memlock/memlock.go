@@ -76,7 +76,7 @@ type holding struct {
 	meta    []byte
 	expires time.Time
 	timer   *time.Timer
-	lost    chan struct{} // closed when broken or expired
+	lost    *driver.Signal // fired when broken or expired
 }
 
 type waiter struct {
@@ -102,7 +102,7 @@ func (s *Server) free(name string, st *lockState, released bool) {
 	if h := st.holder; h != nil {
 		h.timer.Stop()
 		if !released {
-			close(h.lost)
+			h.lost.Fire()
 		}
 		st.holder = nil
 	}
@@ -120,7 +120,7 @@ func (s *Server) free(name string, st *lockState, released bool) {
 // grant makes req the holder. s.mu is held.
 func (s *Server) grant(name string, st *lockState, req driver.Request) driver.Grant {
 	st.token++
-	h := &holding{owner: req.Owner, token: st.token, meta: req.Holder, expires: time.Now().Add(req.TTL), lost: make(chan struct{})}
+	h := &holding{owner: req.Owner, token: st.token, meta: req.Holder, expires: time.Now().Add(req.TTL), lost: driver.NewSignal()}
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(name, h) })
 	st.holder = h
 	g := driver.Grant{Token: h.token, Since: time.Now(), Lost: h.lost, Recovered: st.recovered}

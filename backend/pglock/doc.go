@@ -100,7 +100,7 @@
 //     one for the row; releasing it, one.
 //   - The server frees the lock when the connection ends, before the holder
 //     can know. The holder watches its idle connection (a non-blocking peek
-//     every 100ms) and closes Lost as soon as the server has closed it or
+//     every 100ms) and fires Lost as soon as the server has closed it or
 //     sent the error that precedes the close; at the latest it learns at
 //     its next renewal (every TTL/3), which pings the connection with an
 //     owner-checked UPDATE of the row. So after a connection cut another

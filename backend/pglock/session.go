@@ -23,8 +23,8 @@ type session struct {
 	set   *sessionSet
 	ended bool // released or closed: conn is no longer this lock's
 
-	lost     chan struct{} // closed when the watch sees the session end
-	stop     chan struct{} // closed when the session is closed by us
+	lost     *driver.Signal // fired when the watch sees the session end
+	stop     chan struct{}  // closed when the session is closed by us
 	stopOnce sync.Once
 }
 
@@ -32,7 +32,7 @@ type session struct {
 // at for a sign that the server ended it.
 const watchEvery = 100 * time.Millisecond
 
-// watch closes x.lost as soon as the idle connection shows that the session
+// watch fires x.lost as soon as the idle connection shows that the session
 // has ended (the server closed it, or sent the error that precedes the
 // close), so that a holder whose connection was cut learns of it within
 // about watchEvery rather than at its next renewal. It only peeks at the
@@ -73,7 +73,7 @@ func (x *session) watch() {
 			select {
 			case <-x.stop: // released meanwhile: nothing was lost
 			default:
-				close(x.lost)
+				x.lost.Fire()
 			}
 			return
 		}
@@ -235,7 +235,7 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 
 // lockOn takes the advisory lock and writes the row on conn.
 func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request, k int64) (driver.Grant, time.Duration, error) {
-	x := &session{conn: conn, set: d.sessions, lost: make(chan struct{}), stop: make(chan struct{})}
+	x := &session{conn: conn, set: d.sessions, lost: driver.NewSignal(), stop: make(chan struct{})}
 	x.mu.Lock() // Close waits for this attempt to finish with the connection
 	defer x.mu.Unlock()
 	if !x.set.add(x) {

@@ -217,7 +217,7 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	other := client(t, open(t, "/faults"))
 	l2 := mustLock(t, other, name) // granted once the server expired the session
 	select {
-	case <-g.Lost:
+	case <-g.Lost.Done():
 		t.Fatal("Lost closed while the holder was cut off: it cannot know yet")
 	default:
 	}
@@ -226,7 +226,7 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	}
 	p.Unblock()
 	select {
-	case <-g.Lost:
+	case <-g.Lost.Done():
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lost not closed 30s after the holder reconnected to learn its session expired")
 	}

@@ -103,7 +103,7 @@ func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lock
 	}
 	n := &lockNode{
 		d: d, path: c.path, name: c.path[len(parent)+1:], parent: parent, session: c.session, czxid: c.czxid,
-		vanished: make(chan struct{}), retired: make(chan struct{}), held: make(chan struct{}), watchNow: make(chan struct{}), finished: make(chan struct{}),
+		vanished: driver.NewSignal(), retired: make(chan struct{}), held: make(chan struct{}), watchNow: make(chan struct{}), finished: make(chan struct{}),
 	}
 	if n.czxid == 0 {
 		// Found after a lost reply: read its zxid and session.
@@ -202,7 +202,7 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 			case <-ctx.Done():
 				n.retire()
 				return driver.Grant{}, ctx.Err()
-			case <-n.vanished:
+			case <-n.vanished.Done():
 				return driver.Grant{}, errVanished
 			case ev := <-predW:
 				if ev.Type == zk.EventNodeDeleted && alone {
@@ -333,11 +333,11 @@ type lockNode struct {
 	holdOnce, watchOnce  sync.Once
 	finishOnce           sync.Once
 
-	vanished chan struct{} // closed when the node is gone or no longer ours (Grant.Lost)
-	retired  chan struct{} // closed when the node must be deleted
-	held     chan struct{} // closed when granted: the keeper minds the lease deadline
-	watchNow chan struct{} // closed when the keeper should watch the node
-	finished chan struct{} // closed when its owner deleted the node
+	vanished *driver.Signal // fired when the node is gone or no longer ours (Grant.Lost)
+	retired  chan struct{}  // closed when the node must be deleted
+	held     chan struct{}  // closed when granted: the keeper minds the lease deadline
+	watchNow chan struct{}  // closed when the keeper should watch the node
+	finished chan struct{}  // closed when its owner deleted the node
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the last round trip that proved the lease
@@ -390,7 +390,7 @@ func (n *lockNode) vanish() {
 	n.mu.Lock()
 	n.done = true
 	n.mu.Unlock()
-	n.vanishOnce.Do(func() { close(n.vanished) })
+	n.vanishOnce.Do(n.vanished.Fire)
 }
 
 // release marks the node as being deleted by its holder, whose own watch
@@ -424,7 +424,7 @@ func (n *lockNode) finish() { n.finishOnce.Do(func() { close(n.finished) }) }
 
 func (n *lockNode) isVanished() bool {
 	select {
-	case <-n.vanished:
+	case <-n.vanished.Done():
 		return true
 	default:
 		return false
@@ -439,7 +439,7 @@ func (n *lockNode) retire() { n.retireOn.Do(func() { close(n.retired) }) }
 
 // keep minds the node until it is gone. From the lease's first renewal on,
 // it watches the node: a deletion (Break) or the end of the session then
-// closes vanished at once. (Until then the renewal, a third of the lease
+// fires vanished at once. (Until then the renewal, a third of the lease
 // after the grant, is what notices; not watching earlier saves every grant
 // a request — an uncontended lock is one round trip — and a waiter learns
 // that its node went with its session from the watch on its predecessor.)

@@ -84,7 +84,7 @@
 // locks; when ZooKeeper expires it, every lease of the driver is lost: the
 // watch each holder keeps on its own node (from the lease's first renewal
 // on; the renewal itself checks the node before that) reports it and
-// Grant.Lost closes (go-zookeeper then opens a new session for later
+// Grant.Lost fires (go-zookeeper then opens a new session for later
 // calls).
 //
 // A client cannot see its session expire while it is cut off from the
@@ -142,7 +142,7 @@
 //     their deadlines.
 //   - Break deletes the holder's node (it needs the delete permission on
 //     the parent: with digest auth, the same identity); the holder's watch
-//     sees the deletion and Grant.Lost closes at once (in the first third of
+//     sees the deletion and Grant.Lost fires at once (in the first third of
 //     a lease, at its first renewal).
 //
 // Capabilities.LockDelay is false: the recipe does not record whether the
