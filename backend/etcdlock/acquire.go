@@ -55,8 +55,13 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64, key
 		return driver.Grant{}, err // nothing was put
 	}
 	if err != nil {
-		// The put may have been applied before the error: take it back.
-		d.abandon(key, l, sec)
+		// The put may have been applied before the error, or may still be
+		// (a cancelled request can reach the server after a delete sent to
+		// take it back): revoke the lease, which removes the key whenever
+		// it was put and makes a later put fail. Returned to the pool, the
+		// lease would keep a late key alive — a queue entry of nobody's,
+		// ahead of every waiter, for as long as the lease is reused.
+		d.discard(l)
 		return driver.Grant{}, unavailable(ctx, "acquire", err)
 	}
 	if !resp.Succeeded {
@@ -317,22 +322,37 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 	return errc
 }
 
+// discard revokes a lease whose keys are unknown, in the background,
+// waiting a second at most; if the revoke fails the lease expires by itself
+// (nothing renews it).
+func (d *Driver) discard(l *lease) {
+	d.cleanup(func(ctx context.Context) { _, _ = d.cli.Revoke(ctx, l.id) })
+}
+
 // abandon takes back the queue entry of an acquire that failed or was
 // cancelled: it deletes the key (then the lease returns to the pool) or,
 // failing that, revokes the lease, which deletes the key with it. It waits
 // for the server a short while, then leaves the rest to a goroutine; if
 // even that fails, the lease expires after its TTL.
 func (d *Driver) abandon(key string, l *lease, sec int64) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
+	d.cleanup(func(ctx context.Context) {
 		if _, err := d.cli.Delete(ctx, key); err == nil {
 			d.pool.put(sec, l)
 			return
 		}
 		_, _ = d.cli.Revoke(ctx, l.id)
+	})
+}
+
+// cleanup runs f in the background with a timeout of its own, and waits a
+// second at most for it.
+func (d *Driver) cleanup(f func(ctx context.Context)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		f(ctx)
 	}()
 	select {
 	case <-done:
