@@ -18,12 +18,6 @@ func bellName(table, name string) string {
 	return "dlock:" + driver.NameHash(table+"\x00"+name)
 }
 
-// lineName maps a lock name to the user-level lock its waiters queue on
-// (see wait.go): 43 characters.
-func lineName(table, name string) string {
-	return "dlock-line:" + driver.NameHash(table+"\x00"+name)
-}
-
 // Bell timing.
 const (
 	bellTake      = 2  // seconds a holder's bell connection waits for a bell that waiters are passing on

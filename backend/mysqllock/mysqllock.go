@@ -25,23 +25,12 @@
 // A waiter does not poll the table at a fixed interval. Every Driver keeps
 // one connection, its bell connection, on which it holds a MySQL user-level
 // lock (GET_LOCK) named after each lock it holds — the lock's bell — and
-// writes that connection's id into the lease row. The first waiter in line
-// blocks in GET_LOCK(bell, timeout) on a session of its own, so the server
-// wakes it the moment the bell is released: when the holder releases the
-// lease, when its lease is lost, or when its process or connection dies
-// (the server drops a dead session's user locks). The waiter gives the bell
-// straight back, in the same statement, and tries to acquire.
-//
-// The line is a second user lock per lock name, which waiters queue for in
-// GET_LOCK: the server grants it to one session at a time, in the order the
-// sessions asked, and only the session holding it waits on the bell. So a
-// release rings the bell of one waiter, the one that has waited longest,
-// and a grant passes the line to the next. A waiter that gives up (its Lock
-// is cancelled) or dies passes the line on at once, since the server drops
-// the user locks of a closed session. A waiter whose process is frozen
-// keeps the line: the waiters behind it then learn of a release only from
-// the portable layer's fallback poll, within 2 s (or at the holder's
-// expiry, if sooner).
+// writes that connection's id into the lease row. A waiter blocks in
+// GET_LOCK(bell, timeout) on a session of its own, so the server wakes it
+// the moment the bell is released: when the holder releases the lease, when
+// its lease is lost, or when its process or connection dies (the server
+// drops a dead session's user locks). The waiter gives the bell straight
+// back, in the same statement, and tries to acquire.
 //
 // Costs. Holding bells costs one connection per Driver, not one per held
 // lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
@@ -51,10 +40,9 @@
 // waits on a session of its own (sessions are reused while clean). Waiters
 // of a lock that their own Driver holds wait in-process: that Driver's
 // Release wakes them directly. So an uncontended Lock costs what TryLock
-// costs: one statement. A release wakes one waiter, which tries once: with
-// 8 clients queued, a grant costs one acquire attempt (waking every waiter
-// cost 4.5), and a hand-off about ten statements in all, however long the
-// lock was held, where polling costs grow with the hold.
+// costs: one statement. A release wakes every waiter of the lock (each
+// tries once, one wins): about three statements per waiter per hand-off,
+// however long the lock was held, where polling costs grow with the hold.
 //
 // Bounds. A bell never outlives the lease by the holder's own clock: it is
 // dropped at release, on a refused renewal, and when the lease's local
@@ -74,10 +62,9 @@
 // so it leaves nothing behind on the server.
 //
 // Bell names are "dlock:" followed by driver.NameHash of the table and the
-// lock name (38 characters; the limit is 64), line names "dlock-line:"
-// followed by the same hash (43), so any name of up to 1024 bytes maps to a
-// bell and a line; a collision would cost only a spurious wake-up or a
-// shared line, never exclusion.
+// lock name (38 characters; the limit is 64), so any name of up to 1024
+// bytes maps to a bell; a collision would cost only a spurious wake-up,
+// never exclusion.
 //
 // # Guarantees
 //

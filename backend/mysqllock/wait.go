@@ -14,18 +14,6 @@ import (
 // Lock costs nothing more than a TryLock. A lock held by this same driver is
 // waited for in-process: Release wakes this driver's waiters directly, and
 // no session waits on a bell that only this process could ring.
-//
-// Only the first waiter in line waits on the bell. Waiters queue for the
-// lock's line, a user lock (lineName) that the server grants to one
-// session at a time, in the order the sessions asked for it: the session
-// that holds the line waits on the bell, the others wait in GET_LOCK for
-// the line. So a release rings one waiter's bell, the one that has waited
-// longest, and it alone tries. It keeps the line until it is granted (an
-// attempt that fails, because another client took the lock first, leaves
-// it first in line) or gives up; then the line passes to the next waiter.
-// A waiter that dies or is cancelled passes the line on at once: the
-// server drops a closed session's user locks, and a cancelled wait's
-// session is closed.
 
 // localName is the driver's own waiters of one lock name.
 type localName struct {
@@ -196,22 +184,10 @@ func (w *waiter) run() {
 	if err != nil {
 		return // the portable layer's safety poll still wakes the waiter
 	}
-	clean, inLine := true, false
-	defer func() {
-		if !clean || !inLine {
-			w.d.putSession(s, clean)
-			return
-		}
-		// Pass the line on after Lock has returned: the grant needs no
-		// round trip more.
-		go func() { w.d.putSession(s, w.leaveLine(s)) }()
-	}()
-	if inLine, clean = w.takeLine(s); !inLine {
-		return
-	}
+	clean := true
+	defer func() { w.d.putSession(s, clean) }()
 	poll, pending := pollMin, 0
-	signalled := false           // armed: an attempt has just failed
-	var notified <-chan struct{} // when signalled: closed if an attempt failed since
+	signalled := false // armed: an attempt has just failed
 	for {
 		w.d.lmu.Lock()
 		released, failed := w.ln.released, w.ln.failed
@@ -233,19 +209,6 @@ func (w *waiter) run() {
 		if st.Int64 != waitPending && st.Int64 != waitNoBell {
 			pending = 0 // a pending bell was taken, or the holder changed
 		}
-		if st.Int64 == waitFree && signalled {
-			select {
-			case <-notified:
-				// The attempt that the last wake-up caused failed: the lock
-				// was taken and let go since, and nobody else waits on
-				// its bell, so this waiter must try again.
-				signalled = false
-			default:
-			}
-		}
-		if st.Int64 == waitFree && !signalled {
-			st.Int64 = waitRang // a free spell not yet tried is news, as a ring is
-		}
 		switch st.Int64 {
 		case waitRang:
 			// Look again once the attempt this wakes has failed (or
@@ -254,7 +217,7 @@ func (w *waiter) run() {
 			// winner a moment to take its bell, so as to wait on it
 			// rather than poll for it.
 			w.notify()
-			signalled, notified, poll = true, failed, pollMin
+			signalled, poll = true, pollMin
 			t := time.NewTimer(pollMax)
 			select {
 			case <-failed:
@@ -283,7 +246,7 @@ func (w *waiter) run() {
 			case <-released:
 				t.Stop()
 				w.notify()
-				signalled, notified = true, failed
+				signalled = true
 				continue
 			case <-w.stopped:
 				t.Stop()
@@ -291,7 +254,11 @@ func (w *waiter) run() {
 			case <-t.C:
 				continue
 			}
-		case waitFree: // tried already: look again after a while
+		case waitFree: // try, once per free spell
+			if !signalled {
+				w.notify()
+				signalled = true
+			}
 		case waitPending: // the holder takes its bell in a moment
 			signalled = false
 			if pending++; pending <= pendingPolls {
@@ -308,35 +275,6 @@ func (w *waiter) run() {
 		}
 		poll = min(2*poll, pollMax)
 	}
-}
-
-// takeLine waits until this waiter is first in line: it holds the line's
-// user lock on s. It returns false if stop was called; clean is false if s
-// may hold user locks that putSession must not keep.
-func (w *waiter) takeLine(s *waitSession) (inLine, clean bool) {
-	q := fmt.Sprintf("SELECT GET_LOCK('%s', %d)", lineName(w.d.table, w.name), waitCap)
-	for {
-		if !w.enter(s) {
-			return false, true
-		}
-		var got sql.NullInt64
-		err := s.conn.QueryRowContext(context.Background(), q).Scan(&got)
-		if killed := w.leave(); killed || err != nil || !got.Valid {
-			return false, false
-		}
-		if got.Int64 == 1 {
-			return true, true
-		}
-	}
-}
-
-// leaveLine lets the next waiter be first in line; false if s must be
-// discarded.
-func (w *waiter) leaveLine(s *waitSession) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := s.conn.ExecContext(ctx, fmt.Sprintf("DO RELEASE_LOCK('%s')", lineName(w.d.table, w.name)))
-	return err == nil
 }
 
 func (w *waiter) notify() {
