@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/dlock/dlock/backend/internal/redisscript"
@@ -35,26 +36,9 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// first; a Lock that finds it held subscribes and queues (the name
 		// then stays subscribed for a while, so a busy lock's Locks queue
 		// at once, in one attempt).
-		// A plain Lock takes a free lock whoever waits: acquire.lua, the
-		// cheaper script, does that.
-		sent := clock.Now()
-		var granted bool
-		var n int64
-		var err error
-		if req.Fair {
-			var o int
-			o, n, err = k.FairAcquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", d.wake, false)
-			granted = o != redisscript.NotGranted
-		} else {
-			granted, n, err = k.Acquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
-		}
-		switch {
-		case err != nil:
-			return driver.Grant{}, d.unavailable(ctx, err)
-		case granted:
-			return driver.Grant{Token: uint64(n), Since: sent, Handle: &k}, nil
-		case !req.Wait:
-			return driver.Grant{}, driver.ErrNotAcquired
+		g, err := d.tryOnce(ctx, k, req)
+		if err == nil || !errors.Is(err, driver.ErrNotAcquired) || !req.Wait {
+			return g, err
 		}
 	}
 	wake := make(chan struct{}, 1)
@@ -129,6 +113,37 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		}
 		timer.Stop()
 	}
+}
+
+// tryOnce makes one attempt that does not queue. A plain one takes a free
+// lock whoever waits (acquire.lua, the cheaper script); a fair one only if
+// nobody live is queued. Like every attempt it runs detached from ctx, so
+// that its outcome is known: a grant that ctx's end overtook is given back
+// before tryOnce returns ctx's error, rather than left to its TTL.
+func (d *Driver) tryOnce(ctx context.Context, k redisscript.Keys, req driver.Request) (driver.Grant, error) {
+	actx, cancel := d.attemptContext(ctx)
+	defer cancel()
+	sent := clock.Now()
+	var granted bool
+	var n int64
+	var err error
+	if req.Fair {
+		var o int
+		o, n, err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", d.wake, false)
+		granted = o != redisscript.NotGranted
+	} else {
+		granted, n, err = k.Acquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
+	}
+	switch {
+	case err != nil:
+		return driver.Grant{}, d.unavailable(ctx, err)
+	case granted && ctx.Err() != nil:
+		_, _ = k.Release(actx, d.rdb, req.Owner, d.wake)
+		return driver.Grant{}, ctx.Err()
+	case granted:
+		return driver.Grant{Token: uint64(n), Since: sent, Handle: &k}, nil
+	}
+	return driver.Grant{}, driver.ErrNotAcquired
 }
 
 // attemptContext is ctx without its cancellation, so that an attempt's

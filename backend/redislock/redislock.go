@@ -248,23 +248,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	if d.err != nil {
 		return driver.Grant{}, d.err
 	}
-	if req.Fair || req.Wait {
-		return d.acquireQueued(ctx, req)
-	}
-	return driver.AcquireByRetry(ctx, req, d) // one plain attempt
-}
-
-// TryAcquire makes one plain attempt (driver.Retrier).
-func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
-	k := d.keys(req.Name)
-	ok, n, err := k.Acquire(ctx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
-	if err != nil {
-		return driver.Grant{}, 0, d.unavailable(ctx, err)
-	}
-	if !ok {
-		return driver.Grant{}, max(time.Duration(n)*time.Millisecond, 0), driver.ErrNotAcquired
-	}
-	return driver.Grant{Token: uint64(n), Handle: &k}, 0, nil
+	return d.acquireQueued(ctx, req)
 }
 
 // subscribeTimeout bounds the wait for the server to confirm a SUBSCRIBE.
@@ -389,6 +373,5 @@ func (d *Driver) Close() error {
 }
 
 var (
-	_ driver.Driver  = (*Driver)(nil)
-	_ driver.Retrier = (*Driver)(nil)
+	_ driver.Driver = (*Driver)(nil)
 )
