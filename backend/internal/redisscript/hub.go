@@ -90,11 +90,13 @@ func (h *Hub) Subscribed(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
-	if t == nil || !t.confirmed {
-		return false
-	}
-	pt := h.topics[h.proc]
-	return h.proc == "" || pt.confirmed
+	return t != nil && h.confirmedLocked(t)
+}
+
+// confirmedLocked reports whether t and the process channel, if any, are
+// subscribed and confirmed. h.mu is held.
+func (h *Hub) confirmedLocked(t *topic) bool {
+	return t.confirmed && (h.proc == "" || h.topics[h.proc].confirmed)
 }
 
 // TakeHandoff returns the token a release handed to owner, if one came.
@@ -130,7 +132,7 @@ func (h *Hub) Subscribe(ctx context.Context, channel, owner string, wake chan st
 		h.owners[owner] = wake
 	}
 	stop = func() { h.unsubscribe(channel, t, owner, wake) }
-	if pt := h.topics[h.proc]; !t.confirmed || (h.proc != "" && !pt.confirmed) {
+	if !h.confirmedLocked(t) {
 		// (Re)send SUBSCRIBE until confirmed: it is idempotent, and a
 		// previous one may have been lost with its connection. Writes to
 		// the pub/sub connection happen under h.mu, so a SUBSCRIBE and an
