@@ -9,6 +9,11 @@
 -- renewing it (killed, cut off) is dropped as soon as it reaches the head,
 -- so it never delays the waiters behind it.
 
+-- Redis 5 and 6 need this before a script may call TIME and then write
+-- (the scripts say --@queue before their first write); Redis 7 always
+-- replicates a script's effects.
+if redis.replicate_commands then redis.replicate_commands() end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

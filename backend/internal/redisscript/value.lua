@@ -10,10 +10,6 @@
 -- would lose a wake-up, so every path that leaves a waiter queued behind a
 -- held lock sets it (see fair_acquire.lua and wake_next in queue.lua).
 
--- Redis 5 and 6 need this before a script may call TIME and then write;
--- Redis 7 always replicates a script's effects.
-if redis.replicate_commands then redis.replicate_commands() end
-
 local function lock_value(owner, token, name, holder, mark)
   return owner .. ' ' .. string.format('%d', token) .. (mark and '+ ' or ' ') .. #name .. ' ' .. name .. holder
 end
