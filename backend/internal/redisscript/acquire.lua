@@ -11,7 +11,9 @@
 --         token is decided across nodes and stored by set_token.lua.
 -- ARGV[6] mode "fair": how the first waiter is woken if the lock is free
 --         and a waiter is first in line (see wake_next)
--- Returns {1, token or counter} when granted, {0, pttl} when not.
+-- Returns, in "read" mode, {1, counter} when granted and {0, pttl} when
+-- not; in the others, as one integer (cheaper to make and to read than a
+-- table), the token (> 0) when granted and -3 - pttl (< 0) when not.
 if ARGV[5] == 'read' then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl ~= -2 then return {0, pttl} end
@@ -27,7 +29,7 @@ if ARGV[5] == 'fair' and redis.call('LINDEX', KEYS[3], 0) then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[6], false)
     end
-    return {0, redis.call('PTTL', KEYS[1])}
+    return -3 - redis.call('PTTL', KEYS[1])
   end
 end
 -- The token is taken first, so that SET NX decides in one call; an
@@ -35,6 +37,6 @@ end
 -- tokens need only increase.
 local token = redis.call('INCR', KEYS[2])
 if redis.call('SET', KEYS[1], lock_value(ARGV[1], token, ARGV[3], ARGV[4]), 'NX', 'PX', ARGV[2]) then
-  return {1, token}
+  return token
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return -3 - redis.call('PTTL', KEYS[1])

@@ -19,7 +19,7 @@ local lock, fence, queue, waiters, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
 local owner, ttl, name, holder = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local v = redis.call('GET', lock)
 if owned_by(v, owner) then
-  return {2, tonumber(string.match(v, '^%S+ (%d+)'))}
+  return {2, tonumber(string.match(v, '^[^ +]+[ +](%d+)'))}
 end
 local now
 if not v then
@@ -40,10 +40,10 @@ if not v then
   -- Free, but another live waiter is first: it gets the lock, or its
   -- wake-up, now.
   wake_next(lock, fence, queue, waiters, channel, name, ARGV[7], false)
-elseif not marked(v) then
+elseif string.match(v, '^[^ +]+(.)') == ' ' then
   -- Held by a grant that nobody queued behind yet: mark it, so that its
   -- release serves the queue.
-  redis.call('SET', lock, (string.gsub(v, '^(%S+ %d+)', '%1+', 1)), 'KEEPTTL')
+  redis.call('SET', lock, (string.gsub(v, '^([^ +]+) ', '%1+', 1)), 'KEEPTTL')
 end
 local pttl = redis.call('PTTL', lock)
 local wttl = tonumber(ARGV[5])

@@ -7,7 +7,7 @@
 // Every key of one lock shares a Redis Cluster hash tag, so that a script
 // touching several of them runs on one node:
 //
-//	<prefix>:{<tag>}:lock     the lock: "<owner> <token>[+] <len(name)> <name><holder>", with PX
+//	<prefix>:{<tag>}:lock     the lock: "<owner><sep><token> <len(name)> <name><holder>", with PX; sep " " or "+"
 //	<prefix>:{<tag>}:fence    the fence counter (no TTL)
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
 //	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
@@ -130,7 +130,18 @@ func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl
 	if mode == Fair {
 		keys = k.queueKeys()
 	}
-	return pair(acquire.Run(ctx, rdb, keys, owner, ms(ttl), k.Name, holder, string(mode), string(wake)).Slice())
+	cmd := acquire.Run(ctx, rdb, keys, owner, ms(ttl), k.Name, holder, string(mode), string(wake))
+	if mode == Read {
+		return pair(cmd.Slice())
+	}
+	n, err = cmd.Int64()
+	if err != nil {
+		return false, 0, err
+	}
+	if n > 0 {
+		return true, n, nil
+	}
+	return false, -3 - n, nil
 }
 
 // Outcome of a fair attempt.
@@ -244,12 +255,16 @@ var errBadValue = errors.New("not a dlock lock value")
 
 // ParseValue decodes a lock value written by the scripts.
 func ParseValue(s string) (Value, error) {
-	owner, rest, ok1 := strings.Cut(s, " ")
+	sep := strings.IndexAny(s, " +") // "+": a waiter queued behind (value.lua)
+	if sep < 0 {
+		return Value{}, errBadValue
+	}
+	owner, rest := s[:sep], s[sep+1:]
 	tok, rest, ok2 := strings.Cut(rest, " ")
 	nlen, rest, ok3 := strings.Cut(rest, " ")
 	n, err1 := strconv.Atoi(nlen)
-	t, err2 := strconv.ParseUint(strings.TrimSuffix(tok, "+"), 10, 64) // "+": see value.lua
-	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || n < 0 || n > len(rest) {
+	t, err2 := strconv.ParseUint(tok, 10, 64)
+	if !ok2 || !ok3 || err1 != nil || err2 != nil || n < 0 || n > len(rest) {
 		return Value{}, errBadValue
 	}
 	v := Value{Owner: owner, Token: t, Name: rest[:n]}

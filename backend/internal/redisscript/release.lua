@@ -1,6 +1,6 @@
 -- release.lua: free the lock if it still belongs to the owner, and serve
--- the next waiter (see wake_next) if one may be queued (the value's mark)
--- or the waiters retry (mode 'any').
+-- the next waiter (see wake_next) if one may be queued (a "+" after the
+-- owner, see value.lua) or the waiters retry (mode 'any').
 --
 -- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
 -- ARGV[1] owner  ARGV[2] name  ARGV[3] how the next waiter is woken (see wake_next)
@@ -10,7 +10,7 @@ if not owned_by(v, ARGV[1]) then return 0 end
 if ARGV[3] == 'any' then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[5], '')
-elseif marked(v) then
+elseif string.byte(v, #ARGV[1] + 1) == 43 then -- '+'
   --@queue
   wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], true)
 else
