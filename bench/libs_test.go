@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -39,6 +40,7 @@ const (
 	ours      role = iota // dlock
 	incumbent             // a peer library
 	floor                 // raw round trips, no lock at all
+	reference             // the least a lock with the same guarantees must do (scenario A only)
 )
 
 // locker takes the lock named key and returns the function that releases it.
@@ -184,10 +186,38 @@ func redisLibs(srv *testenv.Redis) []*lib {
 			close: func() { _ = rdb.Close() },
 		}
 	}
+	// The least a fenced lock with an owner-checked release sends: a
+	// script that INCRs a counter and SETs NX PX, a script that GETs,
+	// compares and DELs; no metadata, no queue, no renewal.
+	fencedAcquire := redis.NewScript(`local t = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return t end
+return 0`)
+	fencedRelease := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+	fm := &lib{backend: "redis", name: "reference: fenced minimum", role: reference, redis: srv,
+		how: "not a library: INCR + SET NX PX in one script, GET + compare + DEL in another, a random owner per lock"}
+	fm.open = func(t testing.TB, ttl time.Duration) worker {
+		rdb := fm.redisClient()
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				keys := []string{"fenced/{" + key + "}:lock", "fenced/{" + key + "}:fence"}
+				owner := rand.Text()
+				n, err := fencedAcquire.Run(ctx, rdb, keys, owner, ttl.Milliseconds()).Int64()
+				if err != nil {
+					return nil, err
+				}
+				if n == 0 {
+					return nil, errors.New("fenced minimum: lock held")
+				}
+				return func() { _ = fencedRelease.Run(context.Background(), rdb, keys[:1], owner).Err() }, nil
+			},
+			close: func() { _ = rdb.Close() },
+		}
+	}
 	return []*lib{
 		dl("dlock-fair", true, "backend/redislock, dlock.WithFair()"),
 		dl("dlock-plain", false, "backend/redislock (an arrival may take a free lock; waiters queue)"),
-		rs, bsm, fl,
+		rs, bsm, fm, fl,
 	}
 }
 

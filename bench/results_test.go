@@ -127,7 +127,7 @@ func (b *backend) floor() *lib {
 func (b *backend) lockLibs() []*lib {
 	var ls []*lib
 	for _, l := range b.libs {
-		if l.role != floor {
+		if l.role != floor && l.role != reference {
 			ls = append(ls, l)
 		}
 	}
