@@ -26,10 +26,10 @@
 // waiter that gives up (its context ends) deletes its key.
 //
 // TryLock puts its key only if the queue is empty, so a failed attempt
-// leaves nothing behind. Release deletes the key if it is still ours (same
-// create revision) and keeps the lease for the next acquire, which saves
-// two writes per lock and unlock; an idle lease has no keys and simply
-// expires. Extend renews the lease and checks that the key is still ours.
+// leaves nothing behind. Release deletes the key if it is still there (it
+// is named by the lease, so it is ours or gone; see keys.go) and keeps the
+// lease for the next acquire, which saves two writes per lock and unlock;
+// an idle lease has no keys and simply expires. Extend renews the lease and checks that the key is still ours.
 // Break deletes the holder's key; the holder learns from a watch on its own
 // key (Grant.Lost) within about 150 ms (the watch of a lock held longer
 // than 50 ms; it starts from the key's creation, so it misses nothing), and
