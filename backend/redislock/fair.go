@@ -73,7 +73,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// every grant.)
 		actx, cancel := d.attemptContext(ctx)
 		a := attempt{sent: clock.Now()}
-		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, true, d.waiterTTL, d.proc, d.wake, barge)
+		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, d.waiterTTL, d.proc, d.wake, barge)
 		barge = false
 		cancel()
 		if ctx.Err() != nil {
@@ -115,25 +115,21 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	}
 }
 
-// tryOnce makes one attempt that does not queue. A plain one takes a free
-// lock whoever waits (acquire.lua, the cheaper script); a fair one only if
-// nobody live is queued. Like every attempt it runs detached from ctx, so
-// that its outcome is known: a grant that ctx's end overtook is given back
-// before tryOnce returns ctx's error, rather than left to its TTL.
+// tryOnce makes one attempt that does not queue: a plain one takes a free
+// lock whoever waits, a fair one only if nobody live is queued (one
+// script, acquire.lua, with two commands when the lock is free and nobody
+// queued). Like every attempt it runs detached from ctx, so that its
+// outcome is known: a grant that ctx's end overtook is given back before
+// tryOnce returns ctx's error, rather than left to its TTL.
 func (d *Driver) tryOnce(ctx context.Context, k redisscript.Keys, req driver.Request) (driver.Grant, error) {
 	actx, cancel := d.attemptContext(ctx)
 	defer cancel()
-	sent := clock.Now()
-	var granted bool
-	var n int64
-	var err error
+	mode := redisscript.Incr
 	if req.Fair {
-		var o int
-		o, n, err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, false, d.waiterTTL, "", d.wake, false)
-		granted = o != redisscript.NotGranted
-	} else {
-		granted, n, err = k.Acquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, redisscript.Incr)
+		mode = redisscript.Fair
 	}
+	sent := clock.Now()
+	granted, n, err := k.Acquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, mode, d.wake)
 	switch {
 	case err != nil:
 		return driver.Grant{}, d.unavailable(ctx, err)

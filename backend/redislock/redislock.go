@@ -19,7 +19,9 @@
 // number it took is then skipped: tokens need only increase). Extend and
 // Release are scripts that act only if the lock still holds the caller's
 // owner key (128 random bits). Release deletes the key and serves the
-// first queued waiter, if any.
+// first queued waiter, if any: a waiter that queues behind a grant marks
+// the lock value, so the release of a lock nobody waited for is a GET and
+// a DEL and does not read the queue.
 //
 // Waiting is a FIFO queue in Redis, for plain and fair locks alike: each
 // waiter has a place in a list, and the lock is granted only to the first

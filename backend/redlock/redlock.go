@@ -266,7 +266,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	start := clock.Now()
 
 	r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
-		ok, c, err := k.Acquire(ctx, n.rdb, req.Owner, req.TTL, req.Holder, redisscript.Read)
+		ok, c, err := k.Acquire(ctx, n.rdb, req.Owner, req.TTL, req.Holder, redisscript.Read, redisscript.WakeAny)
 		return reply{ok: ok, n: c, err: err}
 	})
 	t1 := count(r1)

@@ -1,25 +1,25 @@
 -- fair_acquire.lua: one attempt of a queued acquire, in one round trip.
 -- The lock is granted only to the first live waiter of the queue (or to
 -- anyone when nobody waits) — except to a barging attempt (a plain Lock's
--- first), which takes a free lock whoever waits. A waiter that is not granted joins the
--- queue, or, when already in it, renews its entry: the same call is its
--- heartbeat. A release may meanwhile have handed the lock to this owner
--- (see wake_next); then the attempt reports that.
+-- first), which takes a free lock whoever waits. A waiter that is not
+-- granted joins the queue, or, when already in it, renews its entry: the
+-- same call is its heartbeat. A release may meanwhile have handed the lock
+-- to this owner (see wake_next); then the attempt reports that.
 --
 -- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
 -- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] name  ARGV[4] holder metadata
--- ARGV[5] "1" to queue when not granted, "0" for a single try
--- ARGV[6] how long a waiter's entry lives without a heartbeat, in ms
--- ARGV[7] the waiter's process channel, for hand-offs ("-": none)
--- ARGV[8] how a release wakes the next waiter (see wake_next)
--- ARGV[9] "1" to take a free lock even if others are queued
+-- ARGV[5] how long a waiter's entry lives without a heartbeat, in ms
+-- ARGV[6] the waiter's process channel, for hand-offs ("-": none)
+-- ARGV[7] how a release wakes the next waiter (see wake_next)
+-- ARGV[8] "1" to take a free lock even if others are queued
 -- Returns {1, token} when granted now, {2, token} when it had been handed
 -- to this owner, {0, pttl} when not granted.
+--@queue
 local lock, fence, queue, waiters, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl, name, holder = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local v = redis.call('GET', lock)
 if owned_by(v, owner) then
-  return {2, tonumber(string.match(v, '^%S+ (%d+) '))}
+  return {2, tonumber(string.match(v, '^%S+ (%d+)'))}
 end
 local now
 if not v then
@@ -27,29 +27,31 @@ if not v then
   -- needs no look: a release serves its head.)
   local head
   head, now = live_head(queue, waiters, owner)
-  if not head or head == owner or ARGV[9] == '1' then
+  if not head or head == owner or ARGV[8] == '1' then
     if head == owner then
       redis.call('LPOP', queue)
       redis.call('HDEL', waiters, owner)
     end
     local token = redis.call('INCR', fence)
-    redis.call('SET', lock, lock_value(owner, token, name, holder), 'PX', ttl)
+    -- Marked if anyone was queued: others may still be behind.
+    redis.call('SET', lock, lock_value(owner, token, name, holder, head), 'PX', ttl)
     return {1, token}
   end
   -- Free, but another live waiter is first: it gets the lock, or its
   -- wake-up, now.
-  wake_next(lock, fence, queue, waiters, channel, name, ARGV[8])
+  wake_next(lock, fence, queue, waiters, channel, name, ARGV[7], false)
+elseif not marked(v) then
+  -- Held by a grant that nobody queued behind yet: mark it, so that its
+  -- release serves the queue.
+  redis.call('SET', lock, (string.gsub(v, '^(%S+ %d+)', '%1+', 1)), 'KEEPTTL')
 end
 local pttl = redis.call('PTTL', lock)
-if ARGV[5] == '1' then
-  local wttl = tonumber(ARGV[6])
-  local entry = ((now or now_ms()) + wttl) .. ' ' .. ttl .. ' ' .. ARGV[7] .. ' ' .. holder
-  if redis.call('HSET', waiters, owner, entry) == 1 then
-    redis.call('RPUSH', queue, owner)
-    redis.call('HSET', waiters, '', name) -- the name, for List
-  end
-  -- The queue vanishes a heartbeat period after its last live waiter.
-  redis.call('PEXPIRE', queue, wttl)
-  redis.call('PEXPIRE', waiters, wttl)
+local wttl = tonumber(ARGV[5])
+local entry = ((now or now_ms()) + wttl) .. ' ' .. ttl .. ' ' .. ARGV[6] .. ' ' .. holder
+if redis.call('HSET', waiters, owner, entry) == 1 and redis.call('RPUSH', queue, owner) == 1 then
+  redis.call('HSET', waiters, '', name) -- the name, for List
 end
+-- The queue vanishes a heartbeat period after its last live waiter.
+redis.call('PEXPIRE', queue, wttl)
+redis.call('PEXPIRE', waiters, wttl)
 return {0, pttl}

@@ -29,7 +29,7 @@ import (
 //
 // A hub may also have a process channel, subscribed with the first
 // channel and kept: releases publish "<owner> <token>" on it when they
-// hand the lock to one of this process's fair waiters (see lib.lua).
+// hand the lock to one of this process's fair waiters (see queue.lua).
 type Hub struct {
 	rdb  redis.UniversalClient
 	proc string

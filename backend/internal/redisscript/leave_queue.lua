@@ -5,13 +5,14 @@
 --
 -- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
 -- ARGV[1] owner  ARGV[2] name  ARGV[3] how the next waiter is woken (see wake_next)
+--@queue
 local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-if owned_by(redis.call('GET', KEYS[1]), ARGV[1]) then
-  redis.call('DEL', KEYS[1])
-  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])
-elseif removed > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])
+local v = redis.call('GET', KEYS[1])
+if owned_by(v, ARGV[1]) then
+  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], true)
+elseif removed > 0 and not v then
+  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], false)
 end
 if redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[4])

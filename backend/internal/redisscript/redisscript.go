@@ -7,7 +7,7 @@
 // Every key of one lock shares a Redis Cluster hash tag, so that a script
 // touching several of them runs on one node:
 //
-//	<prefix>:{<tag>}:lock     the lock: "<owner> <token> <len(name)> <name><holder>", with PX
+//	<prefix>:{<tag>}:lock     the lock: "<owner> <token>[+] <len(name)> <name><holder>", with PX
 //	<prefix>:{<tag>}:fence    the fence counter (no TTL)
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
 //	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
@@ -41,8 +41,10 @@ import (
 )
 
 var (
-	//go:embed lib.lua
-	lib string
+	//go:embed value.lua
+	valueLib string
+	//go:embed queue.lua
+	queueLib string
 	//go:embed acquire.lua
 	acquireSrc string
 	//go:embed fair_acquire.lua
@@ -59,16 +61,23 @@ var (
 	setTokenSrc string
 )
 
-// The scripts, each with the helpers of lib.lua in front.
+// The scripts, each with the helpers of value.lua in front and those of
+// queue.lua where it says --@queue.
 var (
-	acquire     = redis.NewScript(lib + acquireSrc)
-	fairAcquire = redis.NewScript(lib + fairAcquireSrc)
-	leaveQueue  = redis.NewScript(lib + leaveQueueSrc)
-	extend      = redis.NewScript(lib + extendSrc)
-	release     = redis.NewScript(lib + releaseSrc)
-	breakLock   = redis.NewScript(lib + breakSrc)
-	setToken    = redis.NewScript(lib + setTokenSrc)
+	acquire     = script(acquireSrc)
+	fairAcquire = script(fairAcquireSrc)
+	leaveQueue  = script(leaveQueueSrc)
+	extend      = script(extendSrc)
+	release     = script(releaseSrc)
+	breakLock   = script(breakSrc)
+	setToken    = script(setTokenSrc)
 )
+
+const queueMark = "--@queue\n"
+
+func script(src string) *redis.Script {
+	return redis.NewScript(valueLib + strings.Replace(src, queueMark, queueLib, 1))
+}
 
 // DefaultPrefix begins every key dlock writes, unless configured otherwise.
 const DefaultPrefix = "dlock"
@@ -104,16 +113,24 @@ type TokenMode string
 const (
 	// Incr: the token is the next value of the node's fence counter.
 	Incr TokenMode = "incr"
+	// Fair: as Incr, but only if no live waiter is queued.
+	Fair TokenMode = "fair"
 	// Read: the lock is stored with token 0 and the counter is reported;
 	// SetToken stores the token later (Redlock).
 	Read TokenMode = "read"
 )
 
-// Acquire makes one attempt to take the lock. When granted, n is the token
-// (Incr) or the fence counter (Read); otherwise n is the holder's remaining
-// PTTL in ms (-1 if it has none).
-func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode) (granted bool, n int64, err error) {
-	return pair(acquire.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, ms(ttl), k.Name, holder, string(mode)).Slice())
+// Acquire makes one attempt to take the lock, without queueing. When
+// granted, n is the token (Incr, Fair) or the fence counter (Read);
+// otherwise n is the holder's remaining PTTL in ms (-1 if it has none, -2
+// if the lock is free but a waiter is first in line: Fair). wake says how
+// a Fair attempt that finds the lock free and a waiter first wakes it.
+func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
+	keys := []string{k.Lock, k.Fence}
+	if mode == Fair {
+		keys = k.queueKeys()
+	}
+	return pair(acquire.Run(ctx, rdb, keys, owner, ms(ttl), k.Name, holder, string(mode), string(wake)).Slice())
 }
 
 // Outcome of a fair attempt.
@@ -124,7 +141,7 @@ const (
 )
 
 // Wake says how a release (or Break, or a waiter leaving) wakes the next
-// waiter; see wake_next in lib.lua.
+// waiter; see wake_next in queue.lua.
 type Wake string
 
 const (
@@ -139,17 +156,17 @@ const (
 	WakeAny Wake = "any"
 )
 
-// FairAcquire makes one attempt of a queued acquire; with wait it queues
-// the owner when not granted, or renews its place in the queue. waiterTTL
+// FairAcquire makes one attempt of a queued acquire: when not granted, it
+// queues the owner, or renews its place in the queue. waiterTTL
 // is how long the place lasts without another attempt. With barge, a free
 // lock is taken even if others are queued. proc is the waiter's process
 // channel for hand-offs ("" if releases do not hand off), wake how a
 // release that this attempt makes wakes the next waiter. When granted
 // (Granted or HandedOff), n is the token; otherwise the holder's PTTL in
 // ms.
-func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, wait bool, waiterTTL time.Duration, proc string, wake Wake, barge bool) (outcome int, n int64, err error) {
+func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, waiterTTL time.Duration, proc string, wake Wake, barge bool) (outcome int, n int64, err error) {
 	v, err := fairAcquire.Run(ctx, rdb, k.queueKeys(),
-		owner, ms(ttl), k.Name, holder, flag(wait), ms(waiterTTL), cmp.Or(proc, "-"), string(wake), flag(barge)).Slice()
+		owner, ms(ttl), k.Name, holder, ms(waiterTTL), cmp.Or(proc, "-"), string(wake), flag(barge)).Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -231,7 +248,7 @@ func ParseValue(s string) (Value, error) {
 	tok, rest, ok2 := strings.Cut(rest, " ")
 	nlen, rest, ok3 := strings.Cut(rest, " ")
 	n, err1 := strconv.Atoi(nlen)
-	t, err2 := strconv.ParseUint(tok, 10, 64)
+	t, err2 := strconv.ParseUint(strings.TrimSuffix(tok, "+"), 10, 64) // "+": see value.lua
 	if !ok1 || !ok2 || !ok3 || err1 != nil || err2 != nil || n < 0 || n > len(rest) {
 		return Value{}, errBadValue
 	}
