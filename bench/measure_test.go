@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -22,38 +23,63 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // serial is the outcome of uncontended runs: one worker locking and
 // unlocking one name in a loop.
 type serial struct {
-	ops, errors     int
-	reqs            int64 // requests sent, where the library's clients count them
-	elapsed         time.Duration
-	lat             []time.Duration // lock+unlock, per op
-	mallocs, allocs uint64          // heap objects and bytes this process allocated
+	ops, errors int
+	reqs        int64 // requests sent, where the library's clients count them
+	elapsed     time.Duration
+	lat         []time.Duration // lock+unlock, per op
+	// From a separate pass (allocs), where one library runs alone: heap
+	// objects and bytes this process allocated, over allocOps ops.
+	mallocs, allocs uint64
+	allocOps        int
 }
 
+// opsPerSec is 1 ÷ the mean time of a lock+unlock.
 func (s *serial) opsPerSec() float64 { return float64(s.ops) / s.elapsed.Seconds() }
 
-// run locks and unlocks key in a loop for d, adding to s; sent counts the
-// requests w sends.
-func (s *serial) run(w worker, key string, d time.Duration, sent *atomic.Int64) {
-	sent0 := sent.Load()
-	defer func() { s.reqs += sent.Load() - sent0 }()
+// interleaved locks and unlocks key with every worker in turn, in a new
+// random order each time around, for d, adding worker i's figures to
+// ss[i]; sent[i] counts the requests ws[i] sends. Every library thus
+// meets the same load on the machine, down to the millisecond.
+func interleaved(ws []worker, ss []*serial, sent []*atomic.Int64, key []string, d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		for _, i := range rand.Perm(len(ws)) {
+			s := ss[i]
+			sent0 := sent[i].Load()
+			t0 := time.Now()
+			unlock, err := ws[i].lock(ctx, key[i])
+			if err != nil {
+				s.errors++
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			unlock()
+			dt := time.Since(t0)
+			s.lat = append(s.lat, dt)
+			s.elapsed += dt
+			s.ops++
+			s.reqs += sent[i].Load() - sent0
+		}
+	}
+}
+
+// countAllocs locks and unlocks key with w alone for d, and counts the heap
+// allocations of this process.
+func (s *serial) countAllocs(w worker, key string, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	start := time.Now()
-	end := start.Add(d)
-	for t0 := start; t0.Before(end); t0 = time.Now() {
+	for end := time.Now().Add(d); time.Now().Before(end); {
 		unlock, err := w.lock(ctx, key)
 		if err != nil {
-			s.errors++
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		unlock()
-		s.lat = append(s.lat, time.Since(t0))
-		s.ops++
+		s.allocOps++
 	}
-	s.elapsed += time.Since(start)
 	runtime.ReadMemStats(&m1)
 	s.mallocs += m1.Mallocs - m0.Mallocs
 	s.allocs += m1.TotalAlloc - m0.TotalAlloc

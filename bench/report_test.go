@@ -150,7 +150,7 @@ func (r *report) write(dir string) error {
 		}
 	}
 	p("\nSettings: TTL %v (redsync's default expiry) in A and B; critical section %v in B; ", ttl, hold)
-	p("A: %d rounds × %v per library; B: %d rounds × %v per library with 8 workers, × %v with 64 (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, roundB(8), roundB(64), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
+	p("A: %d rounds of %v per library, the libraries' calls interleaved one by one in random order; B: %d rounds × %v per library with 8 workers, × %v with 64 (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, roundB(8), roundB(64), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
 	p("Each worker has its own client and connection(s), as a separate process would.\n\n")
 
 	r.writeHeadline(p)
@@ -344,7 +344,7 @@ func ratioCell(a, b float64) string {
 
 func (r *report) writeA(p func(string, ...any)) {
 	p("## A. Uncontended lock+unlock\n\n")
-	p("One worker locks and unlocks one name in a loop. ÷ best incumbent: ops/s over the best incumbent's on the same backend (higher is better). Time ÷ floor: time per lock+unlock over the backend's raw round trips (scenario D; 1.00× is the physical floor, lower is better). reqs/op: requests the client sent per lock+unlock (Redis commands; etcd unary gRPC calls; not counted for the others). allocs/op: heap allocations per lock+unlock in this process (client side only).\n\n")
+	p("One worker per library locks and unlocks one name in a loop; the libraries of a backend take turns call by call, in a new random order each time around, so that all meet the same load on the machine. ops/s is 1 ÷ the mean time of a lock+unlock. ÷ best incumbent: ops/s over the best incumbent's on the same backend (higher is better). Time ÷ floor: time per lock+unlock over the backend's raw round trips (scenario D; 1.00× is the physical floor, lower is better). reqs/op: requests the client sent per lock+unlock (Redis commands; etcd unary gRPC calls; not counted for the others). allocs/op: heap allocations per lock+unlock in this process (client side only), counted in a separate pass where the library runs alone.\n\n")
 	p("| backend | library | p50 | p99 | ops/s | ÷ best incumbent | time ÷ floor | reqs/op | allocs/op | bytes/op | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, b := range r.backends {
 		_, bi := best(b, r.serial, (*serial).opsPerSec)
@@ -361,7 +361,7 @@ func (r *report) writeA(p func(string, ...any)) {
 			}
 			p("| %s | %s | %s | %s | %.0f | %s | %s | %s | %.0f | %.0f | %d |\n", b.name, l.name,
 				ms(quantile(s.lat, 0.5)), ms(quantile(s.lat, 0.99)), s.opsPerSec(), inc, ratioCell(fl.opsPerSec(), s.opsPerSec()), reqs,
-				float64(s.mallocs)/float64(max(s.ops, 1)), float64(s.allocs)/float64(max(s.ops, 1)), s.errors)
+				float64(s.mallocs)/float64(max(s.allocOps, 1)), float64(s.allocs)/float64(max(s.allocOps, 1)), s.errors)
 		}
 	}
 	p("\n")

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,23 +196,31 @@ func closeWorkers(ws []worker) {
 	}
 }
 
-// scenarioA runs A (uncontended) and D (the floor), one worker per library,
-// in interleaved rounds.
+// scenarioA runs A (uncontended) and D (the floor), one worker per
+// library: rounds in which the libraries' lock+unlock calls are
+// interleaved one by one, then a short pass per library alone that counts
+// its allocations.
 func (r *report) scenarioA(t *testing.T, b *backend) {
-	r.progress("A/D uncontended, %s: %d rounds of %v per library", b.name, roundsA, scaled(eachA))
+	r.progress("A/D uncontended, %s: %d rounds of %v, the libraries interleaved call by call", b.name, roundsA, scaled(eachA)*time.Duration(len(b.libs)))
 	ws := make([]worker, len(b.libs))
+	ss := make([]*serial, len(b.libs))
+	sent := make([]*atomic.Int64, len(b.libs))
+	keys := make([]string, len(b.libs))
 	for i, l := range b.libs {
 		ws[i] = l.open(t, ttl)
 		defer ws[i].close()
-		var s serial
-		s.run(ws[i], l.name+"/a", scaled(warmUp)/5, &l.sent) // create what the first lock creates
+		ss[i], sent[i], keys[i] = r.serial(l), &l.sent, l.name+"/a"
+		var warm serial
+		warm.countAllocs(ws[i], keys[i], scaled(warmUp)/5) // create what the first lock creates
 	}
 	for round := range roundsA {
+		interleaved(ws, ss, sent, keys, scaled(eachA)*time.Duration(len(b.libs)))
 		for i, l := range b.libs {
-			s := r.serial(l)
-			s.run(ws[i], l.name+"/a", scaled(eachA), &l.sent)
-			r.progress("  round %d %-22s %8.0f ops/s", round+1, l.name, s.opsPerSec())
+			r.progress("  round %d %-22s %8.0f ops/s", round+1, l.name, ss[i].opsPerSec())
 		}
+	}
+	for i := range b.libs {
+		ss[i].countAllocs(ws[i], keys[i], scaled(eachA)/4)
 	}
 }
 
