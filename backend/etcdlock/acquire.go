@@ -22,29 +22,39 @@ import (
 // herd), and keeps its lease alive while it waits.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	sec := ttlSeconds(req.TTL)
-	key := d.lockKey(req.Name, req.Owner)
 	for attempt := 0; ; attempt++ {
-		g, err := d.acquire(ctx, req, sec, key)
+		g, err := d.acquire(ctx, req, sec)
 		// A pooled lease can have been revoked by someone else (etcdctl
-		// lease revoke): take a fresh one.
-		if attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// lease revoke), or have a key under the name already: take a
+		// fresh one.
+		if attempt == 0 && (errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errKeyExists)) {
 			continue
 		}
 		return g, err
 	}
 }
 
-func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64, key string) (driver.Grant, error) {
+// errKeyExists reports that the key of a pooled lease under the lock's
+// name existed before the acquire put it.
+var errKeyExists = errors.New("etcdlock: the lease already has a key under this name")
+
+func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (driver.Grant, error) {
 	l, err := d.getLease(ctx, sec)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	pfx := d.namePrefix(req.Name)
+	key := d.lockKey(req.Name, l.id)
 	put := clientv3.OpPut(key, string(req.Holder), clientv3.WithLease(l.id))
 	txn := d.cli.Txn(ctx)
 	if req.Wait {
-		// Queue up and learn the holder in one round trip.
-		txn = txn.Then(put, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
+		// Queue up and learn the holder in one round trip. The key is
+		// put only if it does not exist, so that its create revision is
+		// this transaction's: a pooled lease has no keys, but should one
+		// have been left under the name, a put would keep its older
+		// create revision, and this acquire would queue behind itself.
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(put, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
 	} else {
 		// Put only into an empty queue, so that a failed TryLock leaves
 		// nothing to clean up.
@@ -64,11 +74,18 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64, key
 		d.discard(l)
 		return driver.Grant{}, unavailable(ctx, "acquire", err)
 	}
+	if !resp.Succeeded && req.Wait {
+		// The lease has a key here already (see above): revoke the lease,
+		// which deletes that key, and let Acquire try a fresh one.
+		d.discard(l)
+		return driver.Grant{}, errKeyExists
+	}
 	if !resp.Succeeded {
 		d.pool.put(sec, l)
 		return driver.Grant{}, driver.ErrNotAcquired
 	}
-	// The key is new (its name holds a fresh owner key), so the revision of
+	// The key did not exist (the Wait transaction compares its create
+	// revision with 0; TryLock's, the whole queue's), so the revision of
 	// the transaction is its create revision.
 	rev := resp.Header.Revision
 	hd := &holding{key: key, rev: rev, sec: sec, lease: l, lost: d.watchKey(key, rev)}

@@ -26,10 +26,10 @@
 // waiter that gives up (its context ends) deletes its key.
 //
 // TryLock puts its key only if the queue is empty, so a failed attempt
-// leaves nothing behind. Release deletes the key if it is still ours (same
-// create revision) and keeps the lease for the next acquire, which saves
-// two writes per lock and unlock; an idle lease has no keys and simply
-// expires. Extend renews the lease and checks that the key is still ours.
+// leaves nothing behind. Release deletes the key if it is still there (it
+// is named by the lease, so it is ours or gone; see keys.go) and keeps the
+// lease for the next acquire, which saves two writes per lock and unlock;
+// an idle lease has no keys and simply expires. Extend renews the lease and checks that the key is still ours.
 // Break deletes the holder's key; the holder learns from a watch on its own
 // key (Grant.Lost) within about 150 ms (the watch of a lock held longer
 // than 50 ms; it starts from the key's creation, so it misses nothing), and
@@ -76,10 +76,17 @@
 //
 // Every key lives under a prefix (default "dlock/"): the lock name, escaped
 // so that any name of 1..1024 bytes is a distinct key prefix (see keys.go),
-// then "/" and the acquirer's 128-bit owner key in hex, holding the
-// holder's metadata as its value:
+// then "/" and the ID of the acquirer's lease in 16 hex digits, as
+// concurrency.Mutex names its keys, holding the holder's metadata as its
+// value:
 //
-//	dlock/orders%2F42/5f0c…e1	{"host":"web-1","pid":4242,…}
+//	dlock/orders%2F42/694d7f3a0c1b2e45	{"host":"web-1","pid":4242,…}
+//
+// A lease carries one acquire at a time, and a client that locks a name
+// again writes the same key again: etcd keeps every deleted key in its
+// index until the next compaction, and each acquire's read of the queue
+// walks the name's deleted keys too, so a new key name per lock would make
+// a name locked often slower and slower between compactions.
 //
 // List reads all locks whose names start with a prefix with one range read.
 //

@@ -1,15 +1,29 @@
 package etcdlock
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock/dlock/driver"
 )
 
 // Key layout. A lock name maps to a key prefix; each acquirer of the lock
-// puts one key under it, named by its owner key:
+// puts one key under it, named by the ID of the lease it is attached to
+// (16 hex digits), as etcd's concurrency.Mutex names its keys:
 //
-//	<prefix><escaped name>/<owner>
+//	<prefix><escaped name>/<lease ID>
+//
+// A lease carries at most one acquire at a time (the driver's lease pool
+// hands each lease to one acquirer), so the key is unique among the live
+// keys of the name. A client that locks a name again with the same pooled
+// lease writes the same key again. That matters to the server: etcd keeps
+// every deleted key in its index until the next compaction, and the range
+// read over the name's prefix in each acquire walks all of them, so a key
+// name per acquire (the owner key) would make every acquire cost more the
+// more locks of the name were taken since the last compaction.
 //
 // The escaped name is the name with '%', '/' and the ASCII control bytes
 // (0x00-0x1F, 0x7F) written as "%XX" (two upper-case hex digits); every other
@@ -37,12 +51,15 @@ func (d *Driver) namePrefix(name string) string {
 	return d.prefix + escapeName(name) + "/"
 }
 
-// lockKey is the key an acquirer with the given owner key puts in the queue.
-func (d *Driver) lockKey(name, owner string) string {
-	return d.namePrefix(name) + owner
+// lockKey is the key an acquirer holding lease puts in the queue of name.
+func (d *Driver) lockKey(name string, lease clientv3.LeaseID) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(lease))
+	return d.namePrefix(name) + hex.EncodeToString(b[:])
 }
 
-// splitKey parses a key of the layout above into the lock name and owner;
+// splitKey parses a key of the layout above into the lock name and the
+// acquirer's part (a lease ID; older versions wrote an owner key there);
 // ok is false for keys under the prefix that dlock did not write.
 func (d *Driver) splitKey(key string) (name, owner string, ok bool) {
 	rest, found := strings.CutPrefix(key, d.prefix)

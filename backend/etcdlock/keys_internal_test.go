@@ -42,9 +42,9 @@ func TestUnescapeRejectsForeignKeys(t *testing.T) {
 
 func TestSplitKey(t *testing.T) {
 	d := New(nil, WithPrefix("p/"))
-	owner := strings.Repeat("ab", 16)
+	owner := "694d7f3a0c1b2e45"
 	name := "x/y\x00z"
-	key := d.lockKey(name, owner)
+	key := d.lockKey(name, 0x694d7f3a0c1b2e45)
 	if got := key; got != "p/x%2Fy%00z/"+owner {
 		t.Fatalf("lockKey = %q", got)
 	}
