@@ -125,7 +125,7 @@ func (r *report) write(dir string) error {
 	took := time.Since(r.start)
 	p("# dlock side by side: results\n\n")
 	p("Written by `make bench` (bench/results_test.go) on %s; the run took %s. ", r.start.UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
-	p("Every figure below comes from that one run, with the libraries of a backend interleaved (A B A B …) so that a change of the machine's load affects all alike. ")
+	p("Every figure below comes from that one run, with the libraries of a backend interleaved (call by call in A, round by round elsewhere) so that a change of the machine's load affects all alike. ")
 	p("Do not edit by hand: run `make bench` again. How each figure is measured is in [README.md](README.md).\n\n")
 
 	p("## Machine\n\n")
