@@ -54,7 +54,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	var notGrantedAt time.Time
 	handedOff := func(token uint64) (driver.Grant, bool) {
 		if clock.Since(notGrantedAt) < req.TTL/2 {
-			return driver.Grant{Token: token, Since: notGrantedAt, Handle: &k}, true
+			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
 		}
 		// This waiter was held up (frozen, or cut off with its connection
 		// open) long enough for most of that lease to be gone: renew it
@@ -63,7 +63,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
 		}
-		return driver.Grant{Token: token, Since: sent, Handle: &k}, true
+		return driver.Grant{Token: token, Since: sent, Handle: k}, true
 	}
 	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
@@ -85,7 +85,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
 		case a.outcome == redisscript.Granted:
-			return driver.Grant{Token: uint64(a.n), Since: a.sent, Handle: &k}, nil
+			return driver.Grant{Token: uint64(a.n), Since: a.sent, Handle: k}, nil
 		case a.outcome == redisscript.HandedOff:
 			if g, ok := handedOff(uint64(a.n)); ok {
 				return g, nil
@@ -121,7 +121,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 // queued). Like every attempt it runs detached from ctx, so that its
 // outcome is known: a grant that ctx's end overtook is given back before
 // tryOnce returns ctx's error, rather than left to its TTL.
-func (d *Driver) tryOnce(ctx context.Context, k redisscript.Keys, req driver.Request) (driver.Grant, error) {
+func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Request) (driver.Grant, error) {
 	actx, cancel := d.attemptContext(ctx)
 	defer cancel()
 	mode := redisscript.Incr
@@ -137,7 +137,7 @@ func (d *Driver) tryOnce(ctx context.Context, k redisscript.Keys, req driver.Req
 		_, _ = k.Release(actx, d.rdb, req.Owner, d.wake)
 		return driver.Grant{}, ctx.Err()
 	case granted:
-		return driver.Grant{Token: uint64(n), Since: sent, Handle: &k}, nil
+		return driver.Grant{Token: uint64(n), Since: sent, Handle: k}, nil
 	}
 	return driver.Grant{}, driver.ErrNotAcquired
 }
@@ -157,7 +157,7 @@ func (d *Driver) attemptContext(ctx context.Context) (context.Context, context.C
 // granted or handed to it meanwhile, so that a cancelled Lock leaves
 // nothing behind. If Redis cannot be reached, the place expires after the
 // waiter TTL, and a lock after its TTL.
-func (d *Driver) giveUp(ctx context.Context, k redisscript.Keys, owner string) {
+func (d *Driver) giveUp(ctx context.Context, k *redisscript.Keys, owner string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_ = k.LeaveQueue(cctx, d.rdb, owner, d.wake)

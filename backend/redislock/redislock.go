@@ -151,6 +151,7 @@ type Driver struct {
 	where     string // the server, for errors
 	closeRDB  bool   // the client was opened from a URL: Close closes it
 	prefix    string
+	keyCache  *redisscript.KeyCache
 	waiterTTL time.Duration
 	durable   bool
 	err       error  // an invalid option, returned by every call
@@ -192,6 +193,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 		o(d)
 	}
 	d.where = describe(rdb)
+	d.keyCache = redisscript.NewKeyCache(d.prefix)
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		d.err = fmt.Errorf("%w: redislock: %v", dlock.ErrInvalidOption, err)
 	} else if d.waiterTTL < 3*MinTTL {
@@ -225,13 +227,13 @@ func describe(rdb redis.UniversalClient) string {
 	return fmt.Sprintf("%T", rdb)
 }
 
-func (d *Driver) keys(name string) redisscript.Keys { return redisscript.KeysFor(d.prefix, name) }
+func (d *Driver) keys(name string) *redisscript.Keys { return d.keyCache.Get(name) }
 
 // heldKeys returns the keys of a held lock: the grant carries them as its
 // handle, so that renewals and the release do not hash the name again.
-func (d *Driver) heldKeys(h driver.Held) redisscript.Keys {
+func (d *Driver) heldKeys(h driver.Held) *redisscript.Keys {
 	if k, ok := h.Handle.(*redisscript.Keys); ok && k.Name == h.Name {
-		return *k
+		return k
 	}
 	return d.keys(h.Name)
 }

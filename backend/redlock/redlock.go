@@ -129,6 +129,7 @@ type Driver struct {
 	nodes    []*node
 	quorum   int
 	prefix   string
+	keyCache *redisscript.KeyCache
 	closeRDB bool
 	err      error
 }
@@ -154,6 +155,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 	for _, o := range opts {
 		o(d)
 	}
+	d.keyCache = redisscript.NewKeyCache(d.prefix)
 	for i, rdb := range nodes {
 		where := fmt.Sprintf("node %d", i)
 		if c, ok := rdb.(*redis.Client); ok {
@@ -169,7 +171,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 	return d
 }
 
-func (d *Driver) keys(name string) redisscript.Keys { return redisscript.KeysFor(d.prefix, name) }
+func (d *Driver) keys(name string) redisscript.Keys { return *d.keyCache.Get(name) }
 
 // Capabilities: no fair queue, no sessions, no durable fencing (see the
 // package documentation).

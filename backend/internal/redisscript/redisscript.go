@@ -30,9 +30,11 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -94,15 +96,46 @@ func CheckPrefix(p string) error {
 type Keys struct {
 	Name                                 string
 	Lock, Fence, Queue, Waiters, Channel string
+	all                                  []string // the five, in the scripts' KEYS order
 }
 
 // KeysFor returns the keys of lock name under prefix.
 func KeysFor(prefix, name string) Keys {
 	base := prefix + ":{" + driver.NameHash(name) + "}:"
-	return Keys{
+	k := Keys{
 		Name: name, Lock: base + "lock", Fence: base + "fence", Queue: base + "queue",
 		Waiters: base + "waiters", Channel: base + "wake",
 	}
+	k.all = []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel}
+	return k
+}
+
+// KeyCache remembers the keys of the names a driver locked last, so that a
+// program that locks the same names again and again does not hash each
+// name and build its five keys on every call. It is direct-mapped (a name
+// goes in one of 256 slots, by a hash of it), so it stays small however
+// many names are locked; safe for concurrent use. Its Keys are shared:
+// never modify them.
+type KeyCache struct {
+	prefix string
+	seed   maphash.Seed
+	slots  [256]atomic.Pointer[Keys]
+}
+
+// NewKeyCache returns a cache of the keys of names under prefix.
+func NewKeyCache(prefix string) *KeyCache {
+	return &KeyCache{prefix: prefix, seed: maphash.MakeSeed()}
+}
+
+// Get returns the keys of name.
+func (c *KeyCache) Get(name string) *Keys {
+	slot := &c.slots[maphash.String(c.seed, name)%uint64(len(c.slots))]
+	if k := slot.Load(); k != nil && k.Name == name {
+		return k
+	}
+	k := KeysFor(c.prefix, name)
+	slot.Store(&k)
+	return &k
 }
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
@@ -126,9 +159,9 @@ const (
 // if the lock is free but a waiter is first in line: Fair). wake says how
 // a Fair attempt that finds the lock free and a waiter first wakes it.
 func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
-	keys := []string{k.Lock, k.Fence}
-	if mode == Fair {
-		keys = k.queueKeys()
+	keys := k.queueKeys()
+	if mode != Fair {
+		keys = keys[:2] // the lock and the fence
 	}
 	cmd := acquire.Run(ctx, rdb, keys, owner, ms(ttl), k.Name, holder, string(mode), string(wake))
 	if mode == Read {
@@ -189,7 +222,14 @@ func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string,
 	return int(o), n, nil
 }
 
-func (k Keys) queueKeys() []string { return []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel} }
+// queueKeys are the keys the scripts take, in their KEYS order: lock,
+// fence, queue, waiters, channel. The slice is shared: never modify it.
+func (k Keys) queueKeys() []string {
+	if k.all != nil {
+		return k.all
+	}
+	return []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel}
+}
 
 func flag(b bool) string {
 	if b {
@@ -239,7 +279,7 @@ func (k Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, e
 // SetToken stores token in owner's lock and raises the fence counter to
 // it; false means the lock is no longer owner's.
 func (k Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, token uint64) (bool, error) {
-	n, err := setToken.Run(ctx, rdb, []string{k.Lock, k.Fence}, owner, token).Int64()
+	n, err := setToken.Run(ctx, rdb, k.queueKeys()[:2], owner, token).Int64()
 	return n == 1, err
 }
 

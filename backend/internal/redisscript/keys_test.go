@@ -1,0 +1,37 @@
+package redisscript
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// The cache must return each name's own keys, whatever else shares its
+// slot, also when goroutines replace each other's entries.
+func TestKeyCacheReturnsEachNamesKeys(t *testing.T) {
+	c := NewKeyCache("p")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3000 {
+				name := fmt.Sprintf("n%d", (i*7+g)%1000) // 1000 names, 256 slots
+				got, want := c.Get(name), KeysFor("p", name)
+				if got.Name != want.Name || got.Lock != want.Lock || got.Fence != want.Fence || got.Queue != want.Queue ||
+					got.Waiters != want.Waiters || got.Channel != want.Channel {
+					t.Errorf("Get(%q) = %+v, want %+v", name, *got, want)
+					return
+				}
+				if q := got.queueKeys(); len(q) != 5 || q[0] != want.Lock || q[1] != want.Fence || q[4] != want.Channel {
+					t.Errorf("queueKeys of %q = %v", name, q)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if a, b := c.Get("same"), c.Get("same"); a != b {
+		t.Errorf("a name locked twice in a row was not found in the cache")
+	}
+}
