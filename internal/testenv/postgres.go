@@ -86,7 +86,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	p.Port = FreePort(t)
 	p.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port))
 	p.start()
-	t.Cleanup(func() { p.proc.Kill() })
+	t.Cleanup(p.Kill)
 
 	if out, err := p.psql("postgres", "CREATE DATABASE "+p.Database); err != nil {
 		t.Fatalf("testenv: create database: %v\n%s", err, out)
@@ -170,18 +170,60 @@ func (p *Postgres) waitReady(timeout time.Duration) error {
 // recovery replays from the WAL.
 func (p *Postgres) Restart(t testing.TB) {
 	t.Helper()
-	p.proc.Kill()
+	p.Kill()
 	p.start()
 }
 
-// Kill stops the server with SIGKILL; Restart brings it back.
-func (p *Postgres) Kill() { p.proc.Kill() }
+// Kill stops the server with SIGKILL; Restart brings it back. Every
+// server process is killed, not only the postmaster: PostgreSQL's backends
+// leave the postmaster's process group (setsid), and one that has not yet
+// noticed its postmaster's death keeps the shared memory attached, which
+// makes the next postmaster on the same data refuse to start.
+//
+// The postmaster is frozen first, so that it neither forks nor reaps: the
+// children's PIDs stay theirs until they are killed.
+func (p *Postgres) Kill() {
+	select {
+	case <-p.proc.Exited():
+		return
+	default:
+	}
+	p.proc.Pause()
+	kids := p.children()
+	for _, pid := range kids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range kids {
+		waitGone(pid, 10*time.Second)
+	}
+	p.proc.Kill()
+}
 
-// Pause freezes the server (SIGSTOP); Resume thaws it.
-func (p *Postgres) Pause() { p.proc.Pause() }
+// Pause freezes the server (SIGSTOP), backends included; Resume thaws it.
+func (p *Postgres) Pause() {
+	p.proc.Pause()
+	for _, pid := range p.children() {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+}
 
 // Resume thaws a paused server (SIGCONT).
-func (p *Postgres) Resume() { p.proc.Resume() }
+func (p *Postgres) Resume() {
+	for _, pid := range p.children() {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	p.proc.Resume()
+}
+
+// children are the postmaster's live child processes.
+func (p *Postgres) children() []int {
+	select {
+	case <-p.proc.Exited():
+		return nil
+	default:
+	}
+	return childPIDs(p.proc.Cmd.Process.Pid)
+}
 
 // Log returns the tail of the server's log, for failure messages.
 func (p *Postgres) Log(n int) string { return p.proc.Tail(n) }

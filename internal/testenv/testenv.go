@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -186,6 +187,54 @@ func (p *Process) Stop(grace time.Duration) {
 	case <-p.exited:
 	case <-time.After(grace):
 		p.Kill()
+	}
+}
+
+// childPIDs returns the processes whose parent is pid, from /proc.
+func childPIDs(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(child); ok && ppid == pid {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
+
+// procStat reads a process's parent and state ('Z': exited, not yet
+// reaped) from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return ppid, f[0][0], err == nil
+}
+
+// waitGone waits, at most timeout, until process pid has exited (it may
+// remain a zombie until its new parent reaps it: it holds nothing then).
+func waitGone(pid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, state, ok := procStat(pid); !ok || state == 'Z' || state == 'X' {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
