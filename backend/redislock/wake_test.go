@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,7 +44,9 @@ func TestEveryReleaseWakesTheQueue(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			name := "wake/" + t.Name()
+			// A name with the value's separators in it: a grant from the
+			// queue writes it into the new value, read from the old one.
+			name := "wake/ a+b 7 {c} " + t.Name()
 			plain, fair := client(false), client(true)
 			granted := make(chan *dlock.Lease, 3)
 			wait := func(c *dlock.Client) {
@@ -85,6 +89,25 @@ func TestEveryReleaseWakesTheQueue(t *testing.T) {
 				}
 				return nil
 			}
+			// holds checks what Inspect and List read from the lock value
+			// that a grant from the queue wrote.
+			holds := func(l *dlock.Lease) {
+				t.Helper()
+				in, err := plain.Inspect(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !in.Held || in.Token != l.Token() || in.Holder.PID != os.Getpid() {
+					t.Fatalf("Inspect after a grant from the queue = %+v, want held with token %d by this process", in, l.Token())
+				}
+				all, err := plain.List(ctx, "wake/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.ContainsFunc(all, func(in dlock.Info) bool { return in.Name == name && in.Token == l.Token() }) {
+					t.Fatalf("List(\"wake/\") = %+v: %q with token %d missing", all, name, l.Token())
+				}
+			}
 
 			// A lock taken while free and nobody queued carries no mark; a
 			// waiter that queues behind it sets one.
@@ -102,10 +125,12 @@ func TestEveryReleaseWakesTheQueue(t *testing.T) {
 			// The grant to the first waiter (a hand-off, or the woken
 			// waiter's own attempt) is marked: the second waits behind it.
 			second := next("first waiter after an unmarked holder")
+			holds(second)
 			if err := second.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
 			third := next("second waiter after a grant from the queue")
+			holds(third)
 			// The queue is empty now; a waiter that comes later marks the
 			// lock again.
 			wait(fair)

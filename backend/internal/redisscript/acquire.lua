@@ -4,30 +4,31 @@
 -- KEYS[1] lock  KEYS[2] fence counter (no TTL: it must outlive every lock)
 -- KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel (mode "fair" only: the
 -- other modes pass two keys, as every argument costs time on both sides)
--- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] name  ARGV[4] holder metadata
--- ARGV[5] "incr": the token is the next value of the fence counter (Redis);
+-- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] the value's tail (see value.lua)
+-- ARGV[4] absent: the token is the next value of the fence counter (Redis);
 --         "fair": the same, but only if no live waiter is queued;
 --         "read": store token 0 and report the counter, for Redlock, whose
 --         token is decided across nodes and stored by set_token.lua.
--- ARGV[6] mode "fair": how the first waiter is woken if the lock is free
+-- ARGV[5] mode "fair": how the first waiter is woken if the lock is free
 --         and a waiter is first in line (see wake_next)
 -- Returns, in "read" mode, {1, counter} when granted and {0, pttl} when
 -- not; in the others, as one integer (cheaper to make and to read than a
 -- table), the token (> 0) when granted and -3 - pttl (< 0) when not.
-if ARGV[5] == 'read' then
+local mode = ARGV[4]
+if mode == 'read' then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl ~= -2 then return {0, pttl} end
   local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
-  redis.call('SET', KEYS[1], lock_value(ARGV[1], 0, ARGV[3], ARGV[4]), 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], lock_value(ARGV[1], 0, ARGV[3]), 'PX', ARGV[2])
   return {1, counter}
 end
-if ARGV[5] == 'fair' and redis.call('LINDEX', KEYS[3], 0) then
+if mode == 'fair' and redis.call('LINDEX', KEYS[3], 0) then
   --@queue
   if live_head(KEYS[3], KEYS[4]) then
     -- Someone is first in line. If the lock is free, it gets the lock, or
     -- its wake-up, now.
     if redis.call('EXISTS', KEYS[1]) == 0 then
-      wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[6], false)
+      wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], name_at(ARGV[3], 1), ARGV[5], false)
     end
     return -3 - redis.call('PTTL', KEYS[1])
   end
@@ -36,7 +37,7 @@ end
 -- attempt that finds the lock held uses up a number, which is harmless:
 -- tokens need only increase.
 local token = redis.call('INCR', KEYS[2])
-if redis.call('SET', KEYS[1], lock_value(ARGV[1], token, ARGV[3], ARGV[4]), 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], lock_value(ARGV[1], token, ARGV[3]), 'NX', 'PX', ARGV[2]) then
   return token
 end
 return -3 - redis.call('PTTL', KEYS[1])

@@ -34,7 +34,7 @@ if not v then
     end
     local token = redis.call('INCR', fence)
     -- Marked if anyone was queued: others may still be behind.
-    redis.call('SET', lock, lock_value(owner, token, name, holder, head), 'PX', ttl)
+    redis.call('SET', lock, lock_value(owner, token, tail_of(name, holder), head), 'PX', ttl)
     return {1, token}
   end
   -- Free, but another live waiter is first: it gets the lock, or its

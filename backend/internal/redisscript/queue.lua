@@ -14,6 +14,19 @@
 -- replicates a script's effects.
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- tail_of builds a value's tail (see lock_value) in the script, for a
+-- grant from the queue.
+local function tail_of(name, holder)
+  return ' ' .. #name .. ' ' .. name .. holder
+end
+
+-- name_at reads the name from the " <len(name)> <name>" of a value or a
+-- tail s that begins at position i.
+local function name_at(s, i)
+  local n, p = string.match(s, '^ (%d+) ()', i)
+  return string.sub(s, p, p + tonumber(n) - 1)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -79,7 +92,7 @@ local function wake_next(lock, fence, queue, waiters, channel, name, mode, held)
       if live(entry, now) then
         local ttl, proc, holder = string.match(entry, '^%d+ (%d+) (%S+) (.*)$')
         local token = redis.call('INCR', fence)
-        redis.call('SET', lock, lock_value(head, token, name, holder, true), 'PX', ttl)
+        redis.call('SET', lock, lock_value(head, token, tail_of(name, holder), true), 'PX', ttl)
         if redis.call('PUBLISH', proc, head .. ' ' .. string.format('%d', token)) > 0 then return end
         held = true -- nobody took it: undone below unless the next one does
       end

@@ -159,11 +159,15 @@ const (
 // if the lock is free but a waiter is first in line: Fair). wake says how
 // a Fair attempt that finds the lock free and a waiter first wakes it.
 func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
-	keys := k.queueKeys()
-	if mode != Fair {
-		keys = keys[:2] // the lock and the fence
+	var cmd *redis.Cmd
+	switch tail := k.tail(holder); mode {
+	case Incr: // the default: no mode argument, and two keys, the lock and the fence
+		cmd = acquire.Run(ctx, rdb, k.queueKeys()[:2], owner, ms(ttl), tail)
+	case Read:
+		cmd = acquire.Run(ctx, rdb, k.queueKeys()[:2], owner, ms(ttl), tail, string(mode))
+	default:
+		cmd = acquire.Run(ctx, rdb, k.queueKeys(), owner, ms(ttl), tail, string(mode), string(wake))
 	}
-	cmd := acquire.Run(ctx, rdb, keys, owner, ms(ttl), k.Name, holder, string(mode), string(wake))
 	if mode == Read {
 		return pair(cmd.Slice())
 	}
@@ -175,6 +179,17 @@ func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl
 		return true, n, nil
 	}
 	return false, -3 - n, nil
+}
+
+// tail is what follows the token in a lock value: " <len(name)> <name><holder>"
+// (see value.lua).
+func (k Keys) tail(holder []byte) []byte {
+	b := make([]byte, 0, len(k.Name)+len(holder)+8)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(k.Name)), 10)
+	b = append(b, ' ')
+	b = append(b, k.Name...)
+	return append(b, holder...)
 }
 
 // Outcome of a fair attempt.
@@ -265,7 +280,7 @@ func (k Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl 
 // Release frees owner's lock and serves the next waiter; false means the
 // lock is not owner's.
 func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) (bool, error) {
-	n, err := release.Run(ctx, rdb, k.queueKeys(), owner, k.Name, string(wake)).Int64()
+	n, err := release.Run(ctx, rdb, k.queueKeys(), owner, string(wake)).Int64()
 	return n == 1, err
 }
 

@@ -11,8 +11,11 @@
 -- sets it (see fair_acquire.lua and wake_next in queue.lua). Owner keys
 -- contain neither " " nor "+".
 
-local function lock_value(owner, token, name, holder, mark)
-  return owner .. (mark and '+' or ' ') .. string.format('%d', token) .. ' ' .. #name .. ' ' .. name .. holder
+-- tail is " <len(name)> <name><holder>", which the Go side builds once per
+-- acquire: the script then joins three strings, and is sent one argument
+-- rather than two.
+local function lock_value(owner, token, tail, mark)
+  return owner .. (mark and '+' or ' ') .. string.format('%d', token) .. tail
 end
 
 -- owned_by reports whether v is owner's lock; it makes no new string.
