@@ -11,14 +11,16 @@ import (
 	"github.com/dlock/dlock/driver"
 )
 
-// Inspect lists the lock's queue: the lowest node is the holder (its czxid
-// the token), the others are the waiters in order. Each node's data is its
+// Inspect lists the lock's queue, after a sync so that a follower answers
+// with every create and delete already returned to any client: the lowest
+// node is the holder (its czxid the token), the others are the waiters in
+// order. Each node's data is its
 // owner's Request.Holder. ExpiresIn is 0: the lock lasts as long as the
 // holder's session.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	info := driver.Info{Name: name}
 	parent := d.lockPath(name)
-	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return info, nil
 	}
@@ -52,7 +54,7 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 // List inspects every lock under the root whose name starts with prefix
 // and that is held or waited on.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(d.root) })
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(d.root) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -81,7 +83,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 // token. It needs the delete permission on the lock's parent.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	parent := d.lockPath(name)
-	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
+	kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return d.fail(ctx, "list "+parent, err)
 	}

@@ -30,11 +30,16 @@ var errVanished = errors.New("zklock: the queued node vanished")
 // Acquire queues an ephemeral sequential node under the name's parent and
 // waits, watching only the nodes just ahead, until it is the lowest. A
 // non-waiting Acquire lists the queue first and does not queue at all when
-// it is not empty.
+// it is not empty. A follower may answer that listing from before another
+// client's release, so a queue found not empty is listed again after a
+// sync before the answer is ErrNotAcquired.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	parent := d.lockPath(req.Name)
 	if !req.Wait {
 		kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
+		if err == nil && len(queueOf(kids)) > 0 {
+			kids, err = retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
+		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 		case err != nil:
@@ -66,6 +71,17 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 func (d *Driver) children(path string) ([]string, error) {
 	kids, _, err := d.conn.Children(path)
 	return kids, err
+}
+
+// syncedChildren lists path's children after a sync, so that the server
+// answering has applied every write the leader committed before: a plain
+// read from a follower may miss another client's create or delete that
+// has already returned.
+func (d *Driver) syncedChildren(path string) ([]string, error) {
+	if _, err := d.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, err
+	}
+	return d.children(path)
 }
 
 // queued is one lock node of a queue.
@@ -649,10 +665,7 @@ func (d *Driver) createOnce(ctx context.Context, prefix string, data []byte, par
 // committed — including a create of ours that the leader accepted before
 // the connection dropped. It returns "" if there is none.
 func (d *Driver) findGUID(ctx context.Context, parent, guid string) (string, error) {
-	if _, err := roundTrip(ctx, d, func() (string, error) { return d.conn.Sync(parent) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return "", err
-	}
-	kids, err := roundTrip(ctx, d, func() ([]string, error) { return d.children(parent) })
+	kids, err := roundTrip(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return "", nil
 	}
