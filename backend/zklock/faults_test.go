@@ -3,6 +3,7 @@ package zklock
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 
@@ -496,4 +497,64 @@ func testLeaderStopped(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	}
 	leader.Start(t)
 	grant(6)
+}
+
+// testLaggingFollower freezes a follower while the leader commits a release
+// and then a grant, and asks a client connected only to that follower: a
+// TryLock sent while the follower still lags must find the released lock
+// free, and an Inspect must find the granted one held. A follower answers
+// reads from its own state, so without a sync either may be stale.
+func testLaggingFollower(t *testing.T, z *testenv.ZooKeeper) {
+	leader := z.Leader()
+	if leader == nil {
+		t.Fatal("the ensemble has no leader")
+	}
+	var follower *testenv.ZooKeeperServer
+	for _, s := range z.Servers {
+		if s != leader && s.Mode() == "follower" {
+			follower = s
+			break
+		}
+	}
+	if follower == nil {
+		t.Fatal("the ensemble has no serving follower")
+	}
+	query := "session-timeout=" + testSession.String()
+	holder := client(t, openURL(t, zkURL([]string{leader.Addr}, "/lag", query)))
+	reader := client(t, openURL(t, zkURL([]string{follower.Addr}, "/lag", query)))
+	ctx := testenv.Context(t, 60*time.Second)
+	for round := range 5 {
+		name := fmt.Sprintf("lag-%d", round)
+		l := mustLock(t, holder, name)
+		if _, err := reader.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("round %d: TryLock of a held lock through the follower: %v, want ErrNotAcquired", round, err)
+		}
+		follower.Pause()
+		mustUnlock(t, l)
+		held := mustLock(t, holder, name+"-held")
+		tried, inspected := make(chan error, 1), make(chan error, 1)
+		go func() {
+			l2, err := reader.Mutex(name).TryLock(ctx)
+			if err == nil {
+				err = l2.Unlock(ctx)
+			}
+			tried <- err
+		}()
+		go func() {
+			in, err := reader.Inspect(ctx, name+"-held")
+			if err == nil && (!in.Held || in.Token != held.Token()) {
+				err = fmt.Errorf("held=%v token=%d, want held with token %d", in.Held, in.Token, held.Token())
+			}
+			inspected <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // both requests wait in the frozen follower's socket
+		follower.Resume()
+		if err := <-tried; err != nil {
+			t.Errorf("round %d: TryLock through the follower after a release the leader committed: %v", round, err)
+		}
+		if err := <-inspected; err != nil {
+			t.Errorf("round %d: Inspect through the follower of a lock the leader granted: %v", round, err)
+		}
+		mustUnlock(t, held)
+	}
 }

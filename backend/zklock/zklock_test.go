@@ -172,7 +172,8 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 }
 
 // TestEnsemble runs the conformance suite against a 3-server ensemble on
-// loopback, and stops its leader while locks are held and taken.
+// loopback, asks a lagging follower, and stops the leader while locks are
+// held and taken.
 func TestEnsemble(t *testing.T) {
 	z := testenv.StartZooKeeperEnsemble(t, 3, testenv.ZooKeeperOptions{})
 	query := "session-timeout=" + testSession.String()
@@ -197,5 +198,6 @@ func TestEnsemble(t *testing.T) {
 			Fair:      true,
 		})
 	})
+	t.Run("LaggingFollowerAnswersAfterSync", func(t *testing.T) { testLaggingFollower(t, z) })
 	t.Run("StoppedLeaderDoesNotStopGrants", func(t *testing.T) { testLeaderStopped(t, z, open) })
 }
