@@ -40,6 +40,13 @@
 // that finds the lock held first only lists the queue, and does not enqueue
 // at all.
 //
+// A follower answers reads from its own state, which may lag behind a write
+// another client has already seen succeed. Reads that answer a question
+// about other clients — Inspect, List, Break's choice of holder, and a
+// try-lock's finding that the lock is held — are therefore made after a
+// sync: a lock released before the call began is never reported held, and
+// one granted before it is never reported free.
+//
 // Parent nodes are ZooKeeper container nodes, created on demand: the server
 // deletes a container once its last child is gone (every
 // znode.container.checkIntervalMs, one minute by default), so lock names do
