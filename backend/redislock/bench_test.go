@@ -2,6 +2,8 @@ package redislock_test
 
 import (
 	"context"
+	"crypto/rand"
+	mrand "math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -10,54 +12,103 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/redislock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
 // Lock+Unlock of a free lock against two PINGs — the two round trips it
-// cannot do without — measured alternately on the same server, so that the
-// ratio is not skewed by the load on the machine. Two calls of a trivial
-// script ("return 1") are measured too: the floor of any lock whose
-// acquire and release are Lua scripts. Reported: the mean of each, and the
-// ratios of the means and of the medians (on a shared machine a few slow
+// cannot do without — measured on the same server in a new random order
+// each time around, so that the ratios are not skewed by the load on the
+// machine. Three more rows place the cost: the driver's Acquire+Release
+// without the portable layer (lease, renewal timer, owner key, holder
+// metadata); the "reference", the least a fenced lock with an
+// owner-checked release sends (an INCR + SET NX PX script, a GET + compare
+// + DEL script); and two calls of a trivial script ("return 1"), the floor
+// of any lock made of two Lua scripts. Each runs on its own connection.
+// Reported: each row's mean time ÷ the two PINGs' (x-÷2ping), and the
+// ratio of the medians for the whole lock (on a shared machine a few slow
 // samples move the means; the medians show the typical call).
 func BenchmarkUncontendedLockUnlockVsTwoPings(b *testing.B) {
 	srv := testenv.StartRedis(b)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-	c := dlock.New(redislock.New(rdb))
+	client := func() *redis.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		b.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	c := dlock.New(redislock.New(client()))
 	defer c.Close()
+	d := redislock.New(client())
+	defer d.Close()
 	ctx := context.Background()
 	m := c.Mutex("bench/uncontended")
+	holder := []byte(`{"host":"bench","pid":1,"at":"2026-01-01T00:00:00.000Z"}`)
+	fencedAcquire := redis.NewScript(`local t = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return t end
+return 0`)
+	fencedRelease := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+	fencedKeys := []string{"reference/{k}:lock", "reference/{k}:fence"}
 	noop := redis.NewScript("return 1")
-	lockNS := make([]time.Duration, 0, b.N)
-	pingNS := make([]time.Duration, 0, b.N)
-	evalNS := make([]time.Duration, 0, b.N)
+	pingRDB, refRDB, noopRDB := client(), client(), client()
+	rows := []struct {
+		name string
+		run  func() error
+	}{
+		{"lock", func() error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}},
+		{"driver", func() error {
+			req := driver.Request{Name: "bench/driver", Owner: rand.Text(), TTL: dlock.DefaultTTL, Wait: true, Holder: holder}
+			g, err := d.Acquire(ctx, req)
+			if err != nil {
+				return err
+			}
+			return d.Release(ctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
+		}},
+		{"reference", func() error {
+			owner := rand.Text()
+			if err := fencedAcquire.Run(ctx, refRDB, fencedKeys, owner, dlock.DefaultTTL.Milliseconds()).Err(); err != nil {
+				return err
+			}
+			return fencedRelease.Run(ctx, refRDB, fencedKeys[:1], owner).Err()
+		}},
+		{"2eval", func() error {
+			if err := noop.Run(ctx, noopRDB, nil).Err(); err != nil {
+				return err
+			}
+			return noop.Run(ctx, noopRDB, nil).Err()
+		}},
+		{"2ping", func() error {
+			if err := pingRDB.Ping(ctx).Err(); err != nil {
+				return err
+			}
+			return pingRDB.Ping(ctx).Err()
+		}},
+	}
+	for _, r := range rows { // load the scripts, open the connections
+		if err := r.run(); err != nil {
+			b.Fatal(r.name, err)
+		}
+	}
+	took := make([][]time.Duration, len(rows))
+	order := make([]int, len(rows))
+	for i := range order {
+		order[i] = i
+	}
 	b.ResetTimer()
 	for range b.N {
-		t0 := time.Now()
-		l, err := m.Lock(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			b.Fatal(err)
-		}
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		for range 2 {
-			if err := noop.Run(ctx, rdb, nil).Err(); err != nil {
-				b.Fatal(err)
+		mrand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			t0 := time.Now()
+			if err := rows[i].run(); err != nil {
+				b.Fatal(rows[i].name, err)
 			}
+			took[i] = append(took[i], time.Since(t0))
 		}
-		lockNS = append(lockNS, t1.Sub(t0))
-		pingNS = append(pingNS, t2.Sub(t1))
-		evalNS = append(evalNS, time.Since(t2))
 	}
 	b.StopTimer()
 	mean := func(d []time.Duration) float64 {
@@ -71,11 +122,13 @@ func BenchmarkUncontendedLockUnlockVsTwoPings(b *testing.B) {
 		slices.Sort(d)
 		return float64(d[len(d)/2])
 	}
-	b.ReportMetric(mean(lockNS), "lock+unlock-ns")
-	b.ReportMetric(mean(pingNS), "2ping-ns")
-	b.ReportMetric(mean(lockNS)/mean(pingNS), "ratio")
-	b.ReportMetric(median(lockNS)/median(pingNS), "p50-ratio")
-	b.ReportMetric(median(evalNS)/median(pingNS), "p50-2eval÷2ping")
+	ping := took[len(rows)-1]
+	b.ReportMetric(mean(took[0]), "lock+unlock-ns")
+	b.ReportMetric(mean(ping), "2ping-ns")
+	for i, r := range rows[:len(rows)-1] {
+		b.ReportMetric(mean(took[i])/mean(ping), r.name+"-÷2ping")
+	}
+	b.ReportMetric(median(took[0])/median(ping), "p50-lock-÷2ping")
 }
 
 // Eight workers, each with its own client (as eight processes would have),
