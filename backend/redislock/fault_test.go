@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -229,5 +230,86 @@ func TestCutOffWaiterIsHandedLockThatExpiresToNextWaiter(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Errorf("the cut-off waiter was given a lease (token %d) that it still believes it holds", l.Token())
 		}
+	}
+}
+
+// A Lock or TryLock whose ctx ends while its first attempt — the one that
+// takes a free lock without queueing — is on the wire returns ctx's error
+// and leaves the lock free: the attempt runs to its end, and a grant that
+// comes back after the cancellation is released at once. The proxy holds
+// the attempt back until after the cancellation, so the grant always
+// arrives late.
+func TestCancelDuringFirstAttemptLeavesLockFree(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	proxy := testenv.NewProxy(t, srv.Addr)
+	direct := open(t, "redis://"+srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+		try  bool
+	}{
+		{"Lock", nil, false},
+		{"LockFair", []dlock.Option{dlock.WithFair()}, false},
+		{"TryLock", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := open(t, "redis://"+proxy.Addr(), tc.opts...)
+			name := "cancel/first/" + tc.name
+			// A lock and unlock first, so that the client's connection is
+			// open and the scripts are loaded: the attempt is one request.
+			l, err := c.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Block()
+			actx, acancel := context.WithCancel(ctx)
+			got := make(chan error, 1)
+			go func() {
+				m := c.Mutex(name)
+				var l *dlock.Lease
+				var err error
+				if tc.try {
+					l, err = m.TryLock(actx)
+				} else {
+					l, err = m.Lock(actx)
+				}
+				if l != nil {
+					err = fmt.Errorf("granted token %d after the cancellation (err %v)", l.Token(), err)
+					_ = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			time.Sleep(200 * time.Millisecond) // the attempt waits in the proxy
+			acancel()
+			time.Sleep(50 * time.Millisecond)
+			proxy.Unblock()
+			if err := <-got; !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s cancelled during its first attempt: %v, want context.Canceled", tc.name, err)
+			}
+			// The attempt did take the lock on the server (its token was
+			// used); the release that followed must have freed it.
+			in, err := direct.Inspect(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.Held || len(in.Waiters) > 0 {
+				t.Fatalf("after the cancelled %s: held=%v token=%d waiters=%d, want free", tc.name, in.Held, in.Token, len(in.Waiters))
+			}
+			next, err := direct.Mutex(name).TryLock(ctx)
+			if err != nil {
+				t.Fatalf("TryLock after the cancelled %s: %v", tc.name, err)
+			}
+			if next.Token() <= l.Token()+1 {
+				t.Errorf("token %d after %d: the cancelled attempt did not reach the server", next.Token(), l.Token())
+			}
+			if err := next.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
