@@ -46,11 +46,19 @@
 // the new run. An idle mutex workflow has no timer and costs only its
 // stored state; it keeps running so that its counter is kept.
 //
-// Server setting: each waiting client keeps one update in flight on the
-// mutex workflow, and Temporal admits 10 in-flight updates per workflow
-// by default (dynamic config history.maxInFlightUpdates). With more than
-// about 8 clients waiting on one name, raise it; otherwise the surplus
-// waiters' updates are refused and they retry, and may lose their place.
+// Many waiters: Temporal admits a limited number of updates in flight on
+// one workflow (history.maxInFlightUpdates, 10 by default), and a wait
+// held open is one. So only the first four client waiters in the queue
+// hold their waits open. A waiter behind them gets an immediate "queued"
+// with a time to ask again: about when the grants ahead of it should be
+// done, at least 250ms and at most a wait slice (a third of its TTL,
+// between 1s and 20s). It holds its wait open once it is among the first
+// four. A queue of any length thus keeps at most four waits in flight,
+// leaving room for the holder's renewals and for arrivals (the SDK retries
+// an update that the server refuses for the limit). The cost: a waiter far
+// back asks a few times while it moves up, and when holds are shorter than
+// its polling interval, the lock can sit granted to it for up to that
+// interval before it learns.
 //
 // # Id mode (mode=id)
 //

@@ -34,7 +34,7 @@ const (
 // call in flight has reached the workflow, so a cancelled Lock leaves
 // nothing behind.
 func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	ar := acquireReq{Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, Wait: req.Wait}
+	ar := acquireReq{Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, Wait: req.Wait, Poll: true}
 	sent := time.Now()
 	rep, err := d.acquireDetached(ctx, req, ar)
 	if err != nil {
@@ -77,6 +77,16 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			}
 			continue
 		case stQueued:
+			if rep.RetryAfter > 0 {
+				// Too far back in the queue to hold a wait open: ask
+				// again later (the workflow says when).
+				select {
+				case <-ctx.Done():
+					d.leaveQueue(req, nil)
+					return driver.Grant{}, ctx.Err()
+				case <-time.After(driver.Jitter(rep.RetryAfter)):
+				}
+			}
 		default:
 			return driver.Grant{}, fmt.Errorf("%w: temporal: unexpected reply %q", driver.ErrUnavailable, rep.Status)
 		}
@@ -190,7 +200,7 @@ func (d *Driver) waitUpdate(ctx context.Context, name, owner string, accepted ch
 	h, err := d.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   d.workflowID(name),
 		UpdateName:   updWait,
-		Args:         []any{ownerReq{Owner: owner}},
+		Args:         []any{ownerReq{Owner: owner, Poll: true}},
 		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
 	close(accepted)

@@ -3,6 +3,8 @@ package temporallock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,4 +267,101 @@ func testIDContinueAsNew(t *testing.T, srv server) {
 	if err := d.Release(ctx, driver.Held{Name: name, Owner: "b", Token: g2.Token, Handle: g2.Handle}); err != nil {
 		t.Errorf("new holder's Release: %v", err)
 	}
+}
+
+// testManyWaiters: more clients wait on one name than the server admits
+// updates in flight on one workflow (history.maxInFlightUpdates, 10 by
+// default, which the test server keeps, as Temporal Cloud does). Every
+// waiter is served, in arrival order, and none fails.
+func testManyWaiters(t *testing.T, srv server) {
+	const waiters = 24
+	name := "many-waiters/" + t.Name()
+	ctx := testenv.Context(t, 4*time.Minute)
+	// Four clients, as four processes with several waiters each.
+	clients := make([]*dlock.Client, 4)
+	for i := range clients {
+		clients[i] = srv.client(t)
+	}
+	first, err := clients[0].Mutex(name, dlock.WithFair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			l, err := clients[i%len(clients)].Mutex(name, dlock.WithFair()).Lock(ctx)
+			if err != nil {
+				errs <- fmt.Errorf("waiter %d: Lock: %w", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			if err := l.Unlock(ctx); err != nil {
+				errs <- fmt.Errorf("waiter %d: Unlock: %w", i, err)
+				return
+			}
+			errs <- nil
+		}()
+		// The next waiter arrives once this one is queued, so that the
+		// arrival order is known.
+		for {
+			in, err := clients[0].Inspect(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(in.Waiters) == i+1 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("waiter %d not queued: %d waiters", i, len(in.Waiters))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range waiters {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	mu.Lock()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("grants in order %v, want arrival order 0..%d", order, waiters-1)
+		}
+	}
+	mu.Unlock()
+
+	// All at once: more arrivals in flight together than the limit.
+	first, err = clients[0].Mutex(name, dlock.WithFair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range waiters {
+		wg.Go(func() {
+			<-start
+			l, err := clients[i%len(clients)].Mutex(name, dlock.WithFair()).Lock(ctx)
+			if err != nil {
+				t.Errorf("burst waiter %d: Lock: %v", i, err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("burst waiter %d: Unlock: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	time.Sleep(time.Second)
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
 }

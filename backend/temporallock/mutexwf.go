@@ -92,10 +92,18 @@ type acquireReq struct {
 	Holder  []byte `json:",omitempty"`
 	Wait    bool
 	ReplyTo *caller `json:",omitempty"`
+	// Poll: as in ownerReq; a waiter queued too far back to hold a wait
+	// open is told at once when to ask.
+	Poll bool `json:",omitempty"`
 }
 
 type ownerReq struct {
 	Owner string
+	// Poll, on a "wait": the waiter sleeps for the reply's RetryAfter
+	// when told to, rather than expecting every wait to be held open.
+	// Waiters of older versions of this package do not set it, and their
+	// waits are held open as before.
+	Poll bool `json:",omitempty"`
 }
 
 type extendReq struct {
@@ -114,6 +122,9 @@ type reply struct {
 	// is after the client sent it.
 	Age    time.Duration `json:",omitempty"`
 	Waited time.Duration `json:",omitempty"`
+	// RetryAfter, on a queued reply to a polling wait: the waiter is too
+	// far back for its wait to be held open, and asks again after this.
+	RetryAfter time.Duration `json:",omitempty"`
 }
 
 type grantMsg struct {
@@ -130,6 +141,35 @@ type mutex struct {
 	// draining: the run is about to continue as new; waits return at once
 	// so that no handler is left running.
 	draining bool
+	// turnover is a moving average of the time from one holder learning
+	// of its grant to the next grant: the hold plus the hand-over. It
+	// tells a polling waiter far back in the queue when to ask again.
+	// pickedUp is when the holder learned of its grant: at the grant if
+	// its wait was open (listening), else when it next asked (zero until
+	// then) — the time a grant sits unnoticed is left out, or slow pick-ups
+	// would make waiters poll later and later. Not carried across
+	// continue-as-new: a new run learns them anew.
+	turnover  time.Duration
+	pickedUp  time.Time
+	listening map[string]int // owners with a wait open, and how many
+}
+
+// Temporal admits a limited number of updates in flight on one workflow
+// (history.maxInFlightUpdates, 10 by default), and a wait held open is
+// one. So only the first longPolls client waiters of the queue hold their
+// waits open; the waiters behind them poll, each at the time the grants
+// ahead of it should take (pollAfter), which leaves room for the holder's
+// renewals and for arrivals.
+const longPolls = 4
+
+// pollAfter is how long a client waiter with ahead client waiters in front
+// of it waits before asking again: the time the grants ahead of it should
+// take, less the long-polling waiters' share, so that it is back to
+// long-polling before its turn; at least minPoll, and at most the wait
+// slice (its presence must be renewed within its TTL).
+func (m *mutex) pollAfter(ahead int, ttl time.Duration) time.Duration {
+	const minPoll = 250 * time.Millisecond
+	return min(max(m.turnover*time.Duration(ahead-longPolls+1), minPoll), waitSlice(ttl))
 }
 
 // MutexWorkflow is the fair mutex of one lock name: a FIFO queue of
@@ -265,15 +305,17 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	now := workflow.Now(ctx)
 	m.expire(ctx, now) // a lease past its end must not make a TryLock fail
 	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
+		m.pickUp(now)
 		return reply{Status: stGranted, Token: h.Token, Age: now.Sub(h.GrantedAt)}
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(r.TTL)
-		return reply{Status: stQueued}
+		return m.queuedReply(r.Poll, i, r.TTL)
 	}
 	e := entry{Owner: r.Owner, TTL: r.TTL, Holder: r.Holder, ReplyTo: r.ReplyTo}
 	if m.s.Holder == nil && len(m.s.Queue) == 0 {
 		m.grant(now, e)
+		m.pickUp(now) // the reply tells it
 		return reply{Status: stGranted, Token: m.s.Holder.Token, Recovered: m.s.Recovered}
 	}
 	if !r.Wait {
@@ -284,6 +326,16 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	}
 	m.s.Queue = append(m.s.Queue, e)
 	m.changed = true
+	return m.queuedReply(r.Poll && e.ReplyTo == nil, len(m.s.Queue)-1, r.TTL)
+}
+
+// queuedReply tells the client waiter at queue position i that it is
+// queued, and, if it polls (see ownerReq) and is too far back to hold a
+// wait open, when to ask again.
+func (m *mutex) queuedReply(poll bool, i int, ttl time.Duration) reply {
+	if ahead := m.clientsAhead(i); poll && ahead >= longPolls {
+		return reply{Status: stQueued, RetryAfter: m.pollAfter(ahead, ttl)}
+	}
 	return reply{Status: stQueued}
 }
 
@@ -301,17 +353,29 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 	if i >= 0 {
 		m.s.Queue[i].Expires = workflow.Now(ctx).Add(m.s.Queue[i].TTL)
 		m.changed = true
+		if rep := m.queuedReply(r.Poll, i, m.s.Queue[i].TTL); rep.RetryAfter > 0 {
+			return rep, nil
+		}
 		if !m.draining {
 			slice := waitSlice(m.s.Queue[i].TTL)
-			if _, err := workflow.AwaitWithTimeout(ctx, slice, func() bool {
+			if m.listening == nil {
+				m.listening = map[string]int{}
+			}
+			m.listening[r.Owner]++
+			_, err := workflow.AwaitWithTimeout(ctx, slice, func() bool {
 				return m.draining || m.queued(r.Owner) < 0
-			}); err != nil {
+			})
+			if m.listening[r.Owner]--; m.listening[r.Owner] <= 0 {
+				delete(m.listening, r.Owner)
+			}
+			if err != nil {
 				return reply{}, err
 			}
 		}
 	}
 	now := workflow.Now(ctx)
 	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
+		m.pickUp(now)
 		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt), Waited: now.Sub(started)}, nil
 	}
 	if i := m.queued(r.Owner); i >= 0 {
@@ -400,6 +464,17 @@ func (m *mutex) grantNext(ctx workflow.Context) {
 }
 
 func (m *mutex) grant(now time.Time, e entry) {
+	if !m.pickedUp.IsZero() {
+		t := now.Sub(m.pickedUp)
+		if m.turnover > 0 {
+			t = (3*m.turnover + t) / 4
+		}
+		m.turnover = t
+	}
+	m.pickedUp = time.Time{}
+	if e.ReplyTo != nil || m.listening[e.Owner] > 0 {
+		m.pickedUp = now
+	}
 	m.s.Token++
 	e.Token, e.GrantedAt, e.Expires = m.s.Token, now, now.Add(e.TTL)
 	m.s.Holder = &e
@@ -418,6 +493,26 @@ func (m *mutex) notify(ctx workflow.Context, to caller, signal string, msg grant
 			}
 		}
 	})
+}
+
+// pickUp notes that the holder learned of its grant now, unless it had
+// already.
+func (m *mutex) pickUp(now time.Time) {
+	if m.pickedUp.IsZero() {
+		m.pickedUp = now
+	}
+}
+
+// clientsAhead counts the client waiters (those that wait by update) in
+// front of queue position i.
+func (m *mutex) clientsAhead(i int) int {
+	n := 0
+	for _, e := range m.s.Queue[:i] {
+		if e.ReplyTo == nil {
+			n++
+		}
+	}
+	return n
 }
 
 func (m *mutex) queued(owner string) int {

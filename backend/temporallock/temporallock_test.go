@@ -121,6 +121,7 @@ func TestTemporal(t *testing.T) {
 	t.Run("IDLeaseSurvivesContinueAsNew", func(t *testing.T) { testIDContinueAsNew(t, srv) })
 	t.Run("WorkerKilledWhileHoldingLock", func(t *testing.T) { testWorkerKilled(t, srv) })
 	t.Run("WorkflowLock", func(t *testing.T) { testWorkflowLock(t, srv) })
+	t.Run("MoreWaitersThanInFlightUpdates", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 }
 

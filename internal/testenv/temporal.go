@@ -33,13 +33,6 @@ type Temporal struct {
 	proc *Process
 }
 
-// temporalDynamicConfig are the server settings the tests run with. A
-// fair-mode waiter keeps one workflow update in flight on its lock's mutex
-// workflow, and the server's default admits only 10 per workflow.
-var temporalDynamicConfig = []string{
-	"history.maxInFlightUpdates=200",
-}
-
 // StartTemporal starts a Temporal dev server in a temporary directory and
 // waits until its frontend serves the "default" namespace. The server is
 // killed when the test ends. Starting takes a few seconds: share one server
@@ -92,9 +85,8 @@ func (s *Temporal) start() error {
 	// transaction (only a machine crash could), and the single SQLite
 	// writer stops being the bottleneck of a busy test.
 	args = append(args, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
-	for _, kv := range temporalDynamicConfig {
-		args = append(args, "--dynamic-config-value", kv)
-	}
+	// No --dynamic-config-value: the tests run with the server's defaults
+	// (among them history.maxInFlightUpdates=10), as a user's server would.
 	p, err := StartProcess("temporal", exec.Command(s.bin, args...), s.dir)
 	if err != nil {
 		return fmt.Errorf("testenv: start temporal: %w", err)
