@@ -81,6 +81,10 @@ func TestRenewalSurvivesShortOutage(t *testing.T) {
 func TestLockDelayAppliesOnlyAfterALostHolder(t *testing.T) {
 	srv := memlock.NewServer()
 	d := memlock.New(srv)
+	// Timed from before the holder's grant, whose TTL the Lock below waits
+	// out (timed from after it, the wait could be shorter by the time the
+	// grant took).
+	start := time.Now()
 	// A holder that never renews: its lease expires.
 	_, err := d.Acquire(testenv.Context(t, 5*time.Second), driver.Request{Name: "x", Owner: strings.Repeat("0", 32), TTL: 100 * time.Millisecond})
 	if err != nil {
@@ -88,7 +92,6 @@ func TestLockDelayAppliesOnlyAfterALostHolder(t *testing.T) {
 	}
 	c := dlock.New(memlock.New(srv))
 	const delay = 400 * time.Millisecond
-	start := time.Now()
 	l, err := c.Mutex("x", dlock.WithLockDelay(delay)).Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
