@@ -14,7 +14,8 @@
 // gets a synchronous answer: granted (with a token), busy (TryLock), or
 // queued. A queued waiter then sends "wait" updates; each is held open by
 // the workflow until the waiter is granted the lock (it returns at once
-// then), or for a third of the TTL at most, after which the waiter asks
+// then), or for a wait slice at most — a third of the TTL, between 1s and
+// 20s, and never more than half the TTL — after which the waiter asks
 // again. A long-poll update rather than a signal back was chosen because
 // a client process is not a workflow and cannot receive signals, and
 // because it doubles as the waiter's heartbeat: a waiter that stops asking
@@ -51,8 +52,7 @@
 // held open is one. So only the first four client waiters in the queue
 // hold their waits open. A waiter behind them gets an immediate "queued"
 // with a time to ask again: about when the grants ahead of it should be
-// done, at least 250ms and at most a wait slice (a third of its TTL,
-// between 1s and 20s). It holds its wait open once it is among the first
+// done, at least 250ms and at most a wait slice (see above). It holds its wait open once it is among the first
 // four. A queue of any length thus keeps at most four waits in flight,
 // leaving room for the holder's renewals and for arrivals (the SDK retries
 // an update that the server refuses for the limit). The cost: a waiter far

@@ -165,8 +165,8 @@ const longPolls = 4
 // pollAfter is how long a client waiter with ahead client waiters in front
 // of it waits before asking again: the time the grants ahead of it should
 // take, less the long-polling waiters' share, so that it is back to
-// long-polling before its turn; at least minPoll, and at most the wait
-// slice (its presence must be renewed within its TTL).
+// long-polling before its turn; at least minPoll, and at most a wait
+// slice.
 func (m *mutex) pollAfter(ahead int, ttl time.Duration) time.Duration {
 	const minPoll = 250 * time.Millisecond
 	return min(max(m.turnover*time.Duration(ahead-longPolls+1), minPoll), waitSlice(ttl))
@@ -340,9 +340,13 @@ func (m *mutex) queuedReply(poll bool, i int, ttl time.Duration) reply {
 }
 
 // waitSlice bounds one wait: a waiter asks again after it, which both
-// proves it is still there and keeps no update open for long.
+// proves it is still there and keeps no update open for long. A third of
+// the TTL, between 1s and 20s, but never more than half the TTL: the
+// waiter's place lasts one TTL from the start of its last request, and it
+// must be back before that (with a 1s TTL a 1s slice had the place expire
+// as the wait ended, and the waiter queue again at the back).
 func waitSlice(ttl time.Duration) time.Duration {
-	return min(max(ttl/3, time.Second), 20*time.Second)
+	return min(max(ttl/3, time.Second), 20*time.Second, ttl/2)
 }
 
 // wait returns when r.Owner is granted the lock, leaves the queue, or after
