@@ -77,15 +77,10 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			}
 			continue
 		case stQueued:
-			if rep.RetryAfter > 0 {
-				// Too far back in the queue to hold a wait open: ask
-				// again later (the workflow says when).
-				select {
-				case <-ctx.Done():
-					d.leaveQueue(req, nil)
-					return driver.Grant{}, ctx.Err()
-				case <-time.After(driver.Jitter(rep.RetryAfter)):
-				}
+			// Too far back in the queue to hold a wait open: ask again
+			// when the workflow says.
+			if rep.RetryAfter > 0 && !d.pauseQueued(ctx, req, rep.RetryAfter) {
+				return driver.Grant{}, ctx.Err()
 			}
 		default:
 			return driver.Grant{}, fmt.Errorf("%w: temporal: unexpected reply %q", driver.ErrUnavailable, rep.Status)
@@ -120,12 +115,23 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			return driver.Grant{}, unavailable(ctx, "wait "+strconv.Quote(req.Name), err)
 		}
 		rep = reply{Status: stQueued}
-		select {
-		case <-ctx.Done():
-			d.leaveQueue(req, nil)
+		if !d.pauseQueued(ctx, req, 500*time.Millisecond) {
 			return driver.Grant{}, ctx.Err()
-		case <-time.After(driver.Jitter(500 * time.Millisecond)):
 		}
+	}
+}
+
+// pauseQueued waits about wait (jittered) between a queued waiter's
+// requests; if ctx ends first, it leaves the queue and reports false.
+func (d *Driver) pauseQueued(ctx context.Context, req driver.Request, wait time.Duration) bool {
+	t := time.NewTimer(driver.Jitter(wait))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		d.leaveQueue(req, nil)
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

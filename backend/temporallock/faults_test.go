@@ -308,19 +308,7 @@ func testManyWaiters(t *testing.T, srv server) {
 		}()
 		// The next waiter arrives once this one is queued, so that the
 		// arrival order is known.
-		for {
-			in, err := clients[0].Inspect(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(in.Waiters) == i+1 {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("waiter %d not queued: %d waiters", i, len(in.Waiters))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitWaiters(t, clients[0], name, i+1)
 	}
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)

@@ -178,7 +178,7 @@ func (m *mutex) pollAfter(ahead int, ttl time.Duration) time.Duration {
 // (state); lock-holding workflows by signal. It runs until terminated,
 // continuing as new to keep its history short; an idle one has no timer.
 func MutexWorkflow(ctx workflow.Context, s mutexState) error {
-	m := &mutex{s: s}
+	m := &mutex{s: s, listening: map[string]int{}}
 	if m.s.Token == 0 {
 		m.s.Token = uint64(workflow.Now(ctx).UnixMicro())
 	}
@@ -362,9 +362,6 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 		}
 		if !m.draining {
 			slice := waitSlice(m.s.Queue[i].TTL)
-			if m.listening == nil {
-				m.listening = map[string]int{}
-			}
 			m.listening[r.Owner]++
 			_, err := workflow.AwaitWithTimeout(ctx, slice, func() bool {
 				return m.draining || m.queued(r.Owner) < 0
