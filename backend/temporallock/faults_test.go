@@ -319,37 +319,10 @@ func testManyWaiters(t *testing.T, srv server) {
 		}
 	}
 	mu.Lock()
+	defer mu.Unlock()
 	for i, w := range order {
 		if w != i {
 			t.Fatalf("grants in order %v, want arrival order 0..%d", order, waiters-1)
 		}
 	}
-	mu.Unlock()
-
-	// All at once: more arrivals in flight together than the limit.
-	first, err = clients[0].Mutex(name, dlock.WithFair()).Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range waiters {
-		wg.Go(func() {
-			<-start
-			l, err := clients[i%len(clients)].Mutex(name, dlock.WithFair()).Lock(ctx)
-			if err != nil {
-				t.Errorf("burst waiter %d: Lock: %v", i, err)
-				return
-			}
-			if err := l.Unlock(ctx); err != nil {
-				t.Errorf("burst waiter %d: Unlock: %v", i, err)
-			}
-		})
-	}
-	close(start)
-	time.Sleep(time.Second)
-	if err := first.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
 }
