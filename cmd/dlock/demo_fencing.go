@@ -140,6 +140,11 @@ func (d *fencingDemo) run(ctx context.Context) error {
 	}
 	d.say("holder 1", "checked its lease: valid for another %v; now it writes…", round(ev.Left))
 	h1.signal(syscall.SIGSTOP)
+	// Tell it to write only once it is stopped: a thread that has not yet
+	// taken the stop could read the word and write before holder 2 asks.
+	if !waitStopped(h1.pid(), 10*time.Second) {
+		return fmt.Errorf("holder 1 (pid %d) did not stop within 10s of SIGSTOP", h1.pid())
+	}
 	d.say("", "holder 1 is PAUSED (SIGSTOP) between its check and its write —")
 	d.say("", "as by a long GC pause; its lease renewals stop too")
 	if _, err := io.WriteString(h1.stdin, "write\n"); err != nil { // read when it resumes

@@ -38,16 +38,7 @@ func (g processGroup) alive() bool {
 		if _, err := strconv.Atoi(p.Name()); err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		fields := bytes.Fields(stat[i+1:])
+		fields := statFields("/proc/" + p.Name() + "/stat")
 		if len(fields) < 3 || string(fields[0]) == "Z" || string(fields[0]) == "X" {
 			continue
 		}
@@ -56,6 +47,48 @@ func (g processGroup) alive() bool {
 		}
 	}
 	return false
+}
+
+// statFields returns the fields of a /proc stat file after the command's
+// name: state, ppid, pgrp, …; nil if it cannot be read.
+func statFields(path string) [][]byte {
+	stat, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return bytes.Fields(stat[i+1:])
+}
+
+// waitStopped waits, at most timeout, until every thread of process pid is
+// stopped (by SIGSTOP). kill(2) only starts a stop: until each thread has
+// taken it, the others run on. Without /proc it waits 100ms and trusts
+// that to be enough.
+func waitStopped(pid int, timeout time.Duration) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	deadline := time.Now().Add(timeout)
+	for {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			return true
+		}
+		stopped := len(tasks) > 0
+		for _, t := range tasks {
+			if f := statFields(dir + t.Name() + "/stat"); len(f) == 0 || (string(f[0]) != "T" && string(f[0]) != "t") {
+				stopped = false
+				break
+			}
+		}
+		if stopped || time.Now().After(deadline) {
+			return stopped
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // stop sends SIGTERM to the group, SIGKILL after grace if any member is
