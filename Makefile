@@ -13,10 +13,14 @@ demo:
 install:
 	./scripts/install.sh
 
+# The fault verification runs last and alone: its recovery bound (TTL + 5s)
+# is a claim about the backends, not about a machine that is also running
+# every other package's servers.
 test: install
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 25m ./...
+	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/verify$$')
+	$(GO) test -race -count=1 -timeout 25m ./verify/
 
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
