@@ -162,14 +162,32 @@ type mutex struct {
 // renewals and for arrivals.
 const longPolls = 4
 
+// minPoll is the shortest interval between a polling waiter's requests.
+const minPoll = 250 * time.Millisecond
+
 // pollAfter is how long a client waiter with ahead client waiters in front
-// of it waits before asking again: the time the grants ahead of it should
-// take, less the long-polling waiters' share, so that it is back to
+// of it waits before asking again, at now: the time the grants ahead of it
+// should take, less the long-polling waiters' share, so that it is back to
 // long-polling before its turn; at least minPoll, and at most a wait
 // slice.
-func (m *mutex) pollAfter(ahead int, ttl time.Duration) time.Duration {
-	const minPoll = 250 * time.Millisecond
-	return min(max(m.turnover*time.Duration(ahead-longPolls+1), minPoll), waitSlice(ttl))
+//
+// A grant is expected to take the turnover; but if the present holder has
+// held the lock, since it learnt of its grant, over four times that, as
+// long as it has held: a hold that has lasted is likely to last, and a run
+// that has granted nothing yet has no turnover. Without that, a queue
+// behind a long hold polled every minPoll, each waiter: 20 waiters sent 80
+// updates a second, faster than a busy worker ran them; refused for the
+// in-flight limit and retried with back-off, a waiter's requests could
+// stall until its place expired. (Holds a little longer than the average
+// are common and do not count; nor does the time a grant sits unnoticed
+// until a polling waiter asks, or the waiters behind would poll later and
+// later, and each in turn be noticed late.)
+func (m *mutex) pollAfter(now time.Time, ahead int, ttl time.Duration) time.Duration {
+	per := m.turnover
+	if held := now.Sub(m.pickedUp); m.s.Holder != nil && !m.pickedUp.IsZero() && held > 4*per {
+		per = held
+	}
+	return min(max(per*time.Duration(ahead-longPolls+1), minPoll), waitSlice(ttl))
 }
 
 // MutexWorkflow is the fair mutex of one lock name: a FIFO queue of
@@ -179,6 +197,11 @@ func (m *mutex) pollAfter(ahead int, ttl time.Duration) time.Duration {
 // continuing as new to keep its history short; an idle one has no timer.
 func MutexWorkflow(ctx workflow.Context, s mutexState) error {
 	m := &mutex{s: s, listening: map[string]int{}}
+	if m.s.Holder != nil {
+		// Carried from the previous run: it has held at least since now,
+		// which is what pollAfter needs to know.
+		m.pickedUp = workflow.Now(ctx)
+	}
 	if m.s.Token == 0 {
 		m.s.Token = uint64(workflow.Now(ctx).UnixMicro())
 	}
@@ -310,7 +333,7 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(r.TTL)
-		return m.queuedReply(r.Poll, i, r.TTL)
+		return m.queuedReply(now, r.Poll, i, r.TTL)
 	}
 	e := entry{Owner: r.Owner, TTL: r.TTL, Holder: r.Holder, ReplyTo: r.ReplyTo}
 	if m.s.Holder == nil && len(m.s.Queue) == 0 {
@@ -326,15 +349,15 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	}
 	m.s.Queue = append(m.s.Queue, e)
 	m.changed = true
-	return m.queuedReply(r.Poll && e.ReplyTo == nil, len(m.s.Queue)-1, r.TTL)
+	return m.queuedReply(now, r.Poll && e.ReplyTo == nil, len(m.s.Queue)-1, r.TTL)
 }
 
 // queuedReply tells the client waiter at queue position i that it is
 // queued, and, if it polls (see ownerReq) and is too far back to hold a
 // wait open, when to ask again.
-func (m *mutex) queuedReply(poll bool, i int, ttl time.Duration) reply {
+func (m *mutex) queuedReply(now time.Time, poll bool, i int, ttl time.Duration) reply {
 	if ahead := m.clientsAhead(i); poll && ahead >= longPolls {
-		return reply{Status: stQueued, RetryAfter: m.pollAfter(ahead, ttl)}
+		return reply{Status: stQueued, RetryAfter: m.pollAfter(now, ahead, ttl)}
 	}
 	return reply{Status: stQueued}
 }
@@ -357,7 +380,7 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 	if i >= 0 {
 		m.s.Queue[i].Expires = workflow.Now(ctx).Add(m.s.Queue[i].TTL)
 		m.changed = true
-		if rep := m.queuedReply(r.Poll, i, m.s.Queue[i].TTL); rep.RetryAfter > 0 {
+		if rep := m.queuedReply(started, r.Poll, i, m.s.Queue[i].TTL); rep.RetryAfter > 0 {
 			return rep, nil
 		}
 		if !m.draining {
