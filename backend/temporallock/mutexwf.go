@@ -172,19 +172,20 @@ const minPoll = 250 * time.Millisecond
 // slice.
 //
 // A grant is expected to take the turnover; but if the present holder has
-// held the lock, since it learnt of its grant, over four times that, as
-// long as it has held: a hold that has lasted is likely to last, and a run
-// that has granted nothing yet has no turnover. Without that, a queue
-// behind a long hold polled every minPoll, each waiter: 20 waiters sent 80
-// updates a second, faster than a busy worker ran them; refused for the
-// in-flight limit and retried with back-off, a waiter's requests could
-// stall until its place expired. (Holds a little longer than the average
-// are common and do not count; nor does the time a grant sits unnoticed
-// until a polling waiter asks, or the waiters behind would poll later and
-// later, and each in turn be noticed late.)
+// held the lock, since it learnt of its grant, over four times that and
+// over a second, as long as it has held: a hold that has lasted is likely
+// to last, and a run that has granted nothing yet has no turnover.
+// Without that, a queue behind a long hold polled every minPoll, each
+// waiter: 20 waiters sent 80 updates a second, faster than a busy worker
+// ran them; refused for the in-flight limit and retried with back-off, a
+// waiter's requests could stall until its place expired. (Shorter holds
+// do not count, as a poller back late leaves the lock granted and
+// unnoticed, while one back early costs an update; nor does the time a
+// grant sits unnoticed until a polling waiter asks, or the waiters behind
+// would poll later and later, and each in turn be noticed late.)
 func (m *mutex) pollAfter(now time.Time, ahead int, ttl time.Duration) time.Duration {
 	per := m.turnover
-	if held := now.Sub(m.pickedUp); m.s.Holder != nil && !m.pickedUp.IsZero() && held > 4*per {
+	if held := now.Sub(m.pickedUp); m.s.Holder != nil && !m.pickedUp.IsZero() && held > max(4*per, time.Second) {
 		per = held
 	}
 	return min(max(per*time.Duration(ahead-longPolls+1), minPoll), waitSlice(ttl))
