@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock/internal/procfs"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -341,12 +342,8 @@ func pidFromFile(t *testing.T, path string) int {
 
 // running reports whether pid is a live process (not a zombie).
 func running(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && len(b) > i+2 && b[i+2] != 'Z' && b[i+2] != 'X'
+	st, ok := procfs.Process(pid)
+	return ok && !st.Gone()
 }
 
 // waitGone waits (a bounded time) until pid no longer runs.

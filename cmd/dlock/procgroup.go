@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/signal"
@@ -9,6 +8,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/dlock/dlock/internal/procfs"
 )
 
 // forwardedSignals are passed on by dlock run to its CMD's process group.
@@ -38,30 +39,11 @@ func (g processGroup) alive() bool {
 		if _, err := strconv.Atoi(p.Name()); err != nil {
 			continue
 		}
-		fields := statFields("/proc/" + p.Name() + "/stat")
-		if len(fields) < 3 || string(fields[0]) == "Z" || string(fields[0]) == "X" {
-			continue
-		}
-		if pgrp, err := strconv.Atoi(string(fields[2])); err == nil && pgrp == int(g) {
+		if st, ok := procfs.Read("/proc/" + p.Name() + "/stat"); ok && !st.Gone() && st.PGRP == int(g) {
 			return true
 		}
 	}
 	return false
-}
-
-// statFields returns the fields of a /proc stat file after the command's
-// name: state, ppid, pgrp, …; nil if it cannot be read.
-func statFields(path string) [][]byte {
-	stat, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil
-	}
-	return bytes.Fields(stat[i+1:])
 }
 
 // waitStopped waits, at most timeout, until every thread of process pid is
@@ -69,20 +51,16 @@ func statFields(path string) [][]byte {
 // taken it, the others run on. Without /proc it waits 100ms and trusts
 // that to be enough.
 func waitStopped(pid int, timeout time.Duration) bool {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
 	deadline := time.Now().Add(timeout)
 	for {
-		tasks, err := os.ReadDir(dir)
-		if err != nil {
+		threads, ok := procfs.Threads(pid)
+		if !ok {
 			time.Sleep(100 * time.Millisecond)
 			return true
 		}
-		stopped := len(tasks) > 0
-		for _, t := range tasks {
-			if f := statFields(dir + t.Name() + "/stat"); len(f) == 0 || (string(f[0]) != "T" && string(f[0]) != "t") {
-				stopped = false
-				break
-			}
+		stopped := len(threads) > 0
+		for _, t := range threads {
+			stopped = stopped && t.Stopped()
 		}
 		if stopped || time.Now().After(deadline) {
 			return stopped

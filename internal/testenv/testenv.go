@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock/dlock/internal/procfs"
 )
 
 // Required reports whether a missing dependency named what must fail the
@@ -199,31 +201,11 @@ func childPIDs(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if ppid, _, ok := procStat(child); ok && ppid == pid {
+		if st, ok := procfs.Process(child); ok && st.PPID == pid {
 			kids = append(kids, child)
 		}
 	}
 	return kids
-}
-
-// procStat reads a process's parent and state ('Z': exited, not yet
-// reaped) from /proc/PID/stat.
-func procStat(pid int) (ppid int, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[0][0], err == nil
 }
 
 // waitGone waits, at most timeout, until process pid has exited (it may
@@ -231,7 +213,7 @@ func procStat(pid int) (ppid int, state byte, ok bool) {
 func waitGone(pid int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if _, state, ok := procStat(pid); !ok || state == 'Z' || state == 'X' {
+		if st, ok := procfs.Process(pid); !ok || st.Gone() {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
