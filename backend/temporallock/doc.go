@@ -53,11 +53,11 @@
 // hold their waits open. A waiter behind them gets an immediate "queued"
 // with a time to ask again: about when the grants ahead of it should be
 // done, at least 250ms and at most a wait slice (see above). A grant is
-// expected to take the recent turnover (hold plus hand-over), or as long
-// as the present holder has held the lock if that is longer, so a queue
-// behind a long hold asks seldom: 24 waiters behind a holder of 2s send
-// fewer than 5 requests a second. A waiter holds its wait open once it is
-// among the first four. A queue of any length thus keeps at most four
+// expected to take the recent turnover (hold plus hand-over), or, once
+// the present holder has held the lock over a second and over four times
+// that, as long as it has held, so a queue behind a long hold asks
+// seldom: 24 waiters behind a holder of 2s send fewer than 5 requests a
+// second. A waiter holds its wait open once it is among the first four. A queue of any length thus keeps at most four
 // waits in flight, leaving room for the holder's renewals and for
 // arrivals (the SDK retries an update that the server refuses for the
 // limit, with back-off). The cost: a waiter far back asks a few times
