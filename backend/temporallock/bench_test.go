@@ -61,11 +61,16 @@ func BenchmarkTemporal(b *testing.B) {
 // would have), take turns on one name with nothing held in between.
 // More than 10 waiters exceed the server's default of in-flight updates
 // per workflow, which the fair mode keeps within (see the package doc).
+// Reported besides hand-offs: updates (and updates-with-start) sent per
+// grant, and how many failed — refused for the in-flight limit, or aborted
+// by such a refusal — and were retried by the SDK. All workers start at
+// once, so a few arrivals can be refused at the start.
 func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 	ctx := context.Background()
+	var updates updateCounter
 	cs := make([]*dlock.Client, workers)
 	for i := range cs {
-		cs[i] = dlock.New(srv.open(b, "", WithMode(mode)), dlock.WithTTL(30*time.Second))
+		cs[i] = dlock.New(srv.openDial(b, "", updates.dialOptions(), WithMode(mode)), dlock.WithTTL(30*time.Second))
 	}
 	name := fmt.Sprintf("bench/contended/%d/%d", workers, b.N)
 	var left atomic.Int64
@@ -93,4 +98,6 @@ func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+	b.ReportMetric(float64(updates.calls.Load())/float64(b.N), "updates/grant")
+	b.ReportMetric(float64(updates.failed.Load()), "failed-updates")
 }

@@ -79,7 +79,7 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 		case stQueued:
 			// Too far back in the queue to hold a wait open: ask again
 			// when the workflow says.
-			if rep.RetryAfter > 0 && !d.pauseQueued(ctx, req, rep.RetryAfter) {
+			if rep.RetryAfter > 0 && !d.pollPlace(ctx, req, rep, sent.Add(waitSlice(req.TTL))) {
 				return driver.Grant{}, ctx.Err()
 			}
 		default:
@@ -133,6 +133,53 @@ func (d *Driver) pauseQueued(ctx context.Context, req driver.Request, wait time.
 	case <-t.C:
 		return true
 	}
+}
+
+// placeTimeout bounds one "place" query.
+const placeTimeout = 5 * time.Second
+
+// pollPlace waits, for a queued waiter too far back to hold a wait open,
+// until it should send its next "wait": rep.RetryAfter, and while the
+// workflow says to ask by query (rep.Query, far back in the queue), as
+// long as the "place" queries answer "not yet". A query does not renew
+// the waiter's place, so the wait is sent by renewBy whatever the answers;
+// a failed query (a server restarting) ends the polling too, and the wait
+// tells. If ctx ends first, it leaves the queue and reports false.
+func (d *Driver) pollPlace(ctx context.Context, req driver.Request, rep reply, renewBy time.Time) bool {
+	for {
+		wait := min(rep.RetryAfter, time.Until(renewBy))
+		if wait > 0 && !d.pauseQueued(ctx, req, wait) {
+			return false
+		}
+		if !rep.Query || !time.Now().Before(renewBy) {
+			return true
+		}
+		var err error
+		rep, err = d.place(ctx, req, min(placeTimeout, time.Until(renewBy)))
+		if ctx.Err() != nil {
+			d.leaveQueue(req, nil)
+			return false
+		}
+		if err != nil || rep.Status != stQueued || rep.RetryAfter <= 0 {
+			return true
+		}
+	}
+}
+
+// place asks the name's mutex workflow where req.Owner stands (the "place"
+// query).
+func (d *Driver) place(ctx context.Context, req driver.Request, timeout time.Duration) (reply, error) {
+	if timeout <= 0 {
+		return reply{}, context.DeadlineExceeded
+	}
+	qctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	v, err := d.c.QueryWorkflow(qctx, d.workflowID(req.Name), "", qryPlace, req.Owner)
+	var rep reply
+	if err == nil {
+		err = v.Get(&rep)
+	}
+	return rep, err
 }
 
 // acquireDetached sends the acquire update detached from ctx; see

@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
@@ -278,9 +283,10 @@ func testManyWaiters(t *testing.T, srv server) {
 	name := "many-waiters/" + t.Name()
 	ctx := testenv.Context(t, 4*time.Minute)
 	// Four clients, as four processes with several waiters each.
+	var updates updateCounter
 	clients := make([]*dlock.Client, 4)
 	for i := range clients {
-		clients[i] = srv.client(t)
+		clients[i] = dlock.New(srv.openDial(t, "", updates.dialOptions()), dlock.WithTTL(testTTL))
 	}
 	first, err := clients[0].Mutex(name, dlock.WithFair()).Lock(ctx)
 	if err != nil {
@@ -318,6 +324,14 @@ func testManyWaiters(t *testing.T, srv server) {
 			t.Error(err)
 		}
 	}
+	// The queue stays below the server's limit of updates in flight: a
+	// refusal would abort every update in flight on the workflow (see
+	// queryFrom).
+	if n := updates.failed.Load(); n > 0 {
+		updates.mu.Lock()
+		t.Errorf("%d of %d updates failed (first: %v); want none", n, updates.calls.Load(), updates.first)
+		updates.mu.Unlock()
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for i, w := range order {
@@ -325,4 +339,34 @@ func testManyWaiters(t *testing.T, srv server) {
 			t.Fatalf("grants in order %v, want arrival order 0..%d", order, waiters-1)
 		}
 	}
+}
+
+// updateCounter counts the updates (and updates-with-start) sent by the
+// clients dialled with its dialOptions, and those that failed: refused for
+// the server's in-flight limit, or aborted because a refusal cleared the
+// workflow's state. The SDK retries both, so Lock does not fail, only
+// waits.
+type updateCounter struct {
+	calls, failed atomic.Int64
+	mu            sync.Mutex
+	first         error
+}
+
+func (f *updateCounter) dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if method != workflowservice.WorkflowService_UpdateWorkflowExecution_FullMethodName &&
+			method != workflowservice.WorkflowService_ExecuteMultiOperation_FullMethodName {
+			return err
+		}
+		f.calls.Add(1)
+		if code := status.Code(err); code == codes.ResourceExhausted || code == codes.Unavailable {
+			if f.failed.Add(1) == 1 {
+				f.mu.Lock()
+				f.first = err
+				f.mu.Unlock()
+			}
+		}
+		return err
+	})}
 }

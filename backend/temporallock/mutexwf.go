@@ -18,6 +18,7 @@ const (
 	updRelease = "release" // ownerReq -> reply: ok (released, or left the queue) or lost
 	updBreak   = "break"   // none -> reply: ok or free
 	qryState   = "state"   // -> mutexState
+	qryPlace   = "place"   // owner -> reply: as a "wait" answered at once
 
 	// Signals from lock-holding workflows (the workflow-side API), which
 	// cannot call updates: the same requests, answered by signals back.
@@ -125,6 +126,9 @@ type reply struct {
 	// RetryAfter, on a queued reply to a polling wait: the waiter is too
 	// far back for its wait to be held open, and asks again after this.
 	RetryAfter time.Duration `json:",omitempty"`
+	// Query, with RetryAfter: the waiter is farther back still, and asks
+	// again by the "place" query rather than by update.
+	Query bool `json:",omitempty"`
 }
 
 type grantMsg struct {
@@ -161,6 +165,20 @@ type mutex struct {
 // ahead of it should take (pollAfter), which leaves room for the holder's
 // renewals and for arrivals.
 const longPolls = 4
+
+// queryFrom is how many client waiters must be ahead of a polling waiter
+// for it to poll by query rather than by update. Reaching the in-flight
+// limit costs far more than the refused update: the server (1.29) answers
+// the refusal by clearing the workflow's cached state, which aborts every
+// update in flight on it (the held-open waits and the holder's release
+// among them) and fails the workflow task under way, which its worker must
+// then replay from the history; the SDK retries them all after 400ms,
+// 800ms, …, and the lock sits granted meanwhile to a waiter that does not
+// know it. So the waiters just behind the long-polling ones poll by update
+// (an update that finds its waiter among the first holds the wait open at
+// once: no second round trip), and those farther back by the "place"
+// query, which takes no update slot and adds nothing to the history.
+const queryFrom = longPolls + 3
 
 // minPoll is the shortest interval between a polling waiter's requests.
 const minPoll = 250 * time.Millisecond
@@ -266,7 +284,25 @@ func (m *mutex) register(ctx workflow.Context) error {
 			return err
 		}
 	}
+	if err := workflow.SetQueryHandler(ctx, qryPlace, func(owner string) (reply, error) { return m.place(ctx, owner), nil }); err != nil {
+		return err
+	}
 	return workflow.SetQueryHandler(ctx, qryState, func() (mutexState, error) { return m.s, nil })
+}
+
+// place answers a waiter's "place" query as a "wait" would be answered at
+// once, but changes nothing (a query cannot): granted (the waiter then
+// sends a wait, which takes the grant), queued with a RetryAfter (not yet),
+// queued without (send a wait now), or gone.
+func (m *mutex) place(ctx workflow.Context, owner string) reply {
+	if h := m.s.Holder; h != nil && h.Owner == owner {
+		return reply{Status: stGranted}
+	}
+	i := m.queued(owner)
+	if i < 0 {
+		return reply{Status: stGone}
+	}
+	return m.queuedReply(workflow.Now(ctx), true, i, m.s.Queue[i].TTL)
 }
 
 // receiveSignals serves the workflow-side API's signals in the background.
@@ -358,7 +394,7 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 // wait open, when to ask again.
 func (m *mutex) queuedReply(now time.Time, poll bool, i int, ttl time.Duration) reply {
 	if ahead := m.clientsAhead(i); poll && ahead >= longPolls {
-		return reply{Status: stQueued, RetryAfter: m.pollAfter(now, ahead, ttl)}
+		return reply{Status: stQueued, RetryAfter: m.pollAfter(now, ahead, ttl), Query: ahead >= queryFrom}
 	}
 	return reply{Status: stQueued}
 }

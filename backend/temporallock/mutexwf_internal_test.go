@@ -11,6 +11,7 @@ import (
 // slice], as often as the turnover says while holds are short, and seldom
 // behind a hold that has lasted, however many wait: a queue of 24 behind a
 // holder of 2s sends a few polls a second, not one per waiter per minPoll.
+// Waiters up to queryFrom poll by update, the ones behind by query.
 func TestPollAfter(t *testing.T) {
 	const ttl = 15 * time.Second
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -35,6 +36,9 @@ func TestPollAfter(t *testing.T) {
 			}
 			if rep.RetryAfter < minPoll || rep.RetryAfter > waitSlice(ttl) {
 				t.Fatalf("waiter %d polls after %v, want within [%v, %v]", i, rep.RetryAfter, minPoll, waitSlice(ttl))
+			}
+			if want := i >= queryFrom; rep.Query != want {
+				t.Fatalf("waiter %d told to poll by query: %v, want %v (the first %d poll by update)", i, rep.Query, want, queryFrom)
 			}
 			r += 1 / rep.RetryAfter.Seconds()
 		}

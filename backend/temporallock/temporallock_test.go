@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/dlocktest"
@@ -34,12 +35,19 @@ func (s server) url(mode Mode) string {
 // address (a proxy in front of it).
 func (s server) open(t testing.TB, addr string, opts ...Option) *Driver {
 	t.Helper()
+	return s.openDial(t, addr, nil, opts...)
+}
+
+// openDial is open with gRPC dial options for the client.
+func (s server) openDial(t testing.TB, addr string, dial []grpc.DialOption, opts ...Option) *Driver {
+	t.Helper()
 	if addr == "" {
 		addr = s.Addr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: s.Namespace, Logger: quietLogger()})
+	c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: s.Namespace, Logger: quietLogger(),
+		ConnectionOptions: client.ConnectionOptions{DialOptions: dial}})
 	if err != nil {
 		t.Fatalf("dial temporal %s: %v", addr, err)
 	}
