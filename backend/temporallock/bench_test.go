@@ -63,8 +63,8 @@ func BenchmarkTemporal(b *testing.B) {
 // per workflow, which the fair mode keeps within (see the package doc).
 // Reported besides hand-offs: updates (and updates-with-start) sent per
 // grant, and how many failed — refused for the in-flight limit, or aborted
-// by such a refusal — and were retried by the SDK. All workers start at
-// once, so a few arrivals can be refused at the start.
+// by the server — and were retried by the SDK. All workers start at once,
+// so a few arrivals can be refused at the start.
 func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 	ctx := context.Background()
 	var updates updateCounter

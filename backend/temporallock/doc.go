@@ -48,34 +48,36 @@
 // stored state; it keeps running so that its counter is kept.
 //
 // Many waiters: Temporal admits a limited number of updates in flight on
-// one workflow (history.maxInFlightUpdates, 10 by default), and a wait
-// held open is one. Reaching the limit costs far more than the refused
-// update: the server (1.29) answers the refusal by clearing the workflow's
-// cached state, which aborts every update in flight on it — the held-open
-// waits and the holder's release among them — and fails the workflow task
-// under way, which its worker must then replay from the history; the SDK
-// retries all of them after 400ms, 800ms, …, and the lock meanwhile sits
-// granted to a waiter that does not know it. So dlock keeps below the
-// limit. Only the first four client waiters in the queue hold their waits
-// open. A waiter behind them gets an immediate "queued" with a time to ask
-// again: about when the grants ahead of it should be done, at least 250ms
-// and at most a wait slice (see above). A grant is expected to take the
-// recent turnover (hold plus hand-over), or, once the present holder has
-// held the lock over a second and over four times that, as long as it has
-// held, so a queue behind a long hold asks seldom: 24 waiters behind a
-// holder of 2s ask fewer than 5 times a second. The next three waiters ask
-// by update (one that finds its waiter among the first four is held open
-// at once); the waiters farther back ask by a "place" query, which takes
-// no update slot and adds nothing to the history, and send a wait only
-// when the query says they are near the front, or once a wait slice to
-// renew their place. A steady queue of any length thus keeps at most four
-// waits and three polls in flight, leaving room for the holder's release
-// and renewals and for arrivals. Arrivals themselves are not bounded: many
-// Locks of one name sent at the same instant can still reach the limit,
-// once. The cost: a waiter far back asks a few times
-// while it moves up, and when holds are shorter than its polling
-// interval, or a long hold is followed by short ones, the lock can sit
-// granted to it for up to that interval before it learns.
+// one workflow (history.maxInFlightUpdates, 10 by default), and a wait held
+// open is one; an update refused for the limit is retried by the SDK after
+// 400ms, 800ms, …. Updates are also what a busy mutex workflow chokes on:
+// each runs a workflow task, and in the slow runs of a 32-worker benchmark
+// the server aborted updates in flight by the hundreds ("workflow update
+// was aborted", retried by the SDK too) while workers replayed the history
+// — in server 1.29, a speculative workflow task whose completion fails
+// ("Workflow task not found") makes the server clear the workflow's cached
+// state, which aborts every update not yet completed. The lock meanwhile
+// sits granted to a waiter that does not know it. So dlock keeps updates
+// few and below the limit. Only the first four client waiters in the queue
+// hold their waits open. A waiter behind them gets an immediate "queued"
+// with a time to ask again: about when the grants ahead of it should be
+// done, at least 250ms and at most a wait slice (see above). A grant is
+// expected to take the recent turnover (hold plus hand-over), or, once the
+// present holder has held the lock over a second and over four times that,
+// as long as it has held, so a queue behind a long hold asks seldom: 24
+// waiters behind a holder of 2s ask fewer than 5 times a second. The next
+// three waiters ask by update (one that finds its waiter among the first
+// four is held open at once); the waiters farther back ask by a "place"
+// query, which takes no update slot and adds nothing to the history, and
+// send a wait only when the query says they are near the front, or once a
+// wait slice to renew their place. A steady queue of any length thus keeps
+// at most four waits and three polls in flight, leaving room for the
+// holder's release and renewals and for arrivals. Arrivals themselves are
+// not bounded: many Locks of one name sent at the same instant can still
+// reach the limit, once. The cost: a waiter far back asks a few times while
+// it moves up, and when holds are shorter than its polling interval, or a
+// long hold is followed by short ones, the lock can sit granted to it for
+// up to that interval before it learns.
 //
 // # Id mode (mode=id)
 //
