@@ -169,9 +169,6 @@ func (d *Driver) pollPlace(ctx context.Context, req driver.Request, rep reply, r
 // place asks the name's mutex workflow where req.Owner stands (the "place"
 // query).
 func (d *Driver) place(ctx context.Context, req driver.Request, timeout time.Duration) (reply, error) {
-	if timeout <= 0 {
-		return reply{}, context.DeadlineExceeded
-	}
 	qctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err := d.c.QueryWorkflow(qctx, d.workflowID(req.Name), "", qryPlace, req.Owner)

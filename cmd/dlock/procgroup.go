@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -31,15 +30,12 @@ func (g processGroup) alive() bool {
 	if err := syscall.Kill(-int(g), 0); errors.Is(err, syscall.ESRCH) {
 		return false
 	}
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
+	procs, ok := procfs.All()
+	if !ok {
 		return true // no /proc: trust kill(2)
 	}
 	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
-			continue
-		}
-		if st, ok := procfs.Read("/proc/" + p.Name() + "/stat"); ok && !st.Gone() && st.PGRP == int(g) {
+		if !p.Gone() && p.PGRP == int(g) {
 			return true
 		}
 	}
@@ -53,14 +49,10 @@ func (g processGroup) alive() bool {
 func waitStopped(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
-		threads, ok := procfs.Threads(pid)
+		stopped, ok := procfs.AllThreadsStopped(pid)
 		if !ok {
 			time.Sleep(100 * time.Millisecond)
 			return true
-		}
-		stopped := len(threads) > 0
-		for _, t := range threads {
-			stopped = stopped && t.Stopped()
 		}
 		if stopped || time.Now().After(deadline) {
 			return stopped

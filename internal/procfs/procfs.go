@@ -1,5 +1,5 @@
-// Package procfs reads the few facts dlock needs about a process from
-// Linux's /proc: its state, parent and process group.
+// Package procfs reads the few facts dlock needs about processes from
+// Linux's /proc: their state, parent and process group.
 package procfs
 
 import (
@@ -10,6 +10,7 @@ import (
 
 // Stat is the head of a /proc stat file.
 type Stat struct {
+	PID int // the process, or the thread in a task's stat file
 	// State: 'R' running, 'S' sleeping, 'T' stopped (by a signal), 't'
 	// stopped by a tracer, 'Z' exited but not yet reaped, 'X' dead, …
 	State byte
@@ -32,20 +33,21 @@ func Read(path string) (s Stat, ok bool) {
 		return Stat{}, false
 	}
 	// "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
+	open, end := bytes.IndexByte(b, ' '), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
 		return Stat{}, false
 	}
-	f := bytes.Fields(b[i+1:])
+	f := bytes.Fields(b[end+1:])
 	if len(f) < 3 || len(f[0]) != 1 {
 		return Stat{}, false
 	}
+	pid, err0 := strconv.Atoi(string(b[:open]))
 	ppid, err1 := strconv.Atoi(string(f[1]))
 	pgrp, err2 := strconv.Atoi(string(f[2]))
-	if err1 != nil || err2 != nil {
+	if err0 != nil || err1 != nil || err2 != nil {
 		return Stat{}, false
 	}
-	return Stat{State: f[0][0], PPID: ppid, PGRP: pgrp}, true
+	return Stat{PID: pid, State: f[0][0], PPID: ppid, PGRP: pgrp}, true
 }
 
 // Process reads /proc/PID/stat.
@@ -53,18 +55,37 @@ func Process(pid int) (Stat, bool) {
 	return Read("/proc/" + strconv.Itoa(pid) + "/stat")
 }
 
-// Threads reads the stat of every thread of process pid; ok is false if
-// its task directory cannot be read.
-func Threads(pid int) (threads []Stat, ok bool) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
-	tasks, err := os.ReadDir(dir)
+// All reads the stat of every process; ok is false if /proc cannot be
+// read.
+func All() (procs []Stat, ok bool) {
+	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, false
 	}
-	for _, t := range tasks {
-		if s, ok := Read(dir + t.Name() + "/stat"); ok {
-			threads = append(threads, s)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if s, ok := Read("/proc/" + e.Name() + "/stat"); ok {
+			procs = append(procs, s)
 		}
 	}
-	return threads, true
+	return procs, true
+}
+
+// AllThreadsStopped reports whether every thread of process pid is
+// stopped; ok is false if its threads cannot be read (no /proc, no such
+// process).
+func AllThreadsStopped(pid int) (stopped, ok bool) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false, false
+	}
+	for _, t := range tasks {
+		if s, ok := Read(dir + t.Name() + "/stat"); !ok || !s.Stopped() {
+			return false, true
+		}
+	}
+	return len(tasks) > 0, true
 }

@@ -1,4 +1,4 @@
-package procfs
+package procfs_test
 
 import (
 	"os"
@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock/dlock/internal/procfs"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 func TestReadParsesANameWithSpacesAndParentheses(t *testing.T) {
@@ -14,43 +17,51 @@ func TestReadParsesANameWithSpacesAndParentheses(t *testing.T) {
 	if err := os.WriteFile(path, []byte("4242 (a) (b c)) T 17 4242 4242 0 -1 4194560\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, ok := Read(path)
-	if !ok || s != (Stat{State: 'T', PPID: 17, PGRP: 4242}) || !s.Stopped() || s.Gone() {
-		t.Fatalf("Read = %+v, %v; want state T, ppid 17, pgrp 4242", s, ok)
+	s, ok := procfs.Read(path)
+	if !ok || s != (procfs.Stat{PID: 4242, State: 'T', PPID: 17, PGRP: 4242}) || !s.Stopped() || s.Gone() {
+		t.Fatalf("Read = %+v, %v; want pid 4242, state T, ppid 17, pgrp 4242", s, ok)
 	}
-	if _, ok := Read(filepath.Join(t.TempDir(), "missing")); ok {
+	if _, ok := procfs.Read(filepath.Join(t.TempDir(), "missing")); ok {
 		t.Fatal("Read of a missing file: ok")
 	}
 }
 
-func TestProcessAndThreadsOfAStoppedChild(t *testing.T) {
+func TestProcessAllAndThreadsOfAStoppedChild(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc on this system")
+		testenv.Missing(t, "procfs", "a Linux system with /proc mounted", err)
 	}
 	cmd := exec.Command("sleep", "30")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	s, ok := Process(cmd.Process.Pid)
-	if !ok || s.PPID != os.Getpid() || s.Gone() {
-		t.Fatalf("Process(child) = %+v, %v; want a live child of %d", s, ok, os.Getpid())
+	child := cmd.Process.Pid
+	s, ok := procfs.Process(child)
+	if !ok || s.PID != child || s.PPID != os.Getpid() || s.Gone() {
+		t.Fatalf("Process(child) = %+v, %v; want a live child %d of %d", s, ok, child, os.Getpid())
+	}
+	procs, ok := procfs.All()
+	found := false
+	for _, p := range procs {
+		found = found || (p.PID == child && p.PPID == os.Getpid())
+	}
+	if !ok || !found {
+		t.Fatalf("All (%d processes, ok %v) does not list the child %+v", len(procs), ok, s)
+	}
+	if stopped, ok := procfs.AllThreadsStopped(child); !ok || stopped {
+		t.Fatalf("AllThreadsStopped(running child) = %v, %v; want false, true", stopped, ok)
 	}
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		threads, ok := Threads(cmd.Process.Pid)
-		stopped := ok && len(threads) > 0
-		for _, th := range threads {
-			stopped = stopped && th.Stopped()
-		}
-		if stopped {
+		stopped, ok := procfs.AllThreadsStopped(child)
+		if stopped && ok {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("threads of the stopped child: %+v, %v", threads, ok)
+			t.Fatalf("AllThreadsStopped(stopped child) = %v, %v after 10s", stopped, ok)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -194,15 +193,11 @@ func (p *Process) Stop(grace time.Duration) {
 
 // childPIDs returns the processes whose parent is pid, from /proc.
 func childPIDs(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
+	procs, _ := procfs.All()
 	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := procfs.Process(child); ok && st.PPID == pid {
-			kids = append(kids, child)
+	for _, p := range procs {
+		if p.PPID == pid {
+			kids = append(kids, p.PID)
 		}
 	}
 	return kids
