@@ -87,11 +87,21 @@ func (d *Driver) syncedChildren(path string) ([]string, error) {
 // queued is one lock node of a queue.
 type queued struct {
 	name string
-	seq  int64
+	seq  int32
 }
 
 // queueOf returns the lock nodes among a parent's children, in sequence
 // order; other children are ignored.
+//
+// The server appends the parent's child version (cversion) as the
+// sequence: an int32 that counts every create and delete of a child, and
+// that wraps from 2147483647 to -2147483648 after 2³¹ of them (a parent
+// that stays busy: an empty one is deleted, and its successor starts from
+// zero). Sequences are therefore compared as serial numbers (RFC 1982), by
+// the sign of their 32-bit difference, which orders correctly across the
+// wrap as long as the live nodes of one queue span fewer than 2³¹ changes
+// of the parent. This costs nothing, where ordering by czxid would need a
+// read of every child's stat on each listing.
 func queueOf(kids []string) []queued {
 	q := make([]queued, 0, len(kids))
 	for _, k := range kids {
@@ -99,14 +109,21 @@ func queueOf(kids []string) []queued {
 		if !strings.HasPrefix(k, protectedPrefix) || i < 0 {
 			continue
 		}
-		seq, err := strconv.ParseInt(k[i+len(lockMarker):], 10, 64)
+		seq, err := strconv.ParseInt(k[i+len(lockMarker):], 10, 32)
 		if err != nil {
 			continue
 		}
-		q = append(q, queued{k, seq})
+		q = append(q, queued{k, int32(seq)})
 	}
-	slices.SortFunc(q, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(q, func(a, b queued) int { return compareSeq(a.seq, b.seq) })
 	return q
+}
+
+// compareSeq compares two sequence numbers in serial-number arithmetic:
+// a comes before b when b is less than 2³¹ creations after it, wrapping
+// included.
+func compareSeq(a, b int32) int {
+	return cmp.Compare(int32(uint32(a)-uint32(b)), 0)
 }
 
 // enqueue creates our node and lists the queue ahead of it. The create
