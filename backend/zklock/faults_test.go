@@ -184,6 +184,28 @@ func testPausedServer(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	mustUnlock(t, l2)
 }
 
+// hourLeaseDriver opens a driver on its own connection to addr with a
+// testSession session, but tells it the session lasts an hour: its leases'
+// deadlines are then out of the way, and only the server's verdict on the
+// session can end them. Both are closed when the test ends.
+func hourLeaseDriver(t *testing.T, addr string) *Driver {
+	t.Helper()
+	conn, _, err := zk.Connect([]string{addr}, testSession, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	if !waitFor(30*time.Second, func() bool { return conn.State() == zk.StateHasSession }) {
+		t.Fatal("no session within 30s")
+	}
+	d, err := New(conn, time.Hour, WithRoot("/faults"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
 // testServerEndsSession makes the server expire a holder's session while
 // its traffic is blocked, with the lease deadline out of the way (the
 // driver is told the session lasts an hour): the server's verdict alone,
@@ -192,19 +214,7 @@ func testPausedServer(t *testing.T, z *testenv.ZooKeeper, open opener) {
 // token.
 func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	p := testenv.NewProxy(t, z.Servers[0].Addr)
-	conn, _, err := zk.Connect([]string{p.Addr()}, testSession, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if !waitFor(30*time.Second, func() bool { return conn.State() == zk.StateHasSession }) {
-		t.Fatal("no session within 30s")
-	}
-	d, err := New(conn, time.Hour, WithRoot("/faults"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := hourLeaseDriver(t, p.Addr())
 	name := "expired-session"
 	g, err := d.Acquire(testenv.Context(t, 30*time.Second), driver.Request{Name: name, Owner: strings.Repeat("e", 32), TTL: time.Hour, Wait: true})
 	if err != nil {
@@ -557,4 +567,81 @@ func testLaggingFollower(t *testing.T, z *testenv.ZooKeeper) {
 		}
 		mustUnlock(t, held)
 	}
+}
+
+// testBreakOfReleasedLockIsNotHeld has the holder release its lock between
+// Break's listing and Break's delete: nothing was broken, so Break must
+// say the lock is free (ErrNotHeld), not report success; and the holder's
+// release stays a clean one.
+func testBreakOfReleasedLockIsNotHeld(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	holder, admin := client(t, open(t, "/break")), client(t, open(t, "/break"))
+	name := "break-race"
+	l := mustLock(t, holder, name)
+	var unlockErr error
+	testHookBeforeBreakDelete = func() {
+		testHookBeforeBreakDelete = nil
+		unlockErr = l.Unlock(testenv.Context(t, 30*time.Second))
+	}
+	defer func() { testHookBeforeBreakDelete = nil }()
+	err := admin.Break(testenv.Context(t, 30*time.Second), name)
+	if unlockErr != nil {
+		t.Fatalf("Unlock between Break's listing and its delete: %v", unlockErr)
+	}
+	if !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Break of a lock released before its delete: %v, want ErrNotHeld", err)
+	}
+	// With a new holder in place by the time of the delete, Break breaks
+	// that one.
+	l1 := mustLock(t, holder, name)
+	other := client(t, open(t, "/break"))
+	var l2 *dlock.Lease
+	testHookBeforeBreakDelete = func() {
+		testHookBeforeBreakDelete = nil
+		if unlockErr = l1.Unlock(testenv.Context(t, 30*time.Second)); unlockErr == nil {
+			l2, unlockErr = other.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
+		}
+	}
+	if err := admin.Break(testenv.Context(t, 30*time.Second), name); err != nil {
+		t.Errorf("Break of a lock handed over before its delete: %v, want nil", err)
+	}
+	if unlockErr != nil {
+		t.Fatalf("hand-over between Break's listing and its delete: %v", unlockErr)
+	}
+	select {
+	case <-l2.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("the new holder's Done not closed 30s after Break")
+	}
+}
+
+// testReleaseAfterSessionExpired cuts a holder off until the server has
+// expired its session and granted the lock to another client, with the
+// lease deadline out of the way (the driver is told the session lasts an
+// hour) and no watch on the node yet; the holder's Release, sent while it
+// is cut off, meets the expired session when the connection comes back. It
+// must report the lease lost, not a clean release.
+func testReleaseAfterSessionExpired(t *testing.T, z *testenv.ZooKeeper, open opener) {
+	p := testenv.NewProxy(t, z.Servers[0].Addr)
+	d := hourLeaseDriver(t, p.Addr())
+	name := "release-expired"
+	owner := strings.Repeat("r", 32)
+	g, err := d.Acquire(testenv.Context(t, 30*time.Second), driver.Request{Name: name, Owner: owner, TTL: time.Hour, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := driver.Held{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle}
+	p.Block()
+	other := client(t, open(t, "/faults"))
+	l2 := mustLock(t, other, name) // granted once the server expired the session
+	released := make(chan error, 1)
+	go func() { released <- d.Release(testenv.Context(t, 60*time.Second), held) }()
+	time.Sleep(100 * time.Millisecond) // the delete waits in the blocked proxy
+	p.Unblock()
+	if err := <-released; !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Release whose session expired: %v, want ErrLeaseLost", err)
+	}
+	if _, err := other.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("the new holder's lock must still be held; TryLock: %v", err)
+	}
+	mustUnlock(t, l2)
 }

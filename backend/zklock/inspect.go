@@ -81,19 +81,54 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 // Break deletes the holder's node, whoever owns it: the holder's watch
 // reports the loss at once, and the next waiter is granted, with a higher
 // token. It needs the delete permission on the lock's parent.
+//
+// When the holder's node is gone by the time the delete arrives (released,
+// or its session ended, after the listing), Break lists the queue again and
+// breaks the node that holds now, if any: it returns nil only after its own
+// delete removed a holder's node, and ErrNotHeld when it finds the lock
+// free. (One case stays ambiguous: a delete whose reply was lost with the
+// connection, answered NoNode when sent again; that is counted as broken.)
 func (d *Driver) Break(ctx context.Context, name string) error {
 	parent := d.lockPath(name)
-	kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return d.fail(ctx, "list "+parent, err)
+	for range 5 {
+		kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return d.fail(ctx, "list "+parent, err)
+		}
+		q := queueOf(kids)
+		if len(q) == 0 {
+			return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
+		}
+		if testHookBeforeBreakDelete != nil {
+			testHookBeforeBreakDelete()
+		}
+		node := parent + "/" + q[0].name
+		broke, err := d.deleteOnce(ctx, node)
+		if err != nil {
+			return d.fail(ctx, "delete "+node, err)
+		}
+		if broke {
+			return nil
+		}
+		// Gone before our delete: someone else's turn may have begun.
 	}
-	q := queueOf(kids)
-	if len(q) == 0 {
-		return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
+	return fmt.Errorf("%w: zookeeper: the holder of %q kept changing under Break", driver.ErrUnavailable, name)
+}
+
+// testHookBeforeBreakDelete, when set by a test, runs between Break's
+// listing and its delete.
+var testHookBeforeBreakDelete func()
+
+// deleteOnce deletes path, trying again while the connection is down (for
+// up to a session timeout). It reports whether a delete of its own removed
+// the node: false when the first answer was NoNode; true when a retry was
+// answered NoNode, since the earlier attempt may have been applied before
+// its reply was lost.
+func (d *Driver) deleteOnce(ctx context.Context, path string) (bool, error) {
+	attempts := 0
+	_, err := retry(ctx, d, func() (struct{}, error) { attempts++; return struct{}{}, d.conn.Delete(path, -1) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return attempts > 1, nil
 	}
-	_, err = retry(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(parent+"/"+q[0].name, -1) })
-	if err != nil && !errors.Is(err, zk.ErrNoNode) { // NoNode: released meanwhile
-		return d.fail(ctx, "delete "+parent+"/"+q[0].name, err)
-	}
-	return nil
+	return err == nil, err
 }

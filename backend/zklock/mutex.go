@@ -336,9 +336,17 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		_, err := roundTrip(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(n.path, -1) })
 		switch {
-		case err == nil, errors.Is(err, zk.ErrNoNode) && retried:
-			// (NoNode after an attempt whose reply was lost: that attempt
-			// deleted it, or it went with the session; either way it is gone.)
+		case err == nil:
+			n.finish()
+			return nil
+		case errors.Is(err, zk.ErrSessionExpired) || d.conn.SessionID() != n.session:
+			// The session ended, and the node with it, before our delete
+			// took effect: the lease was lost, not released.
+			n.vanish()
+			return fmt.Errorf("%w: %q: the session of the lock node ended", driver.ErrLeaseLost, h.Name)
+		case errors.Is(err, zk.ErrNoNode) && retried:
+			// NoNode, in the node's own session, after an attempt whose
+			// reply was lost: that attempt deleted it.
 			n.finish()
 			return nil
 		case errors.Is(err, zk.ErrNoNode):

@@ -150,7 +150,11 @@
 //   - Break deletes the holder's node (it needs the delete permission on
 //     the parent: with digest auth, the same identity); the holder's watch
 //     sees the deletion and Grant.Lost fires at once (in the first third of
-//     a lease, at its first renewal).
+//     a lease, at its first renewal). If the holder's node goes before
+//     Break's delete arrives, Break breaks the next holder if there is one
+//     by then, and returns ErrNotHeld if the lock is free.
+//   - A Release that meets the end of its session (the server expired it
+//     while the holder was cut off) reports ErrLeaseLost, not a release.
 //
 // Capabilities.LockDelay is false: the recipe does not record whether the
 // previous holder released or was lost, so WithLockDelay waits after

@@ -80,6 +80,8 @@ func TestStandalone(t *testing.T) {
 	t.Run("DigestACLKeepsOtherIdentitiesOut", func(t *testing.T) { testDigestACL(t, z) })
 	t.Run("EmptyParentsAreDeleted", func(t *testing.T) { testEmptyParentsGo(t, z, open) })
 	t.Run("ServerRestartWhileHeld", func(t *testing.T) { testRestarts(t, z, open) })
+	t.Run("BreakOfLockReleasedMeanwhileIsNotHeld", func(t *testing.T) { testBreakOfReleasedLockIsNotHeld(t, z, open) })
+	t.Run("ReleaseAfterSessionExpiredIsLeaseLost", func(t *testing.T) { testReleaseAfterSessionExpired(t, z, open) })
 }
 
 func TestCapabilitiesFollowTheNegotiatedSession(t *testing.T) {
