@@ -42,6 +42,16 @@ type ZooKeeperOptions struct {
 	// is acknowledged (forceSync=no): unsafe for data, but it takes the
 	// disk out of benchmarks of client round trips.
 	NoSync bool
+	// SyncLimit is ZooKeeper's syncLimit, in ticks: how long a follower
+	// goes without hearing from the leader before it gives the leader up
+	// (and drops its clients), and the leader a follower. Default 10.
+	SyncLimit int
+	// PeerProxies routes the quorum and election traffic between the
+	// servers of an ensemble through Proxies in the test process (each
+	// server's zoo.cfg names the other servers by proxy addresses), so that
+	// a test can cut one server off from the others with Isolate while its
+	// clients still reach it.
+	PeerProxies bool
 }
 
 // ZooKeeper is a ZooKeeper deployment started for a test: one standalone
@@ -63,6 +73,8 @@ type ZooKeeperServer struct {
 
 	mu   sync.Mutex
 	proc *Process
+
+	links []*Proxy // with PeerProxies: its traffic to and from the other servers
 }
 
 // StartZooKeeper starts a standalone ZooKeeper server on a free loopback
@@ -94,6 +106,9 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 	if opts.ContainerCheck <= 0 {
 		opts.ContainerCheck = 500 * time.Millisecond
 	}
+	if opts.SyncLimit <= 0 {
+		opts.SyncLimit = 10
+	}
 	cp := zkJar
 	if _, err := os.Stat(zkLogBinding); err == nil {
 		cp += ":" + zkLogBinding
@@ -114,6 +129,24 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 	for i := range ps {
 		ps[i] = ports{FreePort(t), FreePort(t), FreePort(t)}
 	}
+	// addr[i][j] is the quorum and election address by which server i
+	// reaches server j: j's own ports, or a proxy to them.
+	type peerAddr struct{ peer, election string }
+	addr := make([][]peerAddr, n)
+	links := make([][]*Proxy, n)
+	for i := range n {
+		addr[i] = make([]peerAddr, n)
+		for j, p := range ps {
+			addr[i][j] = peerAddr{fmt.Sprintf("127.0.0.1:%d", p.peer), fmt.Sprintf("127.0.0.1:%d", p.election)}
+			if !opts.PeerProxies || i == j {
+				continue
+			}
+			pp, pe := NewProxy(t, addr[i][j].peer), NewProxy(t, addr[i][j].election)
+			addr[i][j] = peerAddr{pp.Addr(), pe.Addr()}
+			links[i] = append(links[i], pp, pe)
+			links[j] = append(links[j], pp, pe)
+		}
+	}
 	z := &ZooKeeper{}
 	root := t.TempDir()
 	for i := range n {
@@ -124,7 +157,7 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 			t.Fatal(err)
 		}
 		var cfg strings.Builder
-		fmt.Fprintf(&cfg, "tickTime=%d\ninitLimit=20\nsyncLimit=10\n", opts.Tick.Milliseconds())
+		fmt.Fprintf(&cfg, "tickTime=%d\ninitLimit=20\nsyncLimit=%d\n", opts.Tick.Milliseconds(), opts.SyncLimit)
 		fmt.Fprintf(&cfg, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", data, ps[i].client)
 		// Sessions from 2 ticks up to 2 minutes; no per-address connection
 		// limit (every test client comes from 127.0.0.1); no admin server;
@@ -135,8 +168,8 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 			cfg.WriteString("forceSync=no\n")
 		}
 		if n > 1 {
-			for j, p := range ps {
-				fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p.peer, p.election)
+			for j, a := range addr[i] {
+				fmt.Fprintf(&cfg, "server.%d=%s:%s\n", j+1, a.peer, strings.TrimPrefix(a.election, "127.0.0.1:"))
 			}
 			if err := os.WriteFile(filepath.Join(data, "myid"), fmt.Appendf(nil, "%d\n", id), 0o644); err != nil {
 				t.Fatal(err)
@@ -148,7 +181,7 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 		}
 		z.Servers = append(z.Servers, &ZooKeeperServer{
 			ID: id, Addr: fmt.Sprintf("127.0.0.1:%d", ps[i].client),
-			java: java, jvmArgs: jvmArgs, cfg: cfgPath, logDir: dir,
+			java: java, jvmArgs: jvmArgs, cfg: cfgPath, logDir: dir, links: links[i],
 		})
 	}
 	t.Cleanup(func() {
@@ -298,6 +331,28 @@ func (s *ZooKeeperServer) Pause() {
 func (s *ZooKeeperServer) Resume() {
 	if p := s.process(); p != nil {
 		p.Resume()
+	}
+}
+
+// Isolate cuts the server off from the other servers of its ensemble, in
+// both directions, while its clients still reach it: its connections to
+// and from them fall silent, as in a network partition. It needs an
+// ensemble started with PeerProxies. Rejoin ends it.
+func (s *ZooKeeperServer) Isolate(t testing.TB) {
+	t.Helper()
+	if len(s.links) == 0 {
+		t.Fatalf("testenv: ZooKeeper %d: Isolate needs an ensemble started with PeerProxies", s.ID)
+	}
+	for _, p := range s.links {
+		p.Block()
+	}
+}
+
+// Rejoin lets an isolated server's traffic to and from the other servers
+// flow again.
+func (s *ZooKeeperServer) Rejoin() {
+	for _, p := range s.links {
+		p.Unblock()
 	}
 }
 
