@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -82,7 +84,7 @@ func benchmarkLock(b *testing.B, addrs []string) {
 		lk := zk.NewLock(newZK(b), "/zk-bench/uncontended", zk.WorldACL(zk.PermAll))
 		dlockOne(b, m) // create the parents
 		zkOne(b, lk)
-		alternate(b, 1,
+		alternate(b, 1, "dlock-grants/s", "zk.Lock-grants/s",
 			func(n int) {
 				for range n {
 					dlockOne(b, m)
@@ -102,18 +104,19 @@ func benchmarkLock(b *testing.B, addrs []string) {
 			ms[i] = newDlock(b).Mutex("contended")
 			lks[i] = zk.NewLock(newZK(b), "/zk-bench/contended", zk.WorldACL(zk.PermAll))
 		}
-		alternate(b, 40,
+		alternate(b, 40, "dlock-grants/s", "zk.Lock-grants/s",
 			func(n int) { contend(n, workers, func(w int) { dlockOne(b, ms[w]) }) },
 			func(n int) { contend(n, workers, func(w int) { zkOne(b, lks[w]) }) })
 	})
 }
 
-// alternate runs b.N grants of each of dlock and zk.Lock, in alternating
-// rounds of up to round grants, and reports the rate of each and their
-// ratio (dlock/zk.Lock). Rates are taken from the median round, since a
-// busy machine stalls some rounds for far longer than a grant takes; the
+// alternate runs b.N operations of each of two contenders (dlock and
+// zk.Lock, say), in alternating rounds of up to round operations, and
+// reports the rate of each, under the metric names given, and their ratio
+// (first/second). Rates are taken from the median round, since a busy
+// machine stalls some rounds for far longer than an operation takes; the
 // ratio of the mean rates is reported too.
-func alternate(b *testing.B, round int, dlockRun, zkRun func(n int)) {
+func alternate(b *testing.B, round int, dlockName, zkName string, dlockRun, zkRun func(n int)) {
 	var dRounds, zRounds []time.Duration
 	var td, tz time.Duration
 	b.ResetTimer()
@@ -139,8 +142,8 @@ func alternate(b *testing.B, round int, dlockRun, zkRun func(n int)) {
 	rd := float64(round) / dRounds[len(dRounds)/2].Seconds()
 	rz := float64(round) / zRounds[len(zRounds)/2].Seconds()
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(rd, "dlock-grants/s")
-	b.ReportMetric(rz, "zk.Lock-grants/s")
+	b.ReportMetric(rd, dlockName)
+	b.ReportMetric(rz, zkName)
 	b.ReportMetric(rd/rz, "ratio")
 	b.ReportMetric(tz.Seconds()/td.Seconds(), "mean-ratio")
 }
@@ -158,4 +161,60 @@ func contend(n, workers int, one func(w int)) {
 		})
 	}
 	wg.Wait()
+}
+
+// BenchmarkRenewal measures a lease renewal as Extend makes it — a sync,
+// which the server answers only once the leader has, then a read of the
+// holder's node — side by side with the plain read of the node that
+// renewals were before (a follower cut off from the leader answers it from
+// stale state), on the same connection: against a standalone server, and
+// against a 3-server ensemble through a follower, where the sync travels to
+// the leader and back. It reports the renewals/s of each and their ratio
+// (sync+read / read).
+//
+//	go test ./backend/zklock -run '^$' -bench Renewal -benchtime 2000x
+func BenchmarkRenewal(b *testing.B) {
+	b.Run("standalone", func(b *testing.B) {
+		benchmarkRenewal(b, testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{}).Addrs()[0])
+	})
+	b.Run("ensemble-follower", func(b *testing.B) {
+		z := testenv.StartZooKeeperEnsemble(b, 3, testenv.ZooKeeperOptions{})
+		leader := z.Leader()
+		for _, s := range z.Servers {
+			if s != leader {
+				benchmarkRenewal(b, s.Addr)
+				return
+			}
+		}
+	})
+}
+
+func benchmarkRenewal(b *testing.B, addr string) {
+	d := openURL(b, zkURL([]string{addr}, "/bench", ""))
+	ctx := testenv.Context(b, 10*time.Minute)
+	owner := strings.Repeat("b", 32)
+	g, err := d.Acquire(ctx, driver.Request{Name: "renewal", Owner: owner, TTL: d.Capabilities().MinTTL, Wait: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	held := driver.Held{Name: "renewal", Owner: owner, Token: g.Token, Handle: g.Handle}
+	path := g.Handle.(*lockNode).path
+	alternate(b, 50, "sync+read-renewals/s", "read-renewals/s",
+		func(n int) {
+			for range n {
+				if err := d.Extend(ctx, held, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		},
+		func(n int) {
+			for range n {
+				if ok, _, err := d.Conn().Exists(path); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	if err := d.Release(ctx, held); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -645,3 +645,99 @@ func testReleaseAfterSessionExpired(t *testing.T, z *testenv.ZooKeeper, open ope
 	}
 	mustUnlock(t, l2)
 }
+
+// TestFollowerCutFromLeaderLosesLeaseBeforeNextGrant cuts off, from the
+// two other servers of an ensemble, the follower that the holder of a lock
+// talks to, while the holder still reaches it. The leader stops hearing of
+// the holder's session and expires it a session timeout later, and grants
+// the lock to a client on the majority's side; the cut follower still
+// answers its clients from its stale state until it gives the leader up,
+// syncLimit ticks after the cut — here longer than the session timeout. The
+// holder's Done must close before the majority sees the holder's node go,
+// hence before the new grant.
+func TestFollowerCutFromLeaderLosesLeaseBeforeNextGrant(t *testing.T) {
+	// syncLimit × tick = 6s, more than testSession.
+	z := testenv.StartZooKeeperEnsemble(t, 3, testenv.ZooKeeperOptions{SyncLimit: 30, PeerProxies: true})
+	leader := z.Leader()
+	if leader == nil {
+		t.Fatal("the ensemble has no leader")
+	}
+	var follower *testenv.ZooKeeperServer
+	var majority []string
+	for _, s := range z.Servers {
+		if follower == nil && s != leader && s.Mode() == "follower" {
+			follower = s
+			continue
+		}
+		majority = append(majority, s.Addr)
+	}
+	if follower == nil {
+		t.Fatal("the ensemble has no serving follower")
+	}
+	query := "session-timeout=" + testSession.String()
+	holder := client(t, openURL(t, zkURL([]string{follower.Addr}, "/cut", query)))
+	other := openURL(t, zkURL(majority, "/cut", query))
+	name := "cut"
+	l := mustLock(t, holder, name)
+
+	// The majority's view: a watch on the holder's node, and a waiter.
+	parent := other.lockPath(name)
+	kids, _, err := other.Conn().Children(parent)
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("children of %s: %v, %v", parent, kids, err)
+	}
+	ok, _, watch, err := other.Conn().ExistsW(parent + "/" + kids[0])
+	if err != nil || !ok {
+		t.Fatalf("watch on the holder's node: %v, %v", ok, err)
+	}
+	type grant struct {
+		l   *dlock.Lease
+		err error
+		at  time.Time
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		l2, err := client(t, other).Mutex(name).Lock(testenv.Context(t, 60*time.Second))
+		granted <- grant{l2, err, time.Now()}
+	}()
+	if !waitFor(30*time.Second, func() bool {
+		in, err := client(t, other).Inspect(testenv.Context(t, 30*time.Second), name)
+		return err == nil && len(in.Waiters) == 1
+	}) {
+		t.Fatal("the majority's waiter did not queue within 30s")
+	}
+
+	follower.Isolate(t)
+	defer follower.Rejoin()
+	cut := time.Now()
+	var lost, deleted time.Time
+	var g grant
+	done, deletedW := l.Done(), watch
+	timeout := time.After(45 * time.Second)
+	for lost.IsZero() || deleted.IsZero() || g.at.IsZero() {
+		select {
+		case <-done:
+			lost, done = time.Now(), nil
+		case ev := <-deletedW:
+			if ev.Type != zk.EventNodeDeleted {
+				t.Fatalf("watch on the holder's node: %+v, want its deletion", ev)
+			}
+			deleted, deletedW = time.Now(), nil
+		case g = <-granted:
+			if g.err != nil {
+				t.Fatalf("the majority's Lock: %v", g.err)
+			}
+		case <-timeout:
+			t.Fatalf("45s after the cut: Done closed %v, node deleted %v, granted %v", !lost.IsZero(), !deleted.IsZero(), !g.at.IsZero())
+		}
+	}
+	t.Logf("after the cut: Done closed at %v, the majority saw the node go at %v and was granted at %v",
+		lost.Sub(cut).Round(time.Millisecond), deleted.Sub(cut).Round(time.Millisecond), g.at.Sub(cut).Round(time.Millisecond))
+	if !lost.Before(deleted) || !lost.Before(g.at) {
+		t.Errorf("the holder's Done closed after the leader expired its session and granted the lock to another client: two holders")
+	}
+	if g.l.Token() <= l.Token() {
+		t.Errorf("token of the majority's grant %d, want > %d", g.l.Token(), l.Token())
+	}
+	mustUnlock(t, g.l)
+}

@@ -257,8 +257,9 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 }
 
 // grant makes n, the lowest node, a lease. The lease runs from the send
-// time of the last request the session answered; if that is not recent
-// (a long wait ended by a watch event), a check of the node renews it.
+// time of the last request of the session that reached the leader (its
+// create, for an uncontended lock); if that is not recent (a wait in the
+// queue), a check of the node renews it.
 func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 	if err := ctx.Err(); err != nil {
 		n.retire()
@@ -281,13 +282,24 @@ func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 	return driver.Grant{Token: uint64(n.czxid), TTL: ttl, Since: since, Lost: n.vanished, Handle: n}, nil
 }
 
-// check confirms that n still exists and belongs to its session.
+// check confirms that n still exists and belongs to its session, as the
+// leader sees it: a sync first, then a read. The server the client talks to
+// answers the sync only once the leader has answered it, after every write
+// the leader committed before — a session expiry and the deletion of its
+// nodes included — so the read that follows proves that the session was
+// alive at the leader after the send time. A plain read would not: a
+// follower cut off from the leader answers reads from its own stale state
+// (for up to syncLimit ticks, until it gives the leader up), while the
+// leader expires the session and grants the lock to someone else.
 func (d *Driver) check(ctx context.Context, n *lockNode) error {
 	type res struct {
 		ok bool
 		st *zk.Stat
 	}
 	r, err := roundTrip(ctx, d, func() (res, error) {
+		if _, err := d.conn.Sync(n.path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return res{}, err
+		}
 		ok, st, err := d.conn.Exists(n.path)
 		return res{ok, st}, err
 	})
@@ -301,9 +313,10 @@ func (d *Driver) check(ctx context.Context, n *lockNode) error {
 	return nil
 }
 
-// Extend checks that the holder's node still exists in its session; the
-// answer proves the session alive at the send time. The lease length is the
-// session's (see the package documentation), whatever ttl says.
+// Extend checks, after a sync, that the holder's node still exists in its
+// session; the answer proves the session alive at the leader after the send
+// time. The lease length is the session's (see the package documentation),
+// whatever ttl says.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, _ time.Duration) error {
 	n, ok := h.Handle.(*lockNode)
 	if !ok || n.d != d {
