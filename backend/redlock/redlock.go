@@ -509,7 +509,12 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 }
 
 // Break deletes the lock on every node, whoever holds it, and wakes the
-// waiters; the counters are kept, so the next grant's token is higher.
+// waiters; the counters are kept, so the next grant's token is higher. It
+// succeeds only when a majority of nodes answered (each either deleted
+// the lock or did not have it): then no majority holds it any more, and
+// the holder's next renewal fails. Otherwise it returns ErrUnavailable
+// naming the nodes that did not answer, since the lock may still be held
+// on a majority.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	if d.err != nil {
 		return d.err
@@ -521,10 +526,14 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	})
 	t := count(rs)
 	switch {
+	case t.ok+t.refused < d.quorum:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: redlock: break %s: deleted on %d of %d nodes, free on %d, and %d did not answer: a majority (%d) must answer, so the lock may still be held: %w",
+			driver.ErrUnavailable, name, t.ok, len(d.nodes), t.refused, len(t.errs), d.quorum, errors.Join(t.errs...))
 	case t.ok > 0:
 		return nil
-	case len(t.errs) > len(d.nodes)-d.quorum:
-		return d.unreachable(ctx, "break "+name, t)
 	}
 	return fmt.Errorf("%w: redlock: %q is free", driver.ErrNotHeld, name)
 }
