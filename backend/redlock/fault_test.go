@@ -82,3 +82,71 @@ func TestBreakWithOneNodeDownFreesTheLock(t *testing.T) {
 	}
 	_ = next.Unlock(ctx)
 }
+
+// A grant raises the fence counter on every node that answers, also on a
+// node whose lock is someone else's (here a stale lock that a release did
+// not reach). Then that node carries the latest counter, and a later
+// majority made of it and a node restarted empty still reads it: the token
+// increases.
+func TestGrantRaisesCounterOnRefusingNode(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	c := open(t, nodes)
+	before := lockUnlock(t, c, "k")
+
+	// A holds the lock; its release does not reach n0, which keeps A's
+	// lock (TTL 1m).
+	p0 := testenv.NewProxy(t, nodes[0].Addr)
+	a := dlock.New(newDriver([]string{p0.Addr(), nodes[1].Addr, nodes[2].Addr}))
+	t.Cleanup(func() { a.Close() })
+	la, err := a.Mutex("k", dlock.WithTTL(time.Minute)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0.Close()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with one node unreachable: %v", err)
+	}
+	// B's grant: n0 refuses (A's stale lock), n1 and n2 grant.
+	tb := lockUnlock(t, c, "k")
+	if tb <= la.Token() || la.Token() <= before {
+		t.Fatalf("tokens %d, %d, %d: want increasing", before, la.Token(), tb)
+	}
+	nodes[2].Restart() // empty
+	// Break removes A's stale lock from n0.
+	if err := c.Break(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	nodes[1].Kill()
+	// The next majority is {n0, n2}: n0 refused B's grant, n2 forgot it.
+	if next := lockUnlock(t, c, "k"); next <= tb {
+		t.Errorf("token %d on {n0, n2 restarted empty} after token %d: the counter was not raised on n0", next, tb)
+	}
+}
+
+// The limit the package documents: a node that misses a grant (cut off)
+// and a node of that grant restarted empty form a majority that has not
+// seen the grant's counter, and its token is issued again. This is the
+// exact sequence: n0 cut off, a grant on {n1, n2} gets t; n2 restarts
+// empty; n0 is back and n1 down: the grant on {n0, n2} reads t-1 and 0.
+func TestTokenRepeatsAfterPartitionThenEmptyRestart(t *testing.T) {
+	nodes := startNodes(t, 3)
+	c := open(t, nodes)
+	var last uint64
+	for range 3 {
+		last = lockUnlock(t, c, "k")
+	}
+	p0 := testenv.NewProxy(t, nodes[0].Addr)
+	cutOff := dlock.New(newDriver([]string{p0.Addr(), nodes[1].Addr, nodes[2].Addr}))
+	t.Cleanup(func() { cutOff.Close() })
+	p0.Close()
+	tok := lockUnlock(t, cutOff, "k")
+	if tok != last+1 {
+		t.Fatalf("grant on {n1, n2}: token %d, want %d", tok, last+1)
+	}
+	nodes[2].Restart()
+	nodes[1].Kill()
+	if again := lockUnlock(t, c, "k"); again != tok {
+		t.Errorf("grant on {n0, n2 restarted empty}: token %d; the package documents that it repeats %d", again, tok)
+	}
+}

@@ -17,7 +17,9 @@
 //     granted it.
 //  2. The token is one more than the largest counter those nodes reported;
 //     on each of them, store it in the lock and raise the fence counter to
-//     it (owner-checked). A majority must confirm.
+//     it (owner-checked). A majority must confirm. The counter alone is
+//     raised on the nodes that answered round 1 but refused (the lock there
+//     is another's, e.g. a stale one a release did not reach).
 //
 // The grant is valid for TTL − elapsed − drift, where elapsed is the time
 // since round 1 was sent and drift = TTL/100 + 2ms allows for the nodes'
@@ -47,15 +49,24 @@
 //
 // What breaks it: a node that restarts without persistence (or fails over
 // to a replica that had not yet received the counter) forgets both its
-// locks and its counter. One such node out of three is harmless to the
-// tokens while the two others keep theirs (they are in every majority
-// with it) — the tests restart one node empty and check that tokens still
-// increase — but it can break mutual exclusion: its lock is gone, so
-// another client can win it plus one more node whose lock expired or was
-// lost. Run nodes with appendonly yes and appendfsync always, or restart
-// an empty node only after the longest TTL in use has passed (antirez's
-// "delayed restart"). Capabilities().DurableFencing is false, since dlock
-// cannot see how the nodes persist.
+// locks and its counters. Since round 2 raises the counter on every node
+// that answered round 1, a grant made while all nodes answered leaves its
+// counter on all of them, and then any one node may restart empty: the
+// next majority still includes a node with the counter (the tests restart
+// each node of three in turn, with grants in between, and check that
+// tokens increase). It is not
+// harmless in general: combined with a node that missed grants, a node
+// restarted empty makes tokens repeat. For example, with n1 cut off, a
+// grant on {n2, n3} gets token 11 (n1 still has 10); n3 restarts empty;
+// with n2 now down, a grant on {n1, n3} reads 10 and 0 and issues 11
+// again (TestTokenRepeatsAfterPartitionThenEmptyRestart). A majority of
+// nodes restarted empty restarts tokens at 1. A node restarted empty can
+// also break mutual exclusion: its lock is gone, so another client can win
+// it plus one more node whose lock expired or was lost. Run nodes with
+// appendonly yes and appendfsync always. Restarting an empty node only
+// after the longest TTL in use has passed (antirez's "delayed restart")
+// protects the locks, not the counters. Capabilities().DurableFencing is
+// false, since dlock cannot see how the nodes persist.
 //
 // # The debate, and what dlock does about it
 //
@@ -285,7 +296,16 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	token++
 
-	r2 := d.each(ctx, t1.okIdx, timeout, func(ctx context.Context, n *node) reply {
+	// Round 2 goes to every node that answered round 1, those that refused
+	// too (the lock there is another's): their counters are raised as well,
+	// so that the latest counter is on as many nodes as can be reached.
+	var answered []int
+	for i, r := range r1 {
+		if r.done && r.err == nil {
+			answered = append(answered, i)
+		}
+	}
+	r2 := d.each(ctx, answered, timeout, func(ctx context.Context, n *node) reply {
 		ok, err := k.SetToken(ctx, n.rdb, req.Owner, token)
 		return reply{ok: ok, err: err}
 	})

@@ -291,8 +291,9 @@ func (k Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, e
 	return n == 1, err
 }
 
-// SetToken stores token in owner's lock and raises the fence counter to
-// it; false means the lock is no longer owner's.
+// SetToken raises the fence counter to token, and stores token in owner's
+// lock; false means the lock is not owner's (the counter is raised all the
+// same).
 func (k Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, token uint64) (bool, error) {
 	n, err := setToken.Run(ctx, rdb, k.queueKeys()[:2], owner, token).Int64()
 	return n == 1, err
