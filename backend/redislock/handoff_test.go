@@ -91,3 +91,78 @@ func TestAttemptHandedTheLockItselfIsGranted(t *testing.T) {
 	}
 	_ = next.Unlock(ctx)
 }
+
+// A hand-off message that arrives late — after the lock was broken and
+// granted to someone else — must not be taken as a grant: the waiter
+// checks with the server that the lock is still its own. Here the
+// waiter's connections go through a proxy that holds the message back
+// while the holder releases (handing the lock to the waiter), an admin
+// breaks the lock, and another client takes it.
+func TestLateHandoffAfterBreakIsNotAccepted(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	proxy := testenv.NewProxy(t, srv.Addr)
+	ctx := testenv.Context(t, time.Minute)
+	const name = "fair/late-handoff"
+	c := open(t, "redis://"+srv.Addr, dlock.WithTTL(time.Minute))
+	waiter := open(t, "redis://"+proxy.Addr()+"?waiter_ttl=1m", dlock.WithFair(), dlock.WithTTL(time.Minute))
+
+	holder, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	waitWaiters(t, c, name, 1)
+
+	proxy.Block()
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Inspect(ctx, name); err != nil || !in.Held || in.Token <= holder.Token() {
+		t.Fatalf("after the release: held=%v token=%d, %v; want handed to the waiter", in.Held, in.Token, err)
+	}
+	if err := c.Break(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after Break: %v", err)
+	}
+	proxy.Unblock()
+
+	// The waiter either (wrongly) returns a lease, or queues again behind
+	// the new holder.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		select {
+		case l := <-got:
+			if l != nil {
+				t.Fatalf("the waiter took a late hand-off: token %d while another client holds token %d", l.Token(), other.Token())
+			}
+			t.FailNow()
+		default:
+		}
+		if in, err := c.Inspect(ctx, name); err == nil && len(in.Waiters) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter neither returned nor queued again")
+		}
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if l.Token() <= other.Token() {
+		t.Errorf("the waiter's token %d, want > %d", l.Token(), other.Token())
+	}
+	_ = l.Unlock(ctx)
+}

@@ -46,19 +46,23 @@
 // A release hands the lock over: the release script itself grants it to
 // the first live waiter (new token, the waiter's TTL) and publishes the
 // token on that waiter's process channel — one channel per driver, on the
-// shared pub/sub connection. The waiter needs no request of its own, so a
-// contended lock changes hands in one round trip, not two. PUBLISH returns
-// how many subscribers received the message; when that is 0 the waiter's
-// process is gone (its connection closed when it died), and the script
-// takes the lock back and serves the next waiter — a killed waiter never
-// holds up the queue. The lease of a handed-over grant is counted from the
-// send time of the waiter's last attempt that found the lock held, which
-// is earlier than the hand-off, so the lease deadline stays conservative.
-// A waiter that is frozen (SIGSTOP) or cut off while its connection stays
-// open can be handed the lock; it then holds it, unrenewed, for one TTL, as
-// a frozen holder would. On Redis Cluster, where PUBLISH counts one node's
-// subscribers only, there is no hand-off: the release publishes the first
-// waiter's owner key on the lock's channel, and that waiter tries.
+// shared pub/sub connection. PUBLISH returns how many subscribers received
+// the message; when that is 0 the waiter's process is gone (its connection
+// closed when it died), and the script takes the lock back and serves the
+// next waiter — a killed waiter never holds up the queue. The waiter does
+// not take the message's word for it: a message can arrive late, after
+// the lock was broken and granted to another client, so the waiter first
+// renews the lease with the owner-checked extend script, and its lease is
+// counted from that renewal's send time. A contended lock thus changes
+// hands in two round trips (the release, the new holder's renewal) but
+// without the new holder having to ask and retry; the check costs one
+// round trip per hand-off and closes the window in which a late message
+// made a second holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
+// that is frozen (SIGSTOP) or cut off while its connection stays open can
+// be handed the lock; the lock then stays taken, unrenewed, for one TTL, as
+// a frozen holder's would. On Redis Cluster, where PUBLISH counts one
+// node's subscribers only, there is no hand-off: the release publishes the
+// first waiter's owner key on the lock's channel, and that waiter tries.
 //
 // Waiters are woken only through the queue: a release that finds nobody
 // queued publishes nothing.
