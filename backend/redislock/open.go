@@ -5,15 +5,18 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -159,17 +162,22 @@ func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 		}
 		opts = append(opts, WithWaiterTTL(ttl))
 	}
-	if v := q.Get("durable_fencing"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: durable_fencing=%q: want true or false", dlock.ErrInvalidOption, v)
-		}
-		if b {
-			opts = append(opts, WithDurableFencing())
+	for _, f := range []struct {
+		param string
+		opt   Option
+	}{{"allow_eviction", WithEvictionAllowed()}, {"durable_fencing", WithDurableFencing()}} {
+		if v := q.Get(f.param); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: %s=%q: want true or false", dlock.ErrInvalidOption, f.param, v)
+			}
+			if b {
+				opts = append(opts, f.opt)
+			}
 		}
 	}
 	tp := tlsParams{ca: q.Get("ca"), skipVerify: q.Get("skip_verify")}
-	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "ca", "skip_verify", "cluster"} {
+	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "allow_eviction", "ca", "skip_verify", "cluster"} {
 		q.Del(k)
 	}
 	rest := *u
@@ -177,9 +185,9 @@ func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 	return opts, &rest, tp, nil
 }
 
-// check pings the server (which authenticates), and verifies a declared
-// durable fencing against the server's configuration where CONFIG is
-// allowed.
+// check pings the server (which authenticates), refuses a server that may
+// evict lock keys unless that was allowed, and verifies a declared durable
+// fencing against the server's configuration where CONFIG is allowed.
 func (d *Driver) check(ctx context.Context) error {
 	if d.err != nil {
 		return d.err
@@ -187,23 +195,93 @@ func (d *Driver) check(ctx context.Context) error {
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
 		return d.unavailable(ctx, err)
 	}
+	if err := CheckEviction(ctx, d.rdb, d.where, d.evictionAllowed); err != nil {
+		return err
+	}
 	if d.durable {
 		return CheckDurable(ctx, d.rdb, d.where)
 	}
 	return nil
 }
 
+// serverConfig returns CONFIG GET pattern of every master (one server, or
+// each master of a cluster), by address. Other clients (a failover
+// client) are an error, and so not checked.
+func serverConfig(ctx context.Context, rdb redis.UniversalClient, pattern string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	var mu sync.Mutex
+	get := func(ctx context.Context, c *redis.Client) error {
+		cfg, err := c.ConfigGet(ctx, pattern).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		out[c.Options().Addr] = cfg
+		mu.Unlock()
+		return nil
+	}
+	err := redisscript.EachMaster(ctx, rdb, get)
+	return out, err
+}
+
+// evicting reports whether a maxmemory-policy may evict keys: every policy
+// but noeviction. allkeys-* may evict keys without a TTL too, such as the
+// fence counters.
+func evicting(policy string) bool {
+	return strings.HasPrefix(policy, "volatile-") || strings.HasPrefix(policy, "allkeys-")
+}
+
+// CheckEviction reports an error if a server's maxmemory-policy may evict
+// keys (volatile-*, allkeys-*), unless allowed: a lock key has a TTL, so
+// such a server may delete a held lock under memory pressure, and grant it
+// to another client while the holder still believes it holds it. A
+// server that refuses CONFIG GET (disabled or renamed, as on hosted
+// Redis) cannot be checked: CheckEviction then logs a warning with
+// slog.Default and returns nil.
+func CheckEviction(ctx context.Context, rdb redis.UniversalClient, where string, allowed bool) error {
+	cfgs, err := serverConfig(ctx, rdb, "maxmemory-policy")
+	if err != nil {
+		slog.Default().WarnContext(ctx, "dlock: cannot read the Redis maxmemory-policy; make sure it is noeviction, or held locks may be evicted",
+			"server", where, "error", err)
+		return nil
+	}
+	for addr, cfg := range cfgs {
+		policy := cfg["maxmemory-policy"]
+		if !evicting(policy) {
+			continue
+		}
+		if allowed {
+			slog.Default().WarnContext(ctx, "dlock: the Redis server may evict held locks (allow_eviction=true)",
+				"server", addr, "maxmemory-policy", policy)
+			continue
+		}
+		return fmt.Errorf("%w: redis %s: maxmemory-policy is %s, which may evict held locks under memory pressure and grant them to another client (two holders); run CONFIG SET maxmemory-policy noeviction (and set it in redis.conf), or add allow_eviction=true to the URL to accept the risk",
+			dlock.ErrInvalidOption, addr, policy)
+	}
+	return nil
+}
+
 // CheckDurable reports an error if the server's configuration, as CONFIG
 // GET shows it, loses acknowledged writes on a crash (appendonly must be
-// yes and appendfsync always). A server that refuses CONFIG is trusted.
+// yes and appendfsync always) or may evict keys without a TTL, such as
+// the fence counters (an allkeys-* maxmemory-policy). A server that
+// refuses CONFIG is trusted, with a warning logged by slog.Default.
 func CheckDurable(ctx context.Context, rdb redis.UniversalClient, where string) error {
-	cfg, err := rdb.ConfigGet(ctx, "append*").Result()
+	cfgs, err := serverConfig(ctx, rdb, "*")
 	if err != nil {
-		return nil // CONFIG is often disabled or not permitted: trust the declaration
+		slog.Default().WarnContext(ctx, "dlock: cannot read the Redis configuration to check durable_fencing; trusting the declaration",
+			"server", where, "error", err)
+		return nil
 	}
-	if cfg["appendonly"] != "yes" || cfg["appendfsync"] != "always" {
-		return fmt.Errorf("%w: redis %s: durable_fencing needs appendonly yes and appendfsync always; the server has appendonly %s, appendfsync %s",
-			dlock.ErrInvalidOption, where, cfg["appendonly"], cfg["appendfsync"])
+	for addr, cfg := range cfgs {
+		if cfg["appendonly"] != "yes" || cfg["appendfsync"] != "always" {
+			return fmt.Errorf("%w: redis %s: durable_fencing needs appendonly yes and appendfsync always; the server has appendonly %s, appendfsync %s",
+				dlock.ErrInvalidOption, addr, cfg["appendonly"], cfg["appendfsync"])
+		}
+		if p := cfg["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
+			return fmt.Errorf("%w: redis %s: durable_fencing needs a maxmemory-policy that never evicts the fence counters; %s may: run CONFIG SET maxmemory-policy noeviction",
+				dlock.ErrInvalidOption, addr, p)
+		}
 	}
 	return nil
 }

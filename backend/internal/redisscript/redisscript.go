@@ -421,14 +421,18 @@ func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([
 		}
 		return nil
 	}
-	var err error
+	err := EachMaster(ctx, rdb, scan)
+	return names, err
+}
+
+// EachMaster calls fn on the server of a *redis.Client, or on every master
+// of a *redis.ClusterClient in parallel; other clients are an error.
+func EachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
+		return c.ForEachMaster(ctx, fn)
 	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		return nil, fmt.Errorf("listing locks needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+		return fn(ctx, c)
 	}
-	return names, err
+	return fmt.Errorf("needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
 }
