@@ -2,12 +2,9 @@ package redislock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +79,7 @@ func ParseURL(u *url.URL) (*redis.Options, []Option, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
 	}
-	if err := tlsParams.apply(u, opt.TLSConfig); err != nil {
+	if err := tlsParams.Apply(u, opt.TLSConfig, "rediss"); err != nil {
 		return nil, nil, err
 	}
 	return opt, opts, nil
@@ -104,52 +101,14 @@ func ParseClusterURL(u *url.URL) (*redis.ClusterOptions, []Option, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
 	}
-	if opt.TLSConfig != nil {
-		opt.TLSConfig.MinVersion = tls.VersionTLS12
-	}
-	if err := tlsParams.apply(u, opt.TLSConfig); err != nil {
+	if err := tlsParams.Apply(u, opt.TLSConfig, "rediss"); err != nil {
 		return nil, nil, err
 	}
 	return opt, opts, nil
 }
 
-// tlsParams are the URL's TLS parameters, applied by the driver rather
-// than by go-redis (whose cluster URLs know neither).
-type tlsParams struct {
-	ca         string // a PEM file of the CAs to trust instead of the system's
-	skipVerify string
-}
-
-func (p tlsParams) apply(u *url.URL, cfg *tls.Config) error {
-	if cfg == nil {
-		if p.ca != "" || p.skipVerify != "" {
-			return fmt.Errorf("%w: redis URL %s: ca and skip_verify need the rediss:// scheme (TLS)", dlock.ErrInvalidOption, u.Redacted())
-		}
-		return nil
-	}
-	if p.skipVerify != "" {
-		b, err := strconv.ParseBool(p.skipVerify)
-		if err != nil {
-			return fmt.Errorf("%w: redis URL: skip_verify=%q: want true or false", dlock.ErrInvalidOption, p.skipVerify)
-		}
-		cfg.InsecureSkipVerify = b
-	}
-	if p.ca != "" {
-		pem, err := os.ReadFile(p.ca)
-		if err != nil {
-			return fmt.Errorf("%w: redis URL: ca=%s: %v", dlock.ErrInvalidOption, p.ca, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("%w: redis URL: ca=%s: no PEM certificate in the file", dlock.ErrInvalidOption, p.ca)
-		}
-		cfg.RootCAs = pool
-	}
-	return nil
-}
-
 // ownParams takes the driver's own parameters out of u.
-func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
+func ownParams(u *url.URL) ([]Option, *url.URL, redisscript.TLSParams, error) {
 	q := u.Query()
 	var opts []Option
 	if v := q.Get("prefix"); q.Has("prefix") {
@@ -158,7 +117,7 @@ func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 	if v := q.Get("waiter_ttl"); v != "" {
 		ttl, err := time.ParseDuration(v)
 		if err != nil {
-			return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
+			return nil, nil, redisscript.TLSParams{}, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
 		}
 		opts = append(opts, WithWaiterTTL(ttl))
 	}
@@ -169,15 +128,15 @@ func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 		if v := q.Get(f.param); v != "" {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: %s=%q: want true or false", dlock.ErrInvalidOption, f.param, v)
+				return nil, nil, redisscript.TLSParams{}, fmt.Errorf("%w: redis URL: %s=%q: want true or false", dlock.ErrInvalidOption, f.param, v)
 			}
 			if b {
 				opts = append(opts, f.opt)
 			}
 		}
 	}
-	tp := tlsParams{ca: q.Get("ca"), skipVerify: q.Get("skip_verify")}
-	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "allow_eviction", "ca", "skip_verify", "cluster"} {
+	tp := redisscript.TakeTLSParams(q)
+	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "allow_eviction", "cluster"} {
 		q.Del(k)
 	}
 	rest := *u

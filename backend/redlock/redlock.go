@@ -97,10 +97,19 @@
 // # URL
 //
 //	redlock://[user:password@]host1:port1,host2:port2,host3:port3[/db][?param=value&...]
+//	redlocks://...  (TLS to every node)
 //
-// The user, password, database and go-redis parameters (dial_timeout,
-// read_timeout, ...) apply to every node; prefix=dlock sets the first part
-// of every key. IPv6 nodes cannot be written in the URL (Go's URL parser
+// The user (an ACL user, or none for the default user), password, database
+// and go-redis parameters (dial_timeout, read_timeout, ...) apply to every
+// node, and so do the TLS parameters of redlocks:// (as for the Redis
+// backend's rediss://; each node's certificate is checked against its own
+// host name):
+//
+//	prefix=dlock           first part of every key (no '{' or '}')
+//	ca=/path/ca.pem        redlocks: trust the CAs in this PEM file instead of the system's
+//	skip_verify=true       redlocks: do not check the nodes' certificates (tests only)
+//
+// IPv6 nodes cannot be written in the URL (Go's URL parser
 // accepts one bracketed host only); use New. Passwords never appear in
 // errors.
 package redlock
