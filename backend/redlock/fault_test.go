@@ -150,3 +150,24 @@ func TestTokenRepeatsAfterPartitionThenEmptyRestart(t *testing.T) {
 		t.Errorf("grant on {n0, n2 restarted empty}: token %d; the package documents that it repeats %d", again, tok)
 	}
 }
+
+// Open refuses nodes whose maxmemory-policy may evict held locks, unless
+// the URL accepts it with allow_eviction=true.
+func TestOpenRefusesEvictingNode(t *testing.T) {
+	nodes := []*testenv.Redis{testenv.StartRedis(t), testenv.StartRedis(t, testenv.RedisArgs("--maxmemory-policy", "volatile-lru")), testenv.StartRedis(t)}
+	ctx := testenv.Context(t, time.Minute)
+	u := "redlock://" + strings.Join(addrs(nodes), ",")
+	c, err := dlock.Open(ctx, u)
+	if err == nil {
+		c.Close()
+		t.Fatal("Open with a volatile-lru node succeeded")
+	}
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), nodes[1].Addr) || !strings.Contains(err.Error(), "CONFIG SET maxmemory-policy noeviction") {
+		t.Errorf("Open with a volatile-lru node = %v; want ErrInvalidOption naming the node and the CONFIG SET to run", err)
+	}
+	c, err = dlock.Open(ctx, u+"?allow_eviction=true")
+	if err != nil {
+		t.Fatalf("Open with allow_eviction=true: %v", err)
+	}
+	c.Close()
+}

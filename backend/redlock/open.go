@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,16 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if q.Has("prefix") {
 		opts = append(opts, WithPrefix(q.Get("prefix")))
 		q.Del("prefix")
+	}
+	if v := q.Get("allow_eviction"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redlock URL: allow_eviction=%q: want true or false", dlock.ErrInvalidOption, v)
+		}
+		if b {
+			opts = append(opts, WithEvictionAllowed())
+		}
+		q.Del("allow_eviction")
 	}
 	tlsParams := redisscript.TakeTLSParams(q)
 	scheme := "redis"
@@ -65,7 +76,8 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 }
 
 // check pings every node: a majority must answer, and none may refuse the
-// credentials.
+// credentials or have a maxmemory-policy that may evict locks (unless
+// allowed; see redislock's package documentation).
 func (d *Driver) check(ctx context.Context) error {
 	if d.err != nil {
 		return d.err
@@ -81,6 +93,14 @@ func (d *Driver) check(ctx context.Context) error {
 	}
 	if t.ok < d.quorum {
 		return d.unreachable(ctx, "open", t)
+	}
+	for i, r := range rs {
+		if r.err == nil {
+			n := d.nodes[i]
+			if err := redisscript.CheckEviction(ctx, n.rdb, n.where, d.evictionAllowed); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -63,7 +63,11 @@
 // nodes restarted empty restarts tokens at 1. A node restarted empty can
 // also break mutual exclusion: its lock is gone, so another client can win
 // it plus one more node whose lock expired or was lost. Run nodes with
-// appendonly yes and appendfsync always. Restarting an empty node only
+// appendonly yes and appendfsync always, and maxmemory-policy noeviction:
+// a node that evicts a held lock, or (allkeys-*) a counter, is a node that
+// lost data in the sense above, so Open refuses nodes with an evicting
+// policy unless allow_eviction=true (as the Redis backend does; where
+// CONFIG is disabled it logs a warning). Restarting an empty node only
 // after the longest TTL in use has passed (antirez's "delayed restart")
 // protects the locks, not the counters. Capabilities().DurableFencing is
 // false, since dlock cannot see how the nodes persist.
@@ -106,6 +110,7 @@
 // host name):
 //
 //	prefix=dlock           first part of every key (no '{' or '}')
+//	allow_eviction=true    accept nodes whose maxmemory-policy may evict locks
 //	ca=/path/ca.pem        redlocks: trust the CAs in this PEM file instead of the system's
 //	skip_verify=true       redlocks: do not check the nodes' certificates (tests only)
 //
@@ -152,6 +157,9 @@ type Driver struct {
 	keyCache *redisscript.KeyCache
 	closeRDB bool
 	err      error
+	// evictionAllowed: Open accepts nodes whose maxmemory-policy may
+	// evict keys.
+	evictionAllowed bool
 }
 
 type node struct {
@@ -166,6 +174,13 @@ type Option func(*Driver)
 // WithPrefix sets the first part of every key (default "dlock"); it may
 // not contain '{' or '}'.
 func WithPrefix(p string) Option { return func(d *Driver) { d.prefix = p } }
+
+// WithEvictionAllowed makes Open accept nodes whose maxmemory-policy may
+// evict keys (volatile-*, allkeys-*), which it refuses otherwise (URL:
+// allow_eviction=true): a node may then drop a held lock under memory
+// pressure, as a node restarted empty does (see the package
+// documentation).
+func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed = true } }
 
 // New returns a driver over independent Redis nodes (not replicas of each
 // other). A lock is held when a majority of them hold it; use an odd
