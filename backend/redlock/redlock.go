@@ -34,6 +34,12 @@
 // each; waiters subscribe on every node (one shared pub/sub connection per
 // node) and need a majority of subscriptions before they wait.
 //
+// Break deletes the lock on every node, whoever holds it, and succeeds only
+// if a majority of nodes answered (deleted it, or did not have it): then no
+// majority holds it, and the holder's next renewal fails. A Break that
+// reaches fewer nodes returns ErrUnavailable naming the nodes that did not
+// answer: the holder may still renew on a majority.
+//
 // # What the fencing token guarantees
 //
 // The token is strictly greater than that of every earlier grant whose
