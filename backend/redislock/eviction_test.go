@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -142,12 +143,52 @@ func TestEvictedLockIsLostAtNextRenewal(t *testing.T) {
 	if next.Token() <= l.Token() {
 		t.Errorf("token %d after the eviction, want > %d", next.Token(), l.Token())
 	}
+	waitLeaseLost(t, ctx, l)
+}
+
+// waitLeaseLost waits for l to end, which must be with ErrLeaseLost.
+func waitLeaseLost(t *testing.T, ctx context.Context, l *dlock.Lease) {
+	t.Helper()
 	select {
 	case <-l.Done():
 	case <-ctx.Done():
-		t.Fatal("the evicted holder's lease did not end")
+		t.Fatal("the holder's lease did not end")
 	}
 	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
-		t.Errorf("the evicted holder's lease ended with %v, want ErrLeaseLost", l.Err())
+		t.Errorf("the holder's lease ended with %v, want ErrLeaseLost", l.Err())
 	}
+}
+
+// FLUSHALL deletes locks and fence counters alike, even on a server that
+// persists every write: another client is granted the held lock at once,
+// with tokens started again at 1, and the holder learns it at its next
+// renewal. The package documents this.
+func TestFlushAllFreesLocksAndRestartsTokens(t *testing.T) {
+	srv := testenv.StartRedis(t, testenv.RedisAOF())
+	ctx := testenv.Context(t, time.Minute)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	c := open(t, "redis://"+srv.Addr+"?durable_fencing=true")
+	var l *dlock.Lease
+	for range 3 {
+		var err error
+		if l, err = c.Mutex("flushed", dlock.WithTTL(3*time.Second)).Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() < 3 {
+			_ = l.Unlock(ctx)
+		}
+	}
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := open(t, "redis://"+srv.Addr).Mutex("flushed").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after FLUSHALL: %v", err)
+	}
+	defer next.Unlock(ctx)
+	if next.Token() != 1 {
+		t.Errorf("token after FLUSHALL = %d (before: %d); the package documents a restart at 1", next.Token(), l.Token())
+	}
+	waitLeaseLost(t, ctx, l)
 }

@@ -124,7 +124,7 @@
 // (slog.Default) and goes on — check the policy yourself. New does not
 // check; call CheckEviction. FLUSHALL and FLUSHDB delete locks and
 // counters alike: two holders, and tokens restart even with
-// durable_fencing. A failover to a replica (Sentinel, a cluster's replica
+// durable_fencing (TestFlushAllFreesLocksAndRestartsTokens). A failover to a replica (Sentinel, a cluster's replica
 // promoted, a hosted service's failover) loses the writes not yet
 // replicated, lock keys as well as counter increments: a lock granted just
 // before the failover may be missing on the new primary and be granted to
