@@ -52,13 +52,18 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// The send time of the last attempt that found the lock held: a
 	// hand-off to this owner happened after it.
 	var notGrantedAt time.Time
-	handedOff := func(token uint64) (driver.Grant, bool) {
-		if clock.Since(notGrantedAt) < req.TTL/2 {
+	// handedOff turns a hand-off into a grant. confirmed says the server
+	// reported it in an attempt's reply (the attempt saw the lock as this
+	// owner's); a hand-off learnt from a message is checked first.
+	handedOff := func(token uint64, confirmed bool) (driver.Grant, bool) {
+		if confirmed && clock.Since(notGrantedAt) < req.TTL/2 {
 			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
 		}
-		// This waiter was held up (frozen, or cut off with its connection
-		// open) long enough for most of that lease to be gone: renew it
-		// before trusting it.
+		// A message may have been delayed, and the lock broken and granted
+		// to another since; or this waiter was held up (frozen, or cut off
+		// with its connection open) long enough for most of the lease to
+		// be gone. An owner-checked renewal settles both, and starts the
+		// lease afresh.
 		sent := clock.Now()
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
@@ -87,7 +92,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		case a.outcome == redisscript.Granted:
 			return driver.Grant{Token: uint64(a.n), Since: a.sent, Handle: k}, nil
 		case a.outcome == redisscript.HandedOff:
-			if g, ok := handedOff(uint64(a.n)); ok {
+			if g, ok := handedOff(uint64(a.n), true); ok {
 				return g, nil
 			}
 		}
@@ -104,7 +109,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			return driver.Grant{}, ctx.Err()
 		case <-wake:
 			if token, ok := d.hub.TakeHandoff(req.Owner); ok {
-				if g, ok := handedOff(token); ok {
+				if g, ok := handedOff(token, false); ok {
 					timer.Stop()
 					return g, nil
 				}

@@ -2,11 +2,9 @@ package redislock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -79,7 +78,7 @@ func ParseURL(u *url.URL) (*redis.Options, []Option, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
 	}
-	if err := tlsParams.apply(u, opt.TLSConfig); err != nil {
+	if err := tlsParams.Apply(u, opt.TLSConfig, "rediss"); err != nil {
 		return nil, nil, err
 	}
 	return opt, opts, nil
@@ -101,52 +100,14 @@ func ParseClusterURL(u *url.URL) (*redis.ClusterOptions, []Option, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
 	}
-	if opt.TLSConfig != nil {
-		opt.TLSConfig.MinVersion = tls.VersionTLS12
-	}
-	if err := tlsParams.apply(u, opt.TLSConfig); err != nil {
+	if err := tlsParams.Apply(u, opt.TLSConfig, "rediss"); err != nil {
 		return nil, nil, err
 	}
 	return opt, opts, nil
 }
 
-// tlsParams are the URL's TLS parameters, applied by the driver rather
-// than by go-redis (whose cluster URLs know neither).
-type tlsParams struct {
-	ca         string // a PEM file of the CAs to trust instead of the system's
-	skipVerify string
-}
-
-func (p tlsParams) apply(u *url.URL, cfg *tls.Config) error {
-	if cfg == nil {
-		if p.ca != "" || p.skipVerify != "" {
-			return fmt.Errorf("%w: redis URL %s: ca and skip_verify need the rediss:// scheme (TLS)", dlock.ErrInvalidOption, u.Redacted())
-		}
-		return nil
-	}
-	if p.skipVerify != "" {
-		b, err := strconv.ParseBool(p.skipVerify)
-		if err != nil {
-			return fmt.Errorf("%w: redis URL: skip_verify=%q: want true or false", dlock.ErrInvalidOption, p.skipVerify)
-		}
-		cfg.InsecureSkipVerify = b
-	}
-	if p.ca != "" {
-		pem, err := os.ReadFile(p.ca)
-		if err != nil {
-			return fmt.Errorf("%w: redis URL: ca=%s: %v", dlock.ErrInvalidOption, p.ca, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("%w: redis URL: ca=%s: no PEM certificate in the file", dlock.ErrInvalidOption, p.ca)
-		}
-		cfg.RootCAs = pool
-	}
-	return nil
-}
-
 // ownParams takes the driver's own parameters out of u.
-func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
+func ownParams(u *url.URL) ([]Option, *url.URL, redisscript.TLSParams, error) {
 	q := u.Query()
 	var opts []Option
 	if v := q.Get("prefix"); q.Has("prefix") {
@@ -155,21 +116,26 @@ func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 	if v := q.Get("waiter_ttl"); v != "" {
 		ttl, err := time.ParseDuration(v)
 		if err != nil {
-			return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
+			return nil, nil, redisscript.TLSParams{}, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
 		}
 		opts = append(opts, WithWaiterTTL(ttl))
 	}
-	if v := q.Get("durable_fencing"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, nil, tlsParams{}, fmt.Errorf("%w: redis URL: durable_fencing=%q: want true or false", dlock.ErrInvalidOption, v)
-		}
-		if b {
-			opts = append(opts, WithDurableFencing())
+	for _, f := range []struct {
+		param string
+		opt   Option
+	}{{"allow_eviction", WithEvictionAllowed()}, {"durable_fencing", WithDurableFencing()}} {
+		if v := q.Get(f.param); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, nil, redisscript.TLSParams{}, fmt.Errorf("%w: redis URL: %s=%q: want true or false", dlock.ErrInvalidOption, f.param, v)
+			}
+			if b {
+				opts = append(opts, f.opt)
+			}
 		}
 	}
-	tp := tlsParams{ca: q.Get("ca"), skipVerify: q.Get("skip_verify")}
-	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "ca", "skip_verify", "cluster"} {
+	tp := redisscript.TakeTLSParams(q)
+	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "allow_eviction", "cluster"} {
 		q.Del(k)
 	}
 	rest := *u
@@ -177,9 +143,9 @@ func ownParams(u *url.URL) ([]Option, *url.URL, tlsParams, error) {
 	return opts, &rest, tp, nil
 }
 
-// check pings the server (which authenticates), and verifies a declared
-// durable fencing against the server's configuration where CONFIG is
-// allowed.
+// check pings the server (which authenticates), refuses a server that may
+// evict lock keys unless that was allowed, and verifies a declared durable
+// fencing against the server's configuration where CONFIG is allowed.
 func (d *Driver) check(ctx context.Context) error {
 	if d.err != nil {
 		return d.err
@@ -187,23 +153,47 @@ func (d *Driver) check(ctx context.Context) error {
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
 		return d.unavailable(ctx, err)
 	}
+	if err := CheckEviction(ctx, d.rdb, d.where, d.evictionAllowed); err != nil {
+		return err
+	}
 	if d.durable {
 		return CheckDurable(ctx, d.rdb, d.where)
 	}
 	return nil
 }
 
+// CheckEviction reports an error if a server's maxmemory-policy may evict
+// keys (volatile-*, allkeys-*), unless allowed: a lock key has a TTL, so
+// such a server may delete a held lock under memory pressure, and grant it
+// to another client while the holder still believes it holds it. A
+// server that refuses CONFIG GET (disabled or renamed, as on hosted
+// Redis) cannot be checked: CheckEviction then logs a warning with
+// slog.Default and returns nil. Open calls it; call it yourself with New.
+func CheckEviction(ctx context.Context, rdb redis.UniversalClient, where string, allowed bool) error {
+	return redisscript.CheckEviction(ctx, rdb, where, allowed)
+}
+
 // CheckDurable reports an error if the server's configuration, as CONFIG
 // GET shows it, loses acknowledged writes on a crash (appendonly must be
-// yes and appendfsync always). A server that refuses CONFIG is trusted.
+// yes and appendfsync always) or may evict keys without a TTL, such as
+// the fence counters (an allkeys-* maxmemory-policy). A server that
+// refuses CONFIG is trusted, with a warning logged by slog.Default.
 func CheckDurable(ctx context.Context, rdb redis.UniversalClient, where string) error {
-	cfg, err := rdb.ConfigGet(ctx, "append*").Result()
+	cfgs, err := redisscript.ServerConfig(ctx, rdb, "*")
 	if err != nil {
-		return nil // CONFIG is often disabled or not permitted: trust the declaration
+		slog.Default().WarnContext(ctx, "dlock: cannot read the Redis configuration to check durable_fencing; trusting the declaration",
+			"server", where, "error", err)
+		return nil
 	}
-	if cfg["appendonly"] != "yes" || cfg["appendfsync"] != "always" {
-		return fmt.Errorf("%w: redis %s: durable_fencing needs appendonly yes and appendfsync always; the server has appendonly %s, appendfsync %s",
-			dlock.ErrInvalidOption, where, cfg["appendonly"], cfg["appendfsync"])
+	for addr, cfg := range cfgs {
+		if cfg["appendonly"] != "yes" || cfg["appendfsync"] != "always" {
+			return fmt.Errorf("%w: redis %s: durable_fencing needs appendonly yes and appendfsync always; the server has appendonly %s, appendfsync %s",
+				dlock.ErrInvalidOption, addr, cfg["appendonly"], cfg["appendfsync"])
+		}
+		if p := cfg["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
+			return fmt.Errorf("%w: redis %s: durable_fencing needs a maxmemory-policy that never evicts the fence counters; %s may: run CONFIG SET maxmemory-policy noeviction",
+				dlock.ErrInvalidOption, addr, p)
+		}
 	}
 	return nil
 }

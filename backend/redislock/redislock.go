@@ -46,19 +46,23 @@
 // A release hands the lock over: the release script itself grants it to
 // the first live waiter (new token, the waiter's TTL) and publishes the
 // token on that waiter's process channel — one channel per driver, on the
-// shared pub/sub connection. The waiter needs no request of its own, so a
-// contended lock changes hands in one round trip, not two. PUBLISH returns
-// how many subscribers received the message; when that is 0 the waiter's
-// process is gone (its connection closed when it died), and the script
-// takes the lock back and serves the next waiter — a killed waiter never
-// holds up the queue. The lease of a handed-over grant is counted from the
-// send time of the waiter's last attempt that found the lock held, which
-// is earlier than the hand-off, so the lease deadline stays conservative.
-// A waiter that is frozen (SIGSTOP) or cut off while its connection stays
-// open can be handed the lock; it then holds it, unrenewed, for one TTL, as
-// a frozen holder would. On Redis Cluster, where PUBLISH counts one node's
-// subscribers only, there is no hand-off: the release publishes the first
-// waiter's owner key on the lock's channel, and that waiter tries.
+// shared pub/sub connection. PUBLISH returns how many subscribers received
+// the message; when that is 0 the waiter's process is gone (its connection
+// closed when it died), and the script takes the lock back and serves the
+// next waiter — a killed waiter never holds up the queue. The waiter does
+// not take the message's word for it: a message can arrive late, after
+// the lock was broken and granted to another client, so the waiter first
+// renews the lease with the owner-checked extend script, and its lease is
+// counted from that renewal's send time. A contended lock thus changes
+// hands in two round trips (the release, the new holder's renewal) but
+// without the new holder having to ask and retry; the check costs one
+// round trip per hand-off and closes the window in which a late message
+// made a second holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
+// that is frozen (SIGSTOP) or cut off while its connection stays open can
+// be handed the lock; the lock then stays taken, unrenewed, for one TTL, as
+// a frozen holder's would. On Redis Cluster, where PUBLISH counts one
+// node's subscribers only, there is no hand-off: the release publishes the
+// first waiter's owner key on the lock's channel, and that waiter tries.
 //
 // Waiters are woken only through the queue: a release that finds nobody
 // queued publishes nothing.
@@ -85,7 +89,9 @@
 // replicated (replication is asynchronous; WAIT does not make it
 // synchronous). So Capabilities().DurableFencing is false unless you
 // declare it with WithDurableFencing (URL: durable_fencing=true), which
-// Open checks against CONFIG GET where the server allows it.
+// Open checks against CONFIG GET where the server allows it (appendonly
+// yes, appendfsync always, and no allkeys-* maxmemory-policy, which may
+// evict the counters).
 //
 // Crash of a holder: its lock frees when its TTL runs out (there are no
 // sessions). Crash of a waiter: a release skips it at once (its
@@ -98,6 +104,32 @@
 // use persistence if the resource relies on tokens. Partition: a holder
 // cut off from Redis cannot renew; its Lease.Done closes before the TTL
 // runs out on the server, i.e. before anyone else can be granted the lock.
+//
+// Eviction, flushes and failover: a lock key has a TTL, so a server whose
+// maxmemory-policy evicts keys (every volatile-* and allkeys-* policy; the
+// default of several hosted offerings) may delete a held lock under memory
+// pressure and grant it to the next client at once; the evicted holder
+// learns it only at its next renewal (within a third of its TTL), which
+// fails with ErrLeaseLost, so there are two holders meanwhile. The fence
+// counter has no TTL: volatile-* policies keep it (the next token is
+// higher), allkeys-* ones may evict it too, and tokens then restart
+// (TestEvictedLockIsLostAtNextRenewal). Open therefore reads the policy
+// with CONFIG GET (on every master of a cluster) and refuses an evicting
+// one, with an error naming the policy and the fix, CONFIG SET
+// maxmemory-policy noeviction; the URL parameter allow_eviction=true (or
+// WithEvictionAllowed) accepts the risk, with a warning logged. Refusing
+// is the default because the risk is silent and the fix is one setting.
+// Where CONFIG is disabled or renamed, as on many
+// hosted services, the policy cannot be read: Open logs a warning
+// (slog.Default) and goes on — check the policy yourself. New does not
+// check; call CheckEviction. FLUSHALL and FLUSHDB delete locks and
+// counters alike: two holders, and tokens restart even with
+// durable_fencing (TestFlushAllFreesLocksAndRestartsTokens). A failover to a replica (Sentinel, a cluster's replica
+// promoted, a hosted service's failover) loses the writes not yet
+// replicated, lock keys as well as counter increments: a lock granted just
+// before the failover may be missing on the new primary and be granted to
+// another client; the old holder's next renewal fails with ErrLeaseLost,
+// and until then there are two holders.
 //
 // # URL
 //
@@ -116,6 +148,7 @@
 //	prefix=dlock           first part of every key (no '{' or '}')
 //	waiter_ttl=2s          how long a fair waiter's place lives without a heartbeat
 //	durable_fencing=true   declare that the server persists every write (see Fencing)
+//	allow_eviction=true    accept a maxmemory-policy that may evict locks (see Eviction)
 //	ca=/path/ca.pem        rediss: trust the CAs in this PEM file instead of the system's
 //	skip_verify=true       rediss: do not check the server's certificate (tests only)
 //
@@ -154,12 +187,15 @@ type Driver struct {
 	keyCache  *redisscript.KeyCache
 	waiterTTL time.Duration
 	durable   bool
-	err       error  // an invalid option, returned by every call
-	proc      string // this driver's channel for fair hand-offs; "" on a cluster
-	wake      redisscript.Wake
-	noHandoff bool // tests: behave as on a cluster
-	hub       *redisscript.Hub
-	boundedIO bool // the client's reads and writes time out by themselves
+	// evictionAllowed: Open accepts a server whose maxmemory-policy may
+	// evict keys.
+	evictionAllowed bool
+	err             error  // an invalid option, returned by every call
+	proc            string // this driver's channel for fair hand-offs; "" on a cluster
+	wake            redisscript.Wake
+	noHandoff       bool // tests: behave as on a cluster
+	hub             *redisscript.Hub
+	boundedIO       bool // the client's reads and writes time out by themselves
 }
 
 func randomHex() string {
@@ -185,6 +221,14 @@ func WithWaiterTTL(ttl time.Duration) Option { return func(d *Driver) { d.waiter
 // over to a lagging replica, so that fencing tokens survive its restart.
 // Capabilities then reports DurableFencing.
 func WithDurableFencing() Option { return func(d *Driver) { d.durable = true } }
+
+// WithEvictionAllowed makes Open accept a server whose maxmemory-policy
+// may evict keys (volatile-*, allkeys-*), which it refuses otherwise (URL:
+// allow_eviction=true): such a server may delete a held lock under memory
+// pressure and grant it to another client; the evicted holder learns it at
+// its next renewal, within a third of its TTL. See the package
+// documentation.
+func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed = true } }
 
 // New returns a driver over rdb. Close does not close rdb.
 func New(rdb redis.UniversalClient, opts ...Option) *Driver {

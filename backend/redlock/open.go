@@ -4,19 +4,24 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
 
-func init() { dlock.Register("redlock", Open) }
+func init() {
+	dlock.Register("redlock", Open)
+	dlock.Register("redlocks", Open)
+}
 
-// Open connects to the nodes of a redlock:// URL (see the package
-// documentation). It fails if a majority of the nodes cannot be reached,
+// Open connects to the nodes of a redlock:// URL, or over TLS of a
+// redlocks:// URL (see the package documentation). It fails if a majority of the nodes cannot be reached,
 // or if any node refuses the credentials.
 func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.Host == "" {
@@ -28,15 +33,36 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		opts = append(opts, WithPrefix(q.Get("prefix")))
 		q.Del("prefix")
 	}
+	if v := q.Get("allow_eviction"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: redlock URL: allow_eviction=%q: want true or false", dlock.ErrInvalidOption, v)
+		}
+		if b {
+			opts = append(opts, WithEvictionAllowed())
+		}
+		q.Del("allow_eviction")
+	}
+	tlsParams := redisscript.TakeTLSParams(q)
+	scheme := "redis"
+	if strings.EqualFold(u.Scheme, "redlocks") {
+		scheme = "rediss"
+	}
 	var clients []redis.UniversalClient
+	fail := func(err error) (driver.Driver, error) {
+		for _, c := range clients {
+			c.Close()
+		}
+		return nil, err
+	}
 	for _, host := range strings.Split(u.Host, ",") {
-		nu := url.URL{Scheme: "redis", User: u.User, Host: host, Path: u.Path, RawQuery: q.Encode()}
+		nu := url.URL{Scheme: scheme, User: u.User, Host: host, Path: u.Path, RawQuery: q.Encode()}
 		opt, err := redis.ParseURL(nu.String())
 		if err != nil {
-			for _, c := range clients {
-				c.Close()
-			}
-			return nil, fmt.Errorf("%w: redlock URL %s: node %q: %v", dlock.ErrInvalidOption, u.Redacted(), host, err)
+			return fail(fmt.Errorf("%w: redlock URL %s: node %q: %v", dlock.ErrInvalidOption, u.Redacted(), host, err))
+		}
+		if err := tlsParams.Apply(u, opt.TLSConfig, "redlocks"); err != nil {
+			return fail(err)
 		}
 		clients = append(clients, redis.NewClient(opt))
 	}
@@ -50,7 +76,8 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 }
 
 // check pings every node: a majority must answer, and none may refuse the
-// credentials.
+// credentials or have a maxmemory-policy that may evict locks (unless
+// allowed; see redislock's package documentation).
 func (d *Driver) check(ctx context.Context) error {
 	if d.err != nil {
 		return d.err
@@ -66,6 +93,14 @@ func (d *Driver) check(ctx context.Context) error {
 	}
 	if t.ok < d.quorum {
 		return d.unreachable(ctx, "open", t)
+	}
+	for i, r := range rs {
+		if r.err == nil {
+			n := d.nodes[i]
+			if err := redisscript.CheckEviction(ctx, n.rdb, n.where, d.evictionAllowed); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -17,7 +17,9 @@
 //     granted it.
 //  2. The token is one more than the largest counter those nodes reported;
 //     on each of them, store it in the lock and raise the fence counter to
-//     it (owner-checked). A majority must confirm.
+//     it (owner-checked). A majority must confirm. The counter alone is
+//     raised on the nodes that answered round 1 but refused (the lock there
+//     is another's, e.g. a stale one a release did not reach).
 //
 // The grant is valid for TTL − elapsed − drift, where elapsed is the time
 // since round 1 was sent and drift = TTL/100 + 2ms allows for the nodes'
@@ -31,6 +33,12 @@
 // on a majority. Release deletes it on all nodes and publishes a wake-up on
 // each; waiters subscribe on every node (one shared pub/sub connection per
 // node) and need a majority of subscriptions before they wait.
+//
+// Break deletes the lock on every node, whoever holds it, and succeeds only
+// if a majority of nodes answered (deleted it, or did not have it): then no
+// majority holds it, and the holder's next renewal fails. A Break that
+// reaches fewer nodes returns ErrUnavailable naming the nodes that did not
+// answer: the holder may still renew on a majority.
 //
 // # What the fencing token guarantees
 //
@@ -47,15 +55,28 @@
 //
 // What breaks it: a node that restarts without persistence (or fails over
 // to a replica that had not yet received the counter) forgets both its
-// locks and its counter. One such node out of three is harmless to the
-// tokens while the two others keep theirs (they are in every majority
-// with it) — the tests restart one node empty and check that tokens still
-// increase — but it can break mutual exclusion: its lock is gone, so
-// another client can win it plus one more node whose lock expired or was
-// lost. Run nodes with appendonly yes and appendfsync always, or restart
-// an empty node only after the longest TTL in use has passed (antirez's
-// "delayed restart"). Capabilities().DurableFencing is false, since dlock
-// cannot see how the nodes persist.
+// locks and its counters. Since round 2 raises the counter on every node
+// that answered round 1, a grant made while all nodes answered leaves its
+// counter on all of them, and then any one node may restart empty: the
+// next majority still includes a node with the counter (the tests restart
+// each node of three in turn, with grants in between, and check that
+// tokens increase). It is not
+// harmless in general: combined with a node that missed grants, a node
+// restarted empty makes tokens repeat. For example, with n1 cut off, a
+// grant on {n2, n3} gets token 11 (n1 still has 10); n3 restarts empty;
+// with n2 now down, a grant on {n1, n3} reads 10 and 0 and issues 11
+// again (TestTokenRepeatsAfterPartitionThenEmptyRestart). A majority of
+// nodes restarted empty restarts tokens at 1. A node restarted empty can
+// also break mutual exclusion: its lock is gone, so another client can win
+// it plus one more node whose lock expired or was lost. Run nodes with
+// appendonly yes and appendfsync always, and maxmemory-policy noeviction:
+// a node that evicts a held lock, or (allkeys-*) a counter, is a node that
+// lost data in the sense above, so Open refuses nodes with an evicting
+// policy unless allow_eviction=true (as the Redis backend does; where
+// CONFIG is disabled it logs a warning). Restarting an empty node only
+// after the longest TTL in use has passed (antirez's "delayed restart")
+// protects the locks, not the counters. Capabilities().DurableFencing is
+// false, since dlock cannot see how the nodes persist.
 //
 // # The debate, and what dlock does about it
 //
@@ -86,10 +107,20 @@
 // # URL
 //
 //	redlock://[user:password@]host1:port1,host2:port2,host3:port3[/db][?param=value&...]
+//	redlocks://...  (TLS to every node)
 //
-// The user, password, database and go-redis parameters (dial_timeout,
-// read_timeout, ...) apply to every node; prefix=dlock sets the first part
-// of every key. IPv6 nodes cannot be written in the URL (Go's URL parser
+// The user (an ACL user, or none for the default user), password, database
+// and go-redis parameters (dial_timeout, read_timeout, ...) apply to every
+// node, and so do the TLS parameters of redlocks:// (as for the Redis
+// backend's rediss://; each node's certificate is checked against its own
+// host name):
+//
+//	prefix=dlock           first part of every key (no '{' or '}')
+//	allow_eviction=true    accept nodes whose maxmemory-policy may evict locks
+//	ca=/path/ca.pem        redlocks: trust the CAs in this PEM file instead of the system's
+//	skip_verify=true       redlocks: do not check the nodes' certificates (tests only)
+//
+// IPv6 nodes cannot be written in the URL (Go's URL parser
 // accepts one bracketed host only); use New. Passwords never appear in
 // errors.
 package redlock
@@ -132,6 +163,9 @@ type Driver struct {
 	keyCache *redisscript.KeyCache
 	closeRDB bool
 	err      error
+	// evictionAllowed: Open accepts nodes whose maxmemory-policy may
+	// evict keys.
+	evictionAllowed bool
 }
 
 type node struct {
@@ -146,6 +180,13 @@ type Option func(*Driver)
 // WithPrefix sets the first part of every key (default "dlock"); it may
 // not contain '{' or '}'.
 func WithPrefix(p string) Option { return func(d *Driver) { d.prefix = p } }
+
+// WithEvictionAllowed makes Open accept nodes whose maxmemory-policy may
+// evict keys (volatile-*, allkeys-*), which it refuses otherwise (URL:
+// allow_eviction=true): a node may then drop a held lock under memory
+// pressure, as a node restarted empty does (see the package
+// documentation).
+func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed = true } }
 
 // New returns a driver over independent Redis nodes (not replicas of each
 // other). A lock is held when a majority of them hold it; use an odd
@@ -285,7 +326,16 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	token++
 
-	r2 := d.each(ctx, t1.okIdx, timeout, func(ctx context.Context, n *node) reply {
+	// Round 2 goes to every node that answered round 1, those that refused
+	// too (the lock there is another's): their counters are raised as well,
+	// so that the latest counter is on as many nodes as can be reached.
+	var answered []int
+	for i, r := range r1 {
+		if r.done && r.err == nil {
+			answered = append(answered, i)
+		}
+	}
+	r2 := d.each(ctx, answered, timeout, func(ctx context.Context, n *node) reply {
 		ok, err := k.SetToken(ctx, n.rdb, req.Owner, token)
 		return reply{ok: ok, err: err}
 	})
@@ -509,7 +559,12 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 }
 
 // Break deletes the lock on every node, whoever holds it, and wakes the
-// waiters; the counters are kept, so the next grant's token is higher.
+// waiters; the counters are kept, so the next grant's token is higher. It
+// succeeds only when a majority of nodes answered (each either deleted
+// the lock or did not have it): then no majority holds it any more, and
+// the holder's next renewal fails. Otherwise it returns ErrUnavailable
+// naming the nodes that did not answer, since the lock may still be held
+// on a majority.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	if d.err != nil {
 		return d.err
@@ -521,10 +576,14 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	})
 	t := count(rs)
 	switch {
+	case t.ok+t.refused < d.quorum:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: redlock: break %s: deleted on %d of %d nodes, free on %d, and %d did not answer: a majority (%d) must answer, so the lock may still be held: %w",
+			driver.ErrUnavailable, name, t.ok, len(d.nodes), t.refused, len(t.errs), d.quorum, errors.Join(t.errs...))
 	case t.ok > 0:
 		return nil
-	case len(t.errs) > len(d.nodes)-d.quorum:
-		return d.unreachable(ctx, "break "+name, t)
 	}
 	return fmt.Errorf("%w: redlock: %q is free", driver.ErrNotHeld, name)
 }

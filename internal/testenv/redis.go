@@ -66,7 +66,9 @@ func RedisTLS() RedisOption {
 	return func(c *redisConfig) { c.tls = true }
 }
 
-func redisArgs(args ...string) RedisOption {
+// RedisArgs passes more arguments to redis-server, for example
+// "--maxmemory-policy", "allkeys-lru".
+func RedisArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.args = append(c.args, args...) }
 }
 
@@ -151,7 +153,7 @@ func StartRedisCluster(t testing.TB, n int, opts ...RedisOption) *RedisCluster {
 	cli := LookPath(t, "redis", RedisInstall, []string{"redis-cli"})
 	c := &RedisCluster{}
 	for range n {
-		node := append(slices.Clone(opts), redisArgs("--cluster-enabled", "yes",
+		node := append(slices.Clone(opts), RedisArgs("--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf", // in the node's own directory
 			"--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-node-timeout", "5000"))
 		c.Nodes = append(c.Nodes, StartRedis(t, node...))

@@ -40,6 +40,14 @@ if not v then
   -- Free, but another live waiter is first: it gets the lock, or its
   -- wake-up, now.
   wake_next(lock, fence, queue, waiters, channel, name, ARGV[7], false)
+  -- A hand-off skips the waiters whose process has gone, and may thus
+  -- reach this caller: it is granted, and must not queue again (its
+  -- release would hand the lock to its own owner key, which nobody waits
+  -- for any more). The message published to its process is then unused.
+  v = redis.call('GET', lock)
+  if owned_by(v, owner) then
+    return {1, tonumber(string.match(v, '^[^ +]+[ +](%d+)'))}
+  end
 elseif string.match(v, '^[^ +]+(.)') == ' ' then
   -- Held by a grant that nobody queued behind yet: mark it, so that its
   -- release serves the queue.

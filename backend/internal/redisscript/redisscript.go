@@ -291,8 +291,9 @@ func (k Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, e
 	return n == 1, err
 }
 
-// SetToken stores token in owner's lock and raises the fence counter to
-// it; false means the lock is no longer owner's.
+// SetToken raises the fence counter to token, and stores token in owner's
+// lock; false means the lock is not owner's (the counter is raised all the
+// same).
 func (k Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, token uint64) (bool, error) {
 	n, err := setToken.Run(ctx, rdb, k.queueKeys()[:2], owner, token).Int64()
 	return n == 1, err
@@ -420,14 +421,18 @@ func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([
 		}
 		return nil
 	}
-	var err error
+	err := EachMaster(ctx, rdb, scan)
+	return names, err
+}
+
+// EachMaster calls fn on the server of a *redis.Client, or on every master
+// of a *redis.ClusterClient in parallel; other clients are an error.
+func EachMaster(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
+		return c.ForEachMaster(ctx, fn)
 	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		return nil, fmt.Errorf("listing locks needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
+		return fn(ctx, c)
 	}
-	return names, err
+	return fmt.Errorf("needs a *redis.Client or *redis.ClusterClient, not %T", rdb)
 }
