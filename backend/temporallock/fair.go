@@ -17,9 +17,8 @@ import (
 // Bounds of one round trip of an acquire. A waiter's "wait" update returns
 // within waitSlice; the rest is room for a slow or restarting server.
 const (
-	callTimeout     = 30 * time.Second
-	unreachableFor  = 90 * time.Second // a waiter gives up after this long without an answer
-	cleanupDeadline = 30 * time.Second
+	callTimeout    = 30 * time.Second
+	unreachableFor = 90 * time.Second // a waiter gives up after this long without an answer
 )
 
 // fairAcquire asks the name's mutex workflow for the lock by
@@ -205,20 +204,37 @@ func (d *Driver) acquireDetached(ctx context.Context, req driver.Request, ar acq
 	return rep, nil
 }
 
-// leaveQueue removes req.Owner from the queue, or releases its grant, in
-// the background, once after (if not nil) is closed.
+// leaveQueue removes req.Owner from the queue, or releases its grant, and
+// returns once that is done: a cancelled Lock returns with the queue clean
+// even if its process exits right after (a CLI that timed out). When after
+// is not nil, the release is sent once it is closed (the request in flight
+// has reached the workflow, so the release is handled after it).
+//
+// It takes leaveBound(req.TTL) at most. If the bound passes first (no
+// worker runs the mutex workflow, the server does not answer), the entry
+// is left to expire: a client waiter renews its place with every request
+// and is dropped a TTL after its last one, and a grant it got meanwhile
+// ends by its lease's timer a TTL after the grant.
 func (d *Driver) leaveQueue(req driver.Request, after <-chan struct{}) {
-	go func() {
-		if after != nil {
-			select {
-			case <-after:
-			case <-time.After(callTimeout):
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), leaveBound(req.TTL))
+	defer cancel()
+	if after != nil {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupDeadline)
-		defer cancel()
-		_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
-	}()
+	}
+	_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
+}
+
+// leaveBound bounds leaveQueue: 5s, room for a release whose workflow task
+// went to a worker that vanished and is run again elsewhere after
+// workflowTaskTimeout; but no more than the TTL, after which the entry
+// left behind has expired (or will with the lease it was granted), so
+// that waiting longer would only delay the caller.
+func leaveBound(ttl time.Duration) time.Duration {
+	return min(5*time.Second, ttl)
 }
 
 func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq) (reply, error) {
