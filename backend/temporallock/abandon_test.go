@@ -140,11 +140,6 @@ func testPausedHolderProcess(t *testing.T, srv server) {
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT) })
 
 	c := dlock.New(srv.open(t, ""), dlock.WithTTL(ttl))
-	for i := 0; i < 8; i++ {
-		t0 := time.Now()
-		_, err := c.Inspect(testenv.Context(t, 2*time.Second), name)
-		t.Logf("probe %d at %v: %v in %v", i, t0.Sub(stopped), err, time.Since(t0))
-	}
 	if _, err := c.Inspect(testenv.Context(t, 10*time.Second), name); err != nil {
 		t.Errorf("Inspect while the holder process is paused: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/dlock/dlock/driver"
 )
@@ -307,7 +308,7 @@ func (s mutexState) info() driver.Info {
 
 // query runs the "state" query; found is false when no such workflow runs.
 func (d *Driver) query(ctx context.Context, id, runID string, out any) (found bool, err error) {
-	v, err := d.c.QueryWorkflow(ctx, id, runID, qryState)
+	v, err := d.queryRetrying(ctx, id, runID, qryState)
 	if err != nil {
 		if isNotFound(err) {
 			return false, nil
@@ -318,6 +319,38 @@ func (d *Driver) query(ctx context.Context, id, runID string, out any) (found bo
 		return false, fmt.Errorf("%w: temporal query %s: %w", driver.ErrUnavailable, id, err)
 	}
 	return true, nil
+}
+
+// First bound of one query attempt, and the longest a query is retried
+// when ctx has no deadline.
+const (
+	queryAttempt = 2 * time.Second
+	queryFor     = callTimeout
+)
+
+// queryRetrying runs a query, in attempts bounded by queryAttempt (doubled
+// each time) and retried while ctx lives, for at most queryFor if ctx has
+// no deadline. A query goes to a worker through a poll the worker left
+// open on the server; a worker that stopped (its process paused, or cut
+// off) still has its polls open there, and a query handed to one of them
+// is never answered. That poll is then spent, and the next attempt goes
+// to a worker that runs: a slow answer is retried, not taken for an
+// unreachable server, which fails every attempt at once.
+func (d *Driver) queryRetrying(ctx context.Context, id, runID, query string, args ...any) (converter.EncodedValue, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, queryFor)
+		defer cancel()
+	}
+	for attempt := queryAttempt; ; attempt *= 2 {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		v, err := d.c.QueryWorkflow(actx, id, runID, query, args...)
+		slow := err != nil && actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !slow {
+			return v, err
+		}
+	}
 }
 
 // List implements driver.Driver. It lists the running lock workflows of
