@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/dlocktest"
@@ -172,5 +173,34 @@ func testIDAttemptTimeout(t *testing.T, srv server) {
 	}
 	if !errors.Is(err, driver.ErrUnavailable) {
 		t.Fatalf("Acquire with the server frozen: got %v, want ErrUnavailable", err)
+	}
+}
+
+// testWaiterOutlivesSlowAnswers: a Lock whose requests get no answer
+// because no worker runs the lock workflows, while the server itself
+// answers, is a slow answer, not an unreachable backend: the waiter waits
+// past the driver's per-call timeout for as long as its context lets it,
+// and is granted the lock once a worker comes.
+func testWaiterOutlivesSlowAnswers(t *testing.T, srv server) {
+	const queue = "dlock-test-no-worker"
+	c := srv.client(t, WithTaskQueue(queue), WithoutWorker())
+	name := "slow-answers/" + t.Name()
+	ch := lockAsync(testenv.Context(t, 120*time.Second), c.Mutex(name))
+	// Past callTimeout, with nobody to answer.
+	time.Sleep(callTimeout + 5*time.Second)
+	select {
+	case r := <-ch:
+		t.Fatalf("Lock returned (%v, %v) while the server answered and the context lived", r.l, r.err)
+	default:
+	}
+	w := worker.New(c.Driver().(*Driver).c, queue, worker.Options{LocalActivityWorkerOnly: true})
+	RegisterWorkflows(w)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	l := recv(t, ch, "waiter")
+	if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
+		t.Errorf("Unlock: %v", err)
 	}
 }

@@ -106,9 +106,15 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			failingSince = time.Time{}
 			continue
 		}
-		// The server is unreachable or restarting: keep our place by
-		// asking again, for a while.
-		if failingSince.IsZero() {
+		// The wait failed or got no answer in time. If the server
+		// answers, the workflow is slow (its task sat with a worker that
+		// stopped, or no worker runs): a slow answer, and the waiter
+		// waits on as long as ctx lets it. If not, the server is
+		// unreachable or restarting: keep our place by asking again, for
+		// a while.
+		if d.reachable(ctx) {
+			failingSince = time.Time{}
+		} else if failingSince.IsZero() {
 			failingSince = time.Now()
 		} else if time.Since(failingSince) > unreachableFor {
 			d.leaveQueue(req, nil)
@@ -182,27 +188,52 @@ func (d *Driver) place(ctx context.Context, req driver.Request, timeout time.Dur
 // acquireDetached sends the acquire update detached from ctx; see
 // fairAcquire.
 func (d *Driver) acquireDetached(ctx context.Context, req driver.Request, ar acquireReq) (reply, error) {
-	done := make(chan struct{})
-	var rep reply
-	var err error
-	go func() {
-		defer close(done)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
-		defer cancel()
-		rep, err = d.acquireUpdate(cctx, req.Name, ar)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		d.leaveQueue(req, done)
-		return reply{}, ctx.Err()
+	for {
+		done := make(chan struct{})
+		var rep reply
+		var err error
+		go func() {
+			defer close(done)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			defer cancel()
+			rep, err = d.acquireUpdate(cctx, req.Name, ar)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			d.leaveQueue(req, done)
+			return reply{}, ctx.Err()
+		}
+		if err == nil {
+			return rep, nil
+		}
+		// The outcome is unknown: we may be queued or even hold it. A
+		// waiter whose server answers met a slow workflow (see the wait
+		// loop of fairAcquire), and asks again: an acquire by an owner
+		// already queued or holding is answered with its place or its
+		// grant.
+		if !req.Wait || !d.reachable(ctx) {
+			d.leaveQueue(req, nil)
+			return reply{}, unavailable(ctx, "acquire "+strconv.Quote(req.Name), err)
+		}
+		if !d.pauseQueued(ctx, req, 500*time.Millisecond) {
+			return reply{}, ctx.Err()
+		}
 	}
-	if err != nil {
-		// The outcome is unknown: we may be queued or even hold it.
-		d.leaveQueue(req, nil)
-		return reply{}, unavailable(ctx, "acquire "+strconv.Quote(req.Name), err)
-	}
-	return rep, nil
+}
+
+// healthTimeout bounds reachable's health check.
+const healthTimeout = 5 * time.Second
+
+// reachable reports whether the Temporal frontend answers a health check
+// (which involves no workflow and no worker) before ctx ends or
+// healthTimeout passes. It tells a slow answer, which a waiter waits out,
+// from an unreachable server.
+func (d *Driver) reachable(ctx context.Context) bool {
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	_, err := d.c.CheckHealth(hctx, &client.CheckHealthRequest{})
+	return err == nil
 }
 
 // leaveQueue removes req.Owner from the queue, or releases its grant, and

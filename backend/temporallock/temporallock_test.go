@@ -135,6 +135,7 @@ func TestTemporal(t *testing.T) {
 	t.Run("TerminatedWorkflowWaiterLeavesQueue", func(t *testing.T) { testTerminatedWorkflowWaiter(t, srv) })
 	t.Run("PausedHolderProcessDoesNotStallWaiter", func(t *testing.T) { testPausedHolderProcess(t, srv) })
 	t.Run("IDAttemptTimeoutIsUnavailable", func(t *testing.T) { testIDAttemptTimeout(t, srv) })
+	t.Run("WaiterOutlivesSlowAnswers", func(t *testing.T) { testWaiterOutlivesSlowAnswers(t, srv) })
 }
 
 // testNaiveStart reproduces the bug of a lock built on the Go SDK's
