@@ -204,3 +204,40 @@ func testWaiterOutlivesSlowAnswers(t *testing.T, srv server) {
 		t.Errorf("Unlock: %v", err)
 	}
 }
+
+// testCancelledLockCutOffExpires: a waiter's Lock is cancelled while its
+// connection to the server is frozen, so its cleanup cannot reach the
+// workflow. Lock still returns (its cleanup is bounded), and the entry it
+// left behind expires by itself, as the waiter no longer renews its place:
+// the queue empties, and once the holder releases, another client gets
+// the lock.
+func testCancelledLockCutOffExpires(t *testing.T, srv server) {
+	name := "cancelled-cut-off/" + t.Name()
+	a := srv.client(t)
+	la, err := a.Mutex(name).Lock(testenv.Context(t, 60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, srv.Addr)
+	b := dlock.New(srv.open(t, proxy.Addr()), dlock.WithTTL(testTTL))
+	bctx, cancel := context.WithCancel(testenv.Context(t, 120*time.Second))
+	bch := lockAsync(bctx, b.Mutex(name))
+	waitWaiters(t, a, name, 1)
+	proxy.Block()
+	t.Cleanup(proxy.Unblock)
+	cancel()
+	if r := recv2(t, bch, "cut-off waiter"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled Lock: got %v, %v; want context.Canceled", r.l, r.err)
+	}
+	waitWaiters(t, a, name, 0)
+	if err := la.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := srv.client(t).Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after the holder released: %v", err)
+	}
+	if err := lc.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}

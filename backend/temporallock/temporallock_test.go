@@ -132,6 +132,7 @@ func TestTemporal(t *testing.T) {
 	t.Run("MoreWaitersThanInFlightUpdates", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
+	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })
 	t.Run("TerminatedWorkflowWaiterLeavesQueue", func(t *testing.T) { testTerminatedWorkflowWaiter(t, srv) })
 	t.Run("PausedHolderProcessDoesNotStallWaiter", func(t *testing.T) { testPausedHolderProcess(t, srv) })
 	t.Run("IDAttemptTimeoutIsUnavailable", func(t *testing.T) { testIDAttemptTimeout(t, srv) })
