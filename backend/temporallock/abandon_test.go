@@ -117,6 +117,16 @@ func testTerminatedWorkflowWaiter(t *testing.T, srv server) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The probe that found the waiter gone replays deterministically.
+	hist, err := collectHistory(d.c.GetWorkflowHistory(ctx, WorkflowID(ModeFair, name), "", false, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := worker.NewWorkflowReplayer()
+	RegisterWorkflows(r)
+	if err := r.ReplayWorkflowHistory(nil, hist); err != nil {
+		t.Errorf("replay of the mutex workflow: %v", err)
+	}
 }
 
 // testPausedHolderProcess: a client process holds a lock with a short
