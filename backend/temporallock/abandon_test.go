@@ -17,8 +17,9 @@ import (
 )
 
 // testCancelledLockThenExit: a waiter's Lock is cancelled and its process
-// goes away right after Lock returns (here: its driver and Temporal client
-// are closed at once, as when "dlock run --wait" times out and exits). The
+// goes away right after Lock returns (here: its connection to the server is
+// frozen at once, so nothing it sends afterwards arrives, as when "dlock
+// run --wait" times out and exits). The
 // queue must already be clean when Lock returns: Inspect shows no waiter,
 // and when the holder releases, another client gets the lock at once
 // rather than after the TTL of a grant nobody will ever see.
@@ -29,24 +30,25 @@ func testCancelledLockThenExit(t *testing.T, srv server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bd := srv.open(t, "")
-	b := dlock.New(bd, dlock.WithTTL(testTTL))
+	proxy := testenv.NewProxy(t, srv.Addr)
+	b := dlock.New(srv.open(t, proxy.Addr()), dlock.WithTTL(testTTL))
 	bctx, cancel := context.WithCancel(testenv.Context(t, 120*time.Second))
 	bch := lockAsync(bctx, b.Mutex(name))
 	waitWaiters(t, a, name, 1)
 	cancel()
 	r := recv2(t, bch, "cancelled waiter")
+	proxy.Block() // the process exits: nothing more arrives from it
+	t.Cleanup(proxy.Unblock)
 	if !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled Lock: got %v, %v; want context.Canceled", r.l, r.err)
 	}
-	_ = bd.Close() // the process exits: nothing more is sent from it
 
 	in, err := a.Inspect(testenv.Context(t, 30*time.Second), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(in.Waiters) != 0 {
-		t.Fatalf("after the cancelled Lock returned and its client closed: %d waiters queued, want none", len(in.Waiters))
+		t.Fatalf("after the cancelled Lock returned and its process went away: %d waiters queued, want none", len(in.Waiters))
 	}
 	if err := la.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
