@@ -22,7 +22,23 @@
 // (it crashed) is dropped from the queue within its TTL. A Lock whose
 // context ends sends "release", which removes it from the queue (or gives
 // back a grant that raced the cancellation) after its last request reached
-// the workflow: it leaves nothing behind.
+// the workflow, and returns only when that is done: it leaves nothing
+// behind, even if its process exits right after (a CLI that timed out).
+// This cleanup is bounded by the TTL or 5s, whichever is shorter (room
+// for one workflow task run again after a worker vanished; waiting past
+// the TTL would buy nothing, see next). If the bound passes (the server
+// or every worker is out of reach), Lock returns anyway and the entry is
+// left to expire: the waiter no longer renews its place, so it is dropped
+// a TTL after its last request, and a grant it got before that ends by its
+// lease's timer a TTL after the grant.
+//
+// A slow answer is not an unreachable server. When a request fails or
+// gets no answer in time, the waiter asks the frontend for its health (a
+// call that needs no workflow and no worker): if the server answers, the
+// workflow is only slow — its task sat with a worker that stopped, or no
+// worker runs at all — and the waiter asks again, for as long as its
+// context lets it; if not, the server is unreachable, and after 90s
+// without an answer Lock fails with dlock.ErrUnavailable.
 //
 // Leases: the workflow ends a lease with a timer at its end, grants the
 // lock to the next waiter, and refuses the old holder's later renewals
@@ -89,7 +105,9 @@
 // REJECT_DUPLICATE would lock it out until the run left retention) and
 // WorkflowExecutionErrorWhenAlreadyStarted (without it the Go SDK returns
 // the running workflow's run instead of an error, and a naive lock would
-// believe it acquired). A busy lock is dlock.ErrNotAcquired. The run holds
+// believe it acquired). A busy lock is dlock.ErrNotAcquired; an attempt
+// the server does not answer within the attempt's bound is
+// dlock.ErrUnavailable, not a deadline of the caller's. The run holds
 // the lease with a workflow timer, renewed by an "extend" update; when the
 // timer fires the run ends and the name is free. Release terminates the
 // lease's own run (named by its first run ID, so it can never end a later
@@ -125,10 +143,34 @@
 // another worker (any other client) picks up their tasks. With no worker
 // at all, nothing expires and nobody is granted until one comes back.
 //
+// A client process that is stopped (SIGSTOP, a debugger) or cut off
+// without its connections closing is worse than a dead one for a while:
+// the server still holds the polls its worker left open, and hands each
+// of them a task that is then never answered. A workflow task so taken
+// (a lease's end, a hand-over, a waiter's request) is run by another
+// worker after the workflow task timeout, 3s; a query so taken is never
+// answered, so queries (Inspect, List) are sent in attempts of 2s,
+// doubled each time, for as long as the caller's context lives (30s at
+// most if it has no deadline), and the next attempt finds a worker that
+// runs. So a paused process holds no lock hostage: its own lease ends by
+// timer, and the next waiter is granted a few seconds after that (about 4s
+// on a test machine, with a 2s lease). A shorter workflow task timeout
+// would shorten this, but a task that takes longer than the timeout (the
+// replay of a long history on a busy machine) would then time out again
+// on every attempt and never complete.
+//
 // # Locks from inside workflows
 //
 // Lock (with Unlock on the lease it returns) takes a fair-mode lock from a
-// workflow, waiting in the same queue as clients; see its doc.
+// workflow, waiting in the same queue as clients; see its doc. A waiting
+// workflow cannot renew its place by asking again as a client does, and
+// should not have to: a workflow waits durably, and may go on waiting
+// after its workers were away for a while. What makes its place stale is
+// only that its run closed. So the mutex workflow probes each workflow
+// waiter by a signal once a TTL: a signal to a run that has closed
+// (completed, failed, timed out, terminated) fails, and the waiter leaves
+// the queue then, within a TTL. A grant to a run that has closed is given
+// back at once for the same reason.
 //
 // # Guarantees
 //
@@ -136,7 +178,7 @@
 // deadline is measured on its own monotonic clock from the send time of
 // its last confirmed request, so only clock rates must be close. Crash of a
 // client: its lease ends by timer within its TTL; a queued waiter is dropped
-// within its TTL. Partition: a cut-off client cannot renew and sees its
+// within its TTL; a waiting workflow that closed is dropped within its TTL. Partition: a cut-off client cannot renew and sees its
 // lease end before the server's timer does. Server restart: all state is
 // in the server's persistence; leases, queues and tokens survive, and
 // clients and workers reconnect (a lease whose renewals failed for its

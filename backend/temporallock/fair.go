@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/dlock/dlock/driver"
 )
@@ -17,9 +18,8 @@ import (
 // Bounds of one round trip of an acquire. A waiter's "wait" update returns
 // within waitSlice; the rest is room for a slow or restarting server.
 const (
-	callTimeout     = 30 * time.Second
-	unreachableFor  = 90 * time.Second // a waiter gives up after this long without an answer
-	cleanupDeadline = 30 * time.Second
+	callTimeout    = 30 * time.Second
+	unreachableFor = 90 * time.Second // a waiter gives up after this long without an answer
 )
 
 // fairAcquire asks the name's mutex workflow for the lock by
@@ -106,9 +106,15 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			failingSince = time.Time{}
 			continue
 		}
-		// The server is unreachable or restarting: keep our place by
-		// asking again, for a while.
-		if failingSince.IsZero() {
+		// The wait failed or got no answer in time. If the server
+		// answers, the workflow is slow (its task sat with a worker that
+		// stopped, or no worker runs): a slow answer, and the waiter
+		// waits on as long as ctx lets it. If not, the server is
+		// unreachable or restarting: keep our place by asking again, for
+		// a while.
+		if d.reachable(ctx) {
+			failingSince = time.Time{}
+		} else if failingSince.IsZero() {
 			failingSince = time.Now()
 		} else if time.Since(failingSince) > unreachableFor {
 			d.leaveQueue(req, nil)
@@ -182,43 +188,85 @@ func (d *Driver) place(ctx context.Context, req driver.Request, timeout time.Dur
 // acquireDetached sends the acquire update detached from ctx; see
 // fairAcquire.
 func (d *Driver) acquireDetached(ctx context.Context, req driver.Request, ar acquireReq) (reply, error) {
-	done := make(chan struct{})
-	var rep reply
-	var err error
-	go func() {
-		defer close(done)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
-		defer cancel()
-		rep, err = d.acquireUpdate(cctx, req.Name, ar)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		d.leaveQueue(req, done)
-		return reply{}, ctx.Err()
+	for {
+		done := make(chan struct{})
+		var rep reply
+		var err error
+		go func() {
+			defer close(done)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			defer cancel()
+			rep, err = d.acquireUpdate(cctx, req.Name, ar)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			d.leaveQueue(req, done)
+			return reply{}, ctx.Err()
+		}
+		if err == nil {
+			return rep, nil
+		}
+		// The outcome is unknown: we may be queued or even hold it. A
+		// waiter whose server answers met a slow workflow (see the wait
+		// loop of fairAcquire), and asks again: an acquire by an owner
+		// already queued or holding is answered with its place or its
+		// grant.
+		if !req.Wait || !d.reachable(ctx) {
+			d.leaveQueue(req, nil)
+			return reply{}, unavailable(ctx, "acquire "+strconv.Quote(req.Name), err)
+		}
+		if !d.pauseQueued(ctx, req, 500*time.Millisecond) {
+			return reply{}, ctx.Err()
+		}
 	}
-	if err != nil {
-		// The outcome is unknown: we may be queued or even hold it.
-		d.leaveQueue(req, nil)
-		return reply{}, unavailable(ctx, "acquire "+strconv.Quote(req.Name), err)
-	}
-	return rep, nil
 }
 
-// leaveQueue removes req.Owner from the queue, or releases its grant, in
-// the background, once after (if not nil) is closed.
+// healthTimeout bounds reachable's health check.
+const healthTimeout = 5 * time.Second
+
+// reachable reports whether the Temporal frontend answers a health check
+// (which involves no workflow and no worker) before ctx ends or
+// healthTimeout passes. It tells a slow answer, which a waiter waits out,
+// from an unreachable server.
+func (d *Driver) reachable(ctx context.Context) bool {
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	_, err := d.c.CheckHealth(hctx, &client.CheckHealthRequest{})
+	return err == nil
+}
+
+// leaveQueue removes req.Owner from the queue, or releases its grant, and
+// returns once that is done: a cancelled Lock returns with the queue clean
+// even if its process exits right after (a CLI that timed out). When after
+// is not nil, the release is sent once it is closed (the request in flight
+// has reached the workflow, so the release is handled after it).
+//
+// It takes leaveBound(req.TTL) at most. If the bound passes first (no
+// worker runs the mutex workflow, the server does not answer), the entry
+// is left to expire: a client waiter renews its place with every request
+// and is dropped a TTL after its last one, and a grant it got meanwhile
+// ends by its lease's timer a TTL after the grant.
 func (d *Driver) leaveQueue(req driver.Request, after <-chan struct{}) {
-	go func() {
-		if after != nil {
-			select {
-			case <-after:
-			case <-time.After(callTimeout):
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), leaveBound(req.TTL))
+	defer cancel()
+	if after != nil {
+		select {
+		case <-after:
+		case <-ctx.Done():
+			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupDeadline)
-		defer cancel()
-		_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
-	}()
+	}
+	_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
+}
+
+// leaveBound bounds leaveQueue: 5s, room for a release whose workflow task
+// went to a worker that vanished and is run again elsewhere after
+// workflowTaskTimeout; but no more than the TTL, after which the entry
+// left behind has expired (or will with the lease it was granted), so
+// that waiting longer would only delay the caller.
+func leaveBound(ttl time.Duration) time.Duration {
+	return min(5*time.Second, ttl)
 }
 
 func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq) (reply, error) {
@@ -291,7 +339,7 @@ func (s mutexState) info() driver.Info {
 
 // query runs the "state" query; found is false when no such workflow runs.
 func (d *Driver) query(ctx context.Context, id, runID string, out any) (found bool, err error) {
-	v, err := d.c.QueryWorkflow(ctx, id, runID, qryState)
+	v, err := d.queryRetrying(ctx, id, runID, qryState)
 	if err != nil {
 		if isNotFound(err) {
 			return false, nil
@@ -302,6 +350,38 @@ func (d *Driver) query(ctx context.Context, id, runID string, out any) (found bo
 		return false, fmt.Errorf("%w: temporal query %s: %w", driver.ErrUnavailable, id, err)
 	}
 	return true, nil
+}
+
+// First bound of one query attempt, and the longest a query is retried
+// when ctx has no deadline.
+const (
+	queryAttempt = 2 * time.Second
+	queryFor     = callTimeout
+)
+
+// queryRetrying runs a query, in attempts bounded by queryAttempt (doubled
+// each time) and retried while ctx lives, for at most queryFor if ctx has
+// no deadline. A query goes to a worker through a poll the worker left
+// open on the server; a worker that stopped (its process paused, or cut
+// off) still has its polls open there, and a query handed to one of them
+// is never answered. That poll is then spent, and the next attempt goes
+// to a worker that runs: a slow answer is retried, not taken for an
+// unreachable server, which fails every attempt at once.
+func (d *Driver) queryRetrying(ctx context.Context, id, runID, query string, args ...any) (converter.EncodedValue, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, queryFor)
+		defer cancel()
+	}
+	for attempt := queryAttempt; ; attempt *= 2 {
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		v, err := d.c.QueryWorkflow(actx, id, runID, query, args...)
+		slow := err != nil && actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if !slow {
+			return v, err
+		}
+	}
 }
 
 // List implements driver.Driver. It lists the running lock workflows of

@@ -49,7 +49,10 @@ func (l *idLocker) startOptions(name string) client.StartWorkflowOptions {
 }
 
 // TryAcquire starts the lock run and reads its start time, the fencing
-// token. Neither call needs a worker.
+// token. Neither call needs a worker. Its ctx is AcquireByRetry's
+// per-attempt context, detached from the caller's: a deadline there is
+// the server not answering in time (ErrUnavailable), never the caller's
+// (AcquireByRetry returns the caller's own error when that ends).
 func (l *idLocker) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	run, err := l.c.ExecuteWorkflow(ctx, l.startOptions(req.Name), idLockWorkflowName, idLockState{
 		Name: req.Name, Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, HistoryLimit: l.cfg.historyLimit,
@@ -59,13 +62,13 @@ func (l *idLocker) TryAcquire(ctx context.Context, req driver.Request) (driver.G
 		if errors.As(err, &started) {
 			return driver.Grant{}, 0, fmt.Errorf("%w: %q", driver.ErrNotAcquired, req.Name)
 		}
-		return driver.Grant{}, 0, unavailable(ctx, "start "+strconv.Quote(req.Name), err)
+		return driver.Grant{}, 0, asUnavailable("start "+strconv.Quote(req.Name), err)
 	}
 	desc, err := (*Driver)(l).describe(ctx, run.GetID(), run.GetRunID())
 	if err != nil {
 		// We hold the lock but cannot tell its token: give it back.
 		_ = l.c.TerminateWorkflow(context.WithoutCancel(ctx), run.GetID(), run.GetRunID(), "dlock: token unknown")
-		return driver.Grant{}, 0, unavailable(ctx, "describe "+strconv.Quote(req.Name), err)
+		return driver.Grant{}, 0, asUnavailable("describe "+strconv.Quote(req.Name), err)
 	}
 	token := idTokenOf(desc.GetWorkflowExecutionInfo().GetStartTime().AsTime())
 	return driver.Grant{Token: token, Handle: run.GetRunID()}, 0, nil

@@ -27,8 +27,9 @@ const (
 	sigRelease = "dlock.release" // ownerReq
 
 	// Signals to a lock-holding workflow, suffixed with the owner key.
-	sigGrantPrefix = "dlock.grant." // grantMsg
-	sigLostPrefix  = "dlock.lost."  // grantMsg (Token of the lost lease)
+	sigGrantPrefix  = "dlock.grant."  // grantMsg
+	sigLostPrefix   = "dlock.lost."   // grantMsg (Token of the lost lease)
+	sigQueuedPrefix = "dlock.queued." // grantMsg{}: "are you still there?" (see probeWaiter)
 )
 
 // Reply statuses.
@@ -55,13 +56,14 @@ type entry struct {
 	Holder []byte `json:",omitempty"`
 	// Expires is, for the holder, the end of its lease; for a client
 	// waiter, the time by which it must ask again (its presence), or it
-	// is dropped from the queue. Workflow time.
+	// is dropped from the queue; for a workflow waiter (ReplyTo), the
+	// time of its next probe (see probeWaiter). Workflow time.
 	Expires time.Time
 	// Token and GrantedAt are set when the entry holds the lock.
 	Token     uint64    `json:",omitempty"`
 	GrantedAt time.Time `json:",omitzero"`
 	// ReplyTo is the workflow that asked, for the workflow-side API; it
-	// is answered by signal and has no presence deadline.
+	// is answered by signal, and probed by signal while it waits.
 	ReplyTo *caller `json:",omitempty"`
 }
 
@@ -156,7 +158,15 @@ type mutex struct {
 	turnover  time.Duration
 	pickedUp  time.Time
 	listening map[string]int // owners with a wait open, and how many
+	// probing: workflow waiters are probed (see probeWaiter). Runs
+	// started by versions of this package that did not probe replay
+	// without it.
+	probing bool
 }
+
+// probeVersion is the change ID under which the mutex workflow probes
+// its workflow waiters.
+const probeVersion = "probe-workflow-waiters"
 
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
@@ -220,6 +230,15 @@ func (m *mutex) pollAfter(now time.Time, ahead int, ttl time.Duration) time.Dura
 // continuing as new to keep its history short; an idle one has no timer.
 func MutexWorkflow(ctx workflow.Context, s mutexState) error {
 	m := &mutex{s: s, listening: map[string]int{}}
+	m.probing = workflow.GetVersion(ctx, probeVersion, workflow.DefaultVersion, 1) >= 1
+	if m.probing {
+		now := workflow.Now(ctx)
+		for i, e := range m.s.Queue {
+			if e.ReplyTo != nil && e.Expires.IsZero() { // queued by a run that did not probe
+				m.s.Queue[i].Expires = now.Add(e.TTL)
+			}
+		}
+	}
 	if m.s.Holder != nil {
 		// Carried from the previous run: it has held at least since now,
 		// which is what pollAfter needs to know.
@@ -385,7 +404,7 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	if !r.Wait {
 		return reply{Status: stBusy}
 	}
-	if e.ReplyTo == nil {
+	if e.ReplyTo == nil || m.probing {
 		e.Expires = now.Add(r.TTL)
 	}
 	m.s.Queue = append(m.s.Queue, e)
@@ -499,14 +518,19 @@ func (m *mutex) end(ctx workflow.Context, lost bool) {
 	m.grantNext(ctx)
 }
 
-// expire ends a lease whose time is up and drops waiters that stopped
-// asking.
+// expire ends a lease whose time is up, drops client waiters that stopped
+// asking, and probes workflow waiters whose time has come.
 func (m *mutex) expire(ctx workflow.Context, now time.Time) {
 	q := m.s.Queue[:0]
 	for _, e := range m.s.Queue {
-		if e.ReplyTo != nil || now.Before(e.Expires) {
-			q = append(q, e)
+		switch {
+		case e.ReplyTo == nil && !now.Before(e.Expires): // dropped
+			continue
+		case e.ReplyTo != nil && m.probing && !e.Expires.IsZero() && !now.Before(e.Expires):
+			m.probeWaiter(ctx, e)
+			e.Expires = now.Add(e.TTL)
 		}
+		q = append(q, e)
 	}
 	m.s.Queue = q
 	if h := m.s.Holder; h != nil && !now.Before(h.Expires) {
@@ -560,6 +584,27 @@ func (m *mutex) notify(ctx workflow.Context, to caller, signal string, msg grant
 	})
 }
 
+// probeWaiter checks that a workflow waiter still runs, once a TTL while
+// it waits, by signalling it: a signal to a workflow run that has closed
+// (completed, failed, timed out, terminated) fails, and the waiter leaves
+// the queue then. A client waiter proves it is there by asking again; a
+// workflow cannot be asked to, because a workflow waits durably — it may
+// sit without a worker for a while and go on waiting when one is back, and
+// must not lose its place for that. What makes its place stale is only
+// that the run that asked has closed, and that is what the probe detects.
+func (m *mutex) probeWaiter(ctx workflow.Context, e entry) {
+	f := workflow.SignalExternalWorkflow(ctx, e.ReplyTo.WorkflowID, e.ReplyTo.RunID, sigQueuedPrefix+e.Owner, grantMsg{})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if f.Get(ctx, nil) == nil {
+			return
+		}
+		if i := m.queued(e.Owner); i >= 0 {
+			m.s.Queue = append(m.s.Queue[:i], m.s.Queue[i+1:]...)
+			m.changed = true
+		}
+	})
+}
+
 // pickUp notes that the holder learned of its grant now, unless it had
 // already.
 func (m *mutex) pickUp(now time.Time) {
@@ -600,7 +645,7 @@ func (m *mutex) nextDeadline() time.Time {
 		consider(m.s.Holder.Expires)
 	}
 	for _, e := range m.s.Queue {
-		if e.ReplyTo == nil {
+		if e.ReplyTo == nil || m.probing {
 			consider(e.Expires)
 		}
 	}

@@ -343,6 +343,13 @@ func unavailable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	return asUnavailable(what, err)
+}
+
+// asUnavailable wraps a Temporal error as driver.ErrUnavailable, context
+// errors included: for calls whose context is one of ours (a per-attempt
+// or per-call bound), whose deadline means the server did not answer.
+func asUnavailable(what string, err error) error {
 	return fmt.Errorf("%w: temporal %s: %w", driver.ErrUnavailable, what, err)
 }
 

@@ -131,6 +131,12 @@ func TestTemporal(t *testing.T) {
 	t.Run("WorkflowLock", func(t *testing.T) { testWorkflowLock(t, srv) })
 	t.Run("MoreWaitersThanInFlightUpdates", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
+	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
+	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })
+	t.Run("TerminatedWorkflowWaiterLeavesQueue", func(t *testing.T) { testTerminatedWorkflowWaiter(t, srv) })
+	t.Run("PausedHolderProcessDoesNotStallWaiter", func(t *testing.T) { testPausedHolderProcess(t, srv) })
+	t.Run("IDAttemptTimeoutIsUnavailable", func(t *testing.T) { testIDAttemptTimeout(t, srv) })
+	t.Run("WaiterOutlivesSlowAnswers", func(t *testing.T) { testWaiterOutlivesSlowAnswers(t, srv) })
 }
 
 // testNaiveStart reproduces the bug of a lock built on the Go SDK's

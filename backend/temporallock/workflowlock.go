@@ -37,6 +37,7 @@ type WorkflowLease struct {
 	token                uint64
 	ttl                  time.Duration
 	lost                 workflow.ReceiveChannel
+	probes               workflow.ReceiveChannel
 	isLost, released     bool
 	stopRenew            workflow.CancelFunc
 }
@@ -69,6 +70,7 @@ func (l *WorkflowLease) Unlock(ctx workflow.Context) error {
 	}
 	l.released = true
 	l.stopRenew()
+	drain(l.probes)
 	if l.Lost() {
 		return fmt.Errorf("%w: %q", dlock.ErrLeaseLost, l.name)
 	}
@@ -83,7 +85,10 @@ func (l *WorkflowLease) Unlock(ctx workflow.Context) error {
 // signals-with-start the name's mutex workflow, and the grant comes back as
 // a signal. While held, the lease is renewed by signal every TTL/3 from a
 // workflow goroutine; call Unlock when done. If ctx is cancelled while
-// waiting, Lock leaves the queue and returns ctx's error.
+// waiting, Lock leaves the queue and returns ctx's error. While it waits,
+// the mutex workflow signals it once a TTL to learn whether it still
+// runs: a waiting workflow that closes (terminated, timed out, failed)
+// leaves the queue at the next such probe, within a TTL.
 //
 // The workflow's worker needs nothing registered for this (the local
 // activity is passed by value), but the mutex workflows need a worker on
@@ -115,7 +120,8 @@ func Lock(ctx workflow.Context, name string, opts WorkflowLockOptions) (*Workflo
 		ReplyTo: &caller{WorkflowID: info.WorkflowExecution.ID, RunID: info.WorkflowExecution.RunID}}
 	mutexID := WorkflowID(ModeFair, name)
 	l := &WorkflowLease{name: name, owner: owner, mutexID: mutexID, ttl: opts.TTL,
-		lost: workflow.GetSignalChannel(ctx, sigLostPrefix+owner)}
+		lost:   workflow.GetSignalChannel(ctx, sigLostPrefix+owner),
+		probes: workflow.GetSignalChannel(ctx, sigQueuedPrefix+owner)}
 	grants := workflow.GetSignalChannel(ctx, sigGrantPrefix+owner)
 
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
@@ -132,6 +138,7 @@ func Lock(ctx workflow.Context, name string, opts WorkflowLockOptions) (*Workflo
 	sel.AddReceive(grants, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, &g) })
 	sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) { err = ctx.Err() })
 	sel.Select(ctx)
+	drain(l.probes)
 	if err != nil {
 		// Leave the queue, or give back a grant that raced the cancel.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -155,6 +162,13 @@ func Lock(ctx workflow.Context, name string, opts WorkflowLockOptions) (*Workflo
 		}
 	})
 	return l, nil
+}
+
+// drain receives the probes that reached a waiter (they need no answer:
+// that they were delivered is the answer), so that none is left unhandled.
+func drain(c workflow.ReceiveChannel) {
+	for c.ReceiveAsync(nil) {
+	}
 }
 
 // requestLock is the local activity of Lock: signal-with-start, so that

@@ -37,6 +37,18 @@ func lockedWork(ctx workflow.Context, name string, hold time.Duration) (uint64, 
 	return l.Token(), l.Unlock(ctx)
 }
 
+// startCallers runs a worker of the caller workflows on d's client until
+// t ends.
+func startCallers(t *testing.T, d *Driver) {
+	t.Helper()
+	w := worker.New(d.c, callerQueue, worker.Options{})
+	registerCallers(w)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+}
+
 func registerCallers(r WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(lockedWork, workflow.RegisterOptions{Name: "lockedWork"})
 }
@@ -51,12 +63,7 @@ func registerCallers(r WorkflowRegistry) {
 func testWorkflowLock(t *testing.T, srv server) {
 	d := srv.open(t, "", withHistoryLimit(60))
 	c := dlock.New(d, dlock.WithTTL(testTTL))
-	w := worker.New(d.c, callerQueue, worker.Options{})
-	registerCallers(w)
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	startCallers(t, d)
 
 	name := "workflow-lock/" + t.Name()
 	ctx := testenv.Context(t, 180*time.Second)
