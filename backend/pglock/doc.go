@@ -88,8 +88,13 @@
 // freed the instant its holder's connection dies (a killed process frees
 // it at once, not after a TTL). The fencing token still comes from the
 // table's sequence: after taking the advisory lock the holder writes the
-// name's row (a takeover of a previous session holder's row is allowed,
-// since that session has ended). The trade-offs:
+// name's row. It takes over another session holder's live row only when
+// that row's own advisory key is held by no session (its holder's session
+// has ended); a row whose key is still held is left alone. The key hashes
+// the table's schema-qualified name as the server resolves it, so clients
+// that spell one table differently ("dlock_leases", "public.dlock_leases")
+// take the same advisory lock and listen on the same channel. The
+// trade-offs:
 //
 //   - One connection per held lock, and per waiter (waiters wait in the
 //     server's lock queue, in pg_advisory_lock). Count them against
@@ -125,7 +130,8 @@
 //
 //	table=NAME    the lease table, "name" or "schema.name" (default dlock_leases);
 //	              the token sequence is NAME_token_seq, the NOTIFY channel
-//	              dlock_ followed by a hash of the table's name
+//	              dlock_ followed by a hash of the table's schema-qualified
+//	              name
 //	mode=session  session-scoped advisory locks (default mode=lease)
 //
 // Everything else goes to pgx: sslmode (disable, prefer, require,

@@ -16,10 +16,10 @@ import (
 // listener wakes every waiter when it breaks and again once it listens
 // anew, so each looks for itself, and reconnects with back-off.
 type listener struct {
-	cfg     *pgx.ConnConfig
-	channel string
+	cfg *pgx.ConnConfig
 
 	mu      sync.Mutex
+	channel string                                // set once, before the first subscribe
 	subs    map[string]map[chan struct{}]struct{} // payload → wake channels
 	running bool                                  // the receive loop runs
 	ctx     context.Context                       // ends the loop
@@ -30,10 +30,18 @@ type listener struct {
 	connectMu sync.Mutex // one connect at a time
 }
 
-func newListener(cfg *pgx.ConnConfig, channel string) *listener {
+func newListener(cfg *pgx.ConnConfig) *listener {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &listener{cfg: cfg, channel: channel, subs: map[string]map[chan struct{}]struct{}{},
+	return &listener{cfg: cfg, subs: map[string]map[chan struct{}]struct{}{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// setChannel names the channel to listen on; it is called before the
+// first subscribe.
+func (l *listener) setChannel(channel string) {
+	l.mu.Lock()
+	l.channel = channel
+	l.mu.Unlock()
 }
 
 // subscribe registers a wake channel for payload. It returns once the
@@ -98,11 +106,14 @@ func (l *listener) start(ctx context.Context) error {
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	l.mu.Lock()
+	channel := l.channel
+	l.mu.Unlock()
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}

@@ -64,9 +64,10 @@ func WithSessionLocks() Option {
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool   // made by Open: closed by Close
-	ident   string // the table, quoted
-	seq     string // the sequence, quoted
-	channel string // the NOTIFY channel of this table
+	ident   string // the table, quoted, as configured
+	seq     string // the sequence, quoted, as configured
+	canon   string // the table's schema-qualified name, quoted: set on first use
+	channel string // the NOTIFY channel of this table: set on first use
 	session bool
 
 	acquireSQL, extendSQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
@@ -97,24 +98,16 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(ident))
 	d := &Driver{
-		pool:    pool,
-		ident:   ident,
-		seq:     seq,
-		channel: "dlock_" + hex.EncodeToString(sum[:8]),
-		session: c.session,
+		pool:      pool,
+		ident:     ident,
+		seq:       seq,
+		session:   c.session,
+		createSQL: bind(createSQL, ident, seq),
 	}
-	for _, q := range []struct {
-		dst *string
-		sql string
-	}{
-		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
-		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL}, {&d.createSQL, createSQL},
-	} {
-		*q.dst = bind(q.sql, ident, seq)
-	}
-	d.listen = newListener(pool.Config().ConnConfig, d.channel)
+	// The statements, keys and channel are bound to the table's full name
+	// once the server has resolved it (bindCanonical, on first use).
+	d.listen = newListener(pool.Config().ConnConfig)
 	d.sessions = &sessionSet{conns: map[*session]struct{}{}}
 	return d, nil
 }
@@ -203,30 +196,71 @@ func (d *Driver) ensure(ctx context.Context) error {
 
 func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 	for attempt := 0; ; attempt++ {
-		var exists bool
-		if err := d.pool.QueryRow(ctx, existsSQL, d.ident, d.seq).Scan(&exists); err != nil {
+		table, seq, err := d.resolve(ctx)
+		if err != nil {
 			return d.fail(ctx, err)
 		}
-		if exists && !create {
+		if table != "" && seq != "" && !create {
+			d.bindCanonical(table, seq)
 			d.migrated.Store(true)
 			return nil
+		}
+		if attempt >= 4 {
+			return fmt.Errorf("%w: pglock: the lock table %s or its sequence %s is still missing after creating them", driver.ErrUnavailable, d.ident, d.seq)
 		}
 		// CREATE … IF NOT EXISTS checks the schema privilege even when the
 		// object exists, hence the look first.
-		_, err := d.pool.Exec(ctx, d.createSQL, pgx.QueryExecModeSimpleProtocol)
+		_, err = d.pool.Exec(ctx, d.createSQL, pgx.QueryExecModeSimpleProtocol)
 		var pe *pgconn.PgError
 		switch {
 		case err == nil:
-			d.migrated.Store(true)
-			return nil
-		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") && attempt < 3:
+			create = false // look up what was made, by its full name
+		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07"):
 			// Another client created it at the same moment: look again.
-			continue
 		case errors.As(err, &pe) && pe.Code == "42501":
 			return d.privilegeError(ctx, err, true)
 		default:
 			return d.fail(ctx, err)
 		}
+	}
+}
+
+// resolve returns the schema-qualified, quoted names of the table and the
+// sequence as the server resolves the configured spelling, or "" for
+// either that does not exist.
+func (d *Driver) resolve(ctx context.Context) (table, seq string, err error) {
+	var tn, tr, sn, sr *string
+	if err := d.pool.QueryRow(ctx, resolveSQL, d.ident, d.seq).Scan(&tn, &tr, &sn, &sr); err != nil {
+		return "", "", err
+	}
+	if tn != nil && tr != nil {
+		table = pgx.Identifier{*tn, *tr}.Sanitize()
+	}
+	if sn != nil && sr != nil {
+		seq = pgx.Identifier{*sn, *sr}.Sanitize()
+	}
+	return table, seq, nil
+}
+
+// bindCanonical makes the statements, the advisory keys and the NOTIFY
+// channel use the table's schema-qualified name, so that every client of
+// one table agrees on them however it spells the table ("dlock_leases",
+// "public.dlock_leases"): two clients that hashed different spellings
+// would take different advisory locks for one name, and listen on
+// different channels. The caller holds migrateMu, before migrated is set.
+func (d *Driver) bindCanonical(table, seq string) {
+	d.canon = table
+	sum := sha256.Sum256([]byte(table))
+	d.channel = "dlock_" + hex.EncodeToString(sum[:8])
+	d.listen.setChannel(d.channel)
+	for _, q := range []struct {
+		dst *string
+		sql string
+	}{
+		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
+		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL},
+	} {
+		*q.dst = bind(q.sql, table, seq)
 	}
 }
 
@@ -282,7 +316,7 @@ func (d *Driver) fail(ctx context.Context, err error) error {
 // names that exclude each other (a chance of about n²/2⁶⁵ for n names).
 func (d *Driver) key(name string) int64 {
 	h := sha256.New()
-	h.Write([]byte(d.ident))
+	h.Write([]byte(d.canon))
 	h.Write([]byte{0})
 	h.Write([]byte(name))
 	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
@@ -311,6 +345,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 // TryAcquire implements driver.Retrier: one statement, which either grants
 // the lock or reports how long the holder's lease has left.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if err := d.ensure(ctx); err != nil {
+		return driver.Grant{}, 0, err
+	}
 	return d.tryAcquire(ctx, d.pool, req, nil)
 }
 
@@ -472,6 +509,9 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 // Subscribe implements driver.Subscriber over the driver's one LISTEN
 // connection.
 func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if err := d.ensure(ctx); err != nil {
+		return nil, nil, err
+	}
 	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(name)))
 	if err != nil {
 		return nil, nil, d.fail(ctx, err)
