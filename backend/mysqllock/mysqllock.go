@@ -119,7 +119,9 @@
 //	    default dlock_leases.
 //	  - tls: as go-sql-driver/mysql's tls parameter: true, false,
 //	    skip-verify, preferred, or a name registered with
-//	    mysql.RegisterTLSConfig.
+//	    mysql.RegisterTLSConfig. With true, or a registered configuration
+//	    without ServerName, the server's certificate is verified against
+//	    the URL's host.
 //	  - Any other parameter is passed to go-sql-driver/mysql (timeout,
 //	    readTimeout, …). The port defaults to 3306.
 //
@@ -248,14 +250,6 @@ func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
 	if strings.Contains(db, "/") {
 		return nil, nil, fmt.Errorf("%w: mysqllock: URL path %q must be /database", dlock.ErrInvalidOption, u.Path)
 	}
-	cfg, err := mysql.ParseDSN("/" + db + "?" + q.Encode())
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: mysqllock: URL parameters: %v", dlock.ErrInvalidOption, err)
-	}
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
-	}
 	host := u.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -263,7 +257,18 @@ func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
 	if u.Port() == "" {
 		host = strings.TrimSuffix(host, ":") + ":3306"
 	}
-	cfg.Net, cfg.Addr = "tcp", host
+	// The address goes into the DSN, not into cfg afterwards: parsing
+	// derives the name a TLS certificate is verified against (tls=true, or
+	// a registered configuration without ServerName) from the address, and
+	// would take the default 127.0.0.1 for a DSN without one.
+	cfg, err := mysql.ParseDSN("tcp(" + host + ")/" + db + "?" + q.Encode())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: mysqllock: URL parameters: %v", dlock.ErrInvalidOption, err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
 	if !q.Has("timeout") {
 		cfg.Timeout = 10 * time.Second
 	}
