@@ -102,6 +102,7 @@ func TestMariaDB(t *testing.T) {
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
 	t.Run("UnreachableServerEndsLeaseBeforeOthersAcquire", s.testUnreachable)
 	t.Run("FrozenServerEndsLeaseBeforeOthersAcquire", s.testFrozenServer)
+	t.Run("FrozenServerIsUnavailableNotAHang", s.testFrozenUnavailable)
 	t.Run("CrashWhileHeldKeepsTokensAndGrantsDueLeases", s.testCrashWhileHeld)
 	t.Run("URLParameters", s.testURL)
 	t.Run("TLSVerifiesTheHostOfTheURL", s.testTLSHost)
@@ -231,6 +232,12 @@ func (s server) testNoCreatePrivilege(t *testing.T) {
 	_, err = c.Mutex("x").TryLock(testenv.Context(t, 30*time.Second))
 	if err == nil || !strings.Contains(err.Error(), "GRANT CREATE, SELECT, INSERT, UPDATE ON `dlock`.* TO 'dlock_limited'") || !strings.Contains(err.Error(), "CREATE TABLE") {
 		t.Fatalf("TryLock without CREATE privilege: %v; want advice to GRANT CREATE or run the CREATE TABLE", err)
+	}
+	// The driver's own error is classified, and names the table and the
+	// missing privilege.
+	_, _, err = d.(*Driver).TryAcquire(testenv.Context(t, 30*time.Second), driver.Request{Name: "x", Owner: "o", TTL: time.Minute})
+	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "limited_leases") || !strings.Contains(err.Error(), "CREATE privilege") {
+		t.Fatalf("TryAcquire without CREATE privilege: %v; want ErrUnavailable naming the table and the CREATE privilege", err)
 	}
 	t.Logf("error: %v", err)
 	// Once a privileged user has migrated, the limited user can lock.
@@ -462,6 +469,7 @@ func (s server) testURL(t *testing.T) {
 		"mysql://u:secret@127.0.0.1:1/db?table=",
 		"mysql://u:secret@127.0.0.1:1/db/extra",
 		"mysql://u:secret@127.0.0.1:1/db?tls=nonsense",
+		"mysql://u:secret@127.0.0.1:1/db?op_timeout=0s",
 	} {
 		_, err := dlock.Open(testenv.Context(t, 10*time.Second), bad)
 		if err == nil {
@@ -723,5 +731,54 @@ func TestTLSServerNameIsTheURLHost(t *testing.T) {
 		if cfg.TLS.ServerName != want {
 			t.Errorf("%s: the certificate is verified against %q, want %q", dlock.Redact(raw), cfg.TLS.ServerName, want)
 		}
+	}
+}
+
+// testFrozenUnavailable freezes the server (SIGSTOP) while a lock is held.
+// With the caller's context live and an operation timeout of one second,
+// every call — TryLock, Lock, Inspect, Unlock, and the driver's Acquire —
+// returns an error wrapping ErrUnavailable (not a bare
+// context.DeadlineExceeded, and not a hang until the caller's context
+// ends). Once the server thaws, locking works again.
+func (s server) testFrozenUnavailable(t *testing.T) {
+	ctx := testenv.Context(t, 120*time.Second)
+	d := s.open(t, s.Addr, "?op_timeout=1s")
+	// No renewal falls due during the test.
+	c := dlock.New(d, dlock.WithTTL(10*time.Minute))
+	l, err := c.Mutex("frozen/held").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pause()
+	defer s.Resume()
+	unavailable := func(what string, err error) {
+		t.Helper()
+		if ctx.Err() != nil {
+			t.Fatalf("%s returned only when the caller's context ended: %v", what, err)
+		}
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
+		}
+	}
+	_, err = c.Mutex("frozen/other").TryLock(ctx)
+	unavailable("TryLock", err)
+	_, err = c.Mutex("frozen/other").Lock(ctx)
+	unavailable("Lock", err)
+	_, err = c.Inspect(ctx, "frozen/held")
+	unavailable("Inspect", err)
+	_, err = d.Acquire(ctx, driver.Request{Name: "frozen/other", Owner: "o", TTL: time.Minute})
+	unavailable("driver Acquire", err)
+	unavailable("Unlock", l.Unlock(ctx))
+	s.Resume()
+	for range 50 { // the pool replaces the connections the timeouts closed
+		var l *dlock.Lease
+		if l, err = c.Mutex("frozen/after").TryLock(ctx); err == nil {
+			_ = l.Unlock(ctx)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("TryLock after the server thawed: %v", err)
 	}
 }

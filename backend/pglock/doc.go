@@ -80,6 +80,14 @@
 // holders renew them once the server is back (or declare them lost, if the
 // downtime outlasted their deadline); tokens keep increasing.
 //
+// A server that does not answer (frozen, or cut off while the connection
+// stays open) never makes a call hang: each operation's statements are
+// bounded by the driver's operation timeout (WithOpTimeout, URL
+// op_timeout, default 10s), and an operation that runs out of it while
+// the caller's context is live fails with an error wrapping
+// dlock.ErrUnavailable and context.DeadlineExceeded. A session lock's wait
+// in the server's lock queue is bounded by the caller's context alone.
+//
 // # Session locks
 //
 // WithSessionLocks (URL: mode=session) holds each lock as a session-level
@@ -133,17 +141,21 @@
 //	              dlock_ followed by a hash of the table's schema-qualified
 //	              name
 //	mode=session  session-scoped advisory locks (default mode=lease)
+//	op_timeout=D  bound of each operation's statements, a Go duration
+//	              (default 10s; see Guarantees)
 //
 // Everything else goes to pgx: sslmode (disable, prefer, require,
 // verify-ca, verify-full), sslrootcert, sslcert, sslkey, connect_timeout,
 // application_name, search_path, pool_max_conns, … Passwords never appear
-// in errors (dlock.Open redacts them).
+// in errors: dlock.Open masks the user-info password and the values of
+// password= and sslpassword=.
 //
 // # Privileges
 //
 // Creating the table needs CREATE on its schema (which PostgreSQL 15 and
 // later no longer grant to every role on "public"). A role without it gets
-// an error that names the grants: run Migrate once as the schema's owner,
+// an error (wrapping dlock.ErrUnavailable) that names the table and the
+// grants: run Migrate once as the schema's owner,
 // then GRANT SELECT, INSERT, UPDATE, DELETE ON the table and USAGE ON the
 // sequence to the locking role. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.

@@ -16,7 +16,8 @@ import (
 // listener wakes every waiter when it breaks and again once it listens
 // anew, so each looks for itself, and reconnects with back-off.
 type listener struct {
-	cfg *pgx.ConnConfig
+	cfg     *pgx.ConnConfig
+	timeout time.Duration // bounds connecting and LISTEN
 
 	mu      sync.Mutex
 	channel string                                // set once, before the first subscribe
@@ -30,9 +31,9 @@ type listener struct {
 	connectMu sync.Mutex // one connect at a time
 }
 
-func newListener(cfg *pgx.ConnConfig) *listener {
+func newListener(cfg *pgx.ConnConfig, timeout time.Duration) *listener {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &listener{cfg: cfg, subs: map[string]map[chan struct{}]struct{}{},
+	return &listener{cfg: cfg, timeout: timeout, subs: map[string]map[chan struct{}]struct{}{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
@@ -104,7 +105,7 @@ func (l *listener) start(ctx context.Context) error {
 }
 
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	l.mu.Lock()
 	channel := l.channel

@@ -125,6 +125,11 @@ func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "public" TO "locker"`) || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("TryLock as a role without CREATE: %v; want an error that says what to grant", err)
 	}
+	// The driver's own error is classified, and names the table.
+	_, _, err = newDriver(t, lockerURL).TryAcquire(ctx, driver.Request{Name: "job", Owner: "o", TTL: time.Minute})
+	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), `may not create the lock table "dlock_leases"`) {
+		t.Fatalf("TryAcquire as a role without CREATE: %v; want ErrUnavailable naming the table", err)
+	}
 
 	admin := newDriver(t, srv.URL(srv.Addr, ""))
 	if err := admin.Migrate(ctx); err != nil {
@@ -371,4 +376,14 @@ func TestSessionLockLeavesRowWhoseKeyIsHeld(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// TestURLOpTimeoutMustBePositive: a bad op_timeout is refused by name.
+func TestURLOpTimeoutMustBePositive(t *testing.T) {
+	for _, v := range []string{"0s", "-1s", "soon"} {
+		_, err := dlock.Open(testenv.Context(t, 10*time.Second), "postgres://u@127.0.0.1:1/db?op_timeout="+v)
+		if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "op_timeout") {
+			t.Errorf("op_timeout=%s: %v, want ErrInvalidOption naming op_timeout", v, err)
+		}
+	}
 }

@@ -217,7 +217,9 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 	for {
 		if conn == nil {
 			var err error
-			conn, err = pgx.ConnectConfig(ctx, sessionConfig(d.pool.Config().ConnConfig))
+			cctx, cancel := d.bound(ctx)
+			conn, err = pgx.ConnectConfig(cctx, sessionConfig(d.pool.Config().ConnConfig))
+			cancel()
 			if err != nil {
 				return driver.Grant{}, 0, d.fail(ctx, err)
 			}
@@ -256,7 +258,13 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 		lockSQL = "SELECT pg_advisory_lock($1)::text IS NOT NULL"
 	}
 	b.Queue(lockSQL, k)
-	br := conn.SendBatch(ctx, b)
+	// A wait in the server's lock queue is bounded by the caller alone;
+	// a try, by the driver's timeout too.
+	bctx, cancel := ctx, context.CancelFunc(func() {})
+	if !req.Wait {
+		bctx, cancel = d.bound(ctx)
+	}
+	br := conn.SendBatch(bctx, b)
 	var got bool
 	_, err := br.Exec()
 	if err == nil {
@@ -265,6 +273,7 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	cancel()
 	if err != nil || !got {
 		if err == nil { // not taken, nothing held: keep the connection
 			x.endLocked()
@@ -320,7 +329,9 @@ func (x *session) release(ctx context.Context, d *Driver, h driver.Held) error {
 	b := &pgx.Batch{}
 	b.Queue(d.releaseSQL, d.releaseArgs(h)...)
 	b.Queue("SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', '0', false)")
-	br := x.conn.SendBatch(ctx, b)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	br := x.conn.SendBatch(octx, b)
 	err := br.QueryRow().Scan(nil)
 	_, uerr := br.Exec()
 	if cerr := br.Close(); uerr == nil {
