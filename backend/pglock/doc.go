@@ -91,8 +91,9 @@
 // # Session locks
 //
 // WithSessionLocks (URL: mode=session) holds each lock as a session-level
-// advisory lock, pg_advisory_lock(key) with key a 64-bit hash of the table
-// and the name, on a connection of its own — for users who want a lock
+// advisory lock, pg_advisory_lock(key) with key a 64-bit hash of the
+// table's schema-qualified name and the lock's name, on a connection of
+// its own — for users who want a lock
 // freed the instant its holder's connection dies (a killed process frees
 // it at once, not after a TTL). The fencing token still comes from the
 // table's sequence: after taking the advisory lock the holder writes the
@@ -155,8 +156,8 @@
 // Creating the table needs CREATE on its schema (which PostgreSQL 15 and
 // later no longer grant to every role on "public"). A role without it gets
 // an error (wrapping dlock.ErrUnavailable) that names the table and the
-// grants: run Migrate once as the schema's owner,
-// then GRANT SELECT, INSERT, UPDATE, DELETE ON the table and USAGE ON the
-// sequence to the locking role. Break of a session lock terminates the
+// grants: run Migrate once as the schema's owner, then GRANT SELECT,
+// INSERT, UPDATE, DELETE ON the table and USAGE ON the sequence to the
+// locking role. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.
 package pglock

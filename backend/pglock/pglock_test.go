@@ -387,3 +387,39 @@ func TestURLOpTimeoutMustBePositive(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseAndSessionClientsShareATable: a lease-mode and a session-mode
+// client of one table each respect the other's live row.
+func TestLeaseAndSessionClientsShareATable(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	lease := newClient(t, srv.URL(srv.Addr, ""))
+	session := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
+	for _, tc := range []struct {
+		name          string
+		holder, other *dlock.Client
+	}{
+		{"held-by-session", session, lease},
+		{"held-by-lease", lease, session},
+	} {
+		l, err := tc.holder.Mutex(tc.name).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2, err := tc.other.Mutex(tc.name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			if l2 != nil {
+				_ = l2.Unlock(ctx)
+			}
+			t.Errorf("%s: TryLock by the other mode: %v, want ErrNotAcquired", tc.name, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := tc.other.Mutex(tc.name).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("%s: TryLock by the other mode after the release: %v", tc.name, err)
+		}
+		_ = l2.Unlock(ctx)
+	}
+}
