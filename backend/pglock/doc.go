@@ -85,8 +85,11 @@
 // bounded by the driver's operation timeout (WithOpTimeout, URL
 // op_timeout, default 10s), and an operation that runs out of it while
 // the caller's context is live fails with an error wrapping
-// dlock.ErrUnavailable and context.DeadlineExceeded. A session lock's wait
-// in the server's lock queue is bounded by the caller's context alone.
+// dlock.ErrUnavailable and context.DeadlineExceeded. A session lock that
+// waits in the server's lock queue does so in slices of that timeout (the
+// connection's lock_timeout), queueing again after each, so a server that
+// stops answering is noticed there too; a waiter may lose its place in the
+// queue at the end of a slice (session locks make no FIFO promise).
 //
 // # Session locks
 //

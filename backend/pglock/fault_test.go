@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,20 +198,22 @@ func TestKilledSessionHolderFreesAtOnce(t *testing.T) {
 }
 
 // TestFrozenServerIsUnavailableNotAHang freezes the server (SIGSTOP, all
-// its processes) while locks are held, in lease and in session mode. With
-// the caller's context live and an operation timeout of one second, every
-// call — TryLock, Lock, Inspect, Unlock, and the driver's Acquire — returns
-// an error wrapping ErrUnavailable (not a bare context.DeadlineExceeded,
-// and not a hang until the caller's context ends). Once the server thaws,
-// locking works again.
+// its processes) while locks are held and waited for, in lease and in
+// session mode. With the caller's context live and an operation timeout of
+// one second, every call — TryLock, Lock, a Lock already waiting (in the
+// server's lock queue, for a session lock), Inspect, Unlock, and the
+// driver's Acquire — returns an error wrapping ErrUnavailable (not a bare
+// context.DeadlineExceeded, and not a hang until the caller's context
+// ends). Once the server thaws, locking works again.
 func TestFrozenServerIsUnavailableNotAHang(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	ctx := testenv.Context(t, 120*time.Second)
 	type client struct {
-		mode string
-		c    *dlock.Client
-		l    *dlock.Lease
+		mode    string
+		c       *dlock.Client
+		l       *dlock.Lease
+		waiting chan error // the outcome of a Lock of the held lock
 	}
 	var clients []client
 	for _, mode := range []string{"lease", "session"} {
@@ -226,7 +229,19 @@ func TestFrozenServerIsUnavailableNotAHang(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, client{mode, c, l})
+		waiting := make(chan error, 1)
+		go func() {
+			_, err := c.Mutex("held").Lock(ctx)
+			waiting <- err
+		}()
+		clients = append(clients, client{mode, c, l, waiting})
+	}
+	// Let the session lock's waiter queue on the server.
+	for range 200 {
+		if strings.TrimSpace(srv.Exec(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)) != "0" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	srv.Pause()
 	defer srv.Resume()
@@ -249,6 +264,7 @@ func TestFrozenServerIsUnavailableNotAHang(t *testing.T) {
 		_, err = x.c.Driver().Acquire(ctx, driver.Request{Name: "other", Owner: "o", TTL: time.Minute})
 		unavailable(x.mode+": driver Acquire", err)
 		unavailable(x.mode+": Unlock", x.l.Unlock(ctx))
+		unavailable(x.mode+": a waiting Lock", <-x.waiting)
 	}
 	srv.Resume()
 	for _, x := range clients {

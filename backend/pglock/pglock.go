@@ -60,9 +60,9 @@ func WithTable(name string) Option {
 // lock's connection): a server that does not answer within d — frozen, or
 // cut off without the connection breaking — makes the operation fail with
 // an error wrapping driver.ErrUnavailable and context.DeadlineExceeded,
-// while the caller's context is still live. A session lock's wait in the
-// server's lock queue is bounded by the caller's context alone. Default
-// DefaultOpTimeout.
+// while the caller's context is still live. A session lock waits in the
+// server's lock queue in slices of d (lock_timeout), so that a silent
+// server is noticed there too. Default DefaultOpTimeout.
 func WithOpTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
