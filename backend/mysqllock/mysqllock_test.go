@@ -734,10 +734,10 @@ func TestTLSServerNameIsTheURLHost(t *testing.T) {
 	}
 }
 
-// testFrozenUnavailable freezes the server (SIGSTOP) while a lock is held.
-// With the caller's context live and an operation timeout of one second,
-// every call — TryLock, Lock, Inspect, Unlock, and the driver's Acquire —
-// returns an error wrapping ErrUnavailable (not a bare
+// testFrozenUnavailable freezes the server (SIGSTOP) while a lock is held
+// and waited for. With the caller's context live and an operation timeout
+// of one second, every call — TryLock, Lock, a Lock already waiting,
+// Inspect, Unlock, and the driver's Acquire — returns an error wrapping ErrUnavailable (not a bare
 // context.DeadlineExceeded, and not a hang until the caller's context
 // ends). Once the server thaws, locking works again.
 func (s server) testFrozenUnavailable(t *testing.T) {
@@ -749,6 +749,11 @@ func (s server) testFrozenUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex("frozen/held").Lock(ctx)
+		waiting <- err
+	}()
 	s.Pause()
 	defer s.Resume()
 	unavailable := func(what string, err error) {
@@ -769,6 +774,7 @@ func (s server) testFrozenUnavailable(t *testing.T) {
 	_, err = d.Acquire(ctx, driver.Request{Name: "frozen/other", Owner: "o", TTL: time.Minute})
 	unavailable("driver Acquire", err)
 	unavailable("Unlock", l.Unlock(ctx))
+	unavailable("a waiting Lock", <-waiting)
 	s.Resume()
 	for range 50 { // the pool replaces the connections the timeouts closed
 		var l *dlock.Lease
