@@ -147,43 +147,20 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	return New(d, opts...), nil
 }
 
-// Redact returns rawURL with any password replaced by "xxxxx", for printing.
+// Redact returns rawURL with every secret replaced by "xxxxx", for
+// printing: the user-info password (or API key), and the values of query
+// parameters that carry one (password=, sslpassword=, and any parameter
+// named like a password, secret or token). File names (sslkey=, tls-key=)
+// stay readable.
 func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		// Unparseable: hide everything between "://" and the last "@".
-		if i, j := strings.Index(rawURL, "://"), strings.LastIndex(rawURL, "@"); i >= 0 && j > i {
-			return rawURL[:i+3] + "xxxxx" + rawURL[j:]
-		}
-		return rawURL
-	}
-	if _, ok := u.User.Password(); !ok {
-		return rawURL // nothing to hide; u.String would turn "mem://" into "mem:"
-	}
-	return u.Redacted()
+	return redactURL(rawURL)
 }
 
-// redactErr removes the password of rawURL from err's message, should a
-// backend's error have quoted it.
+// redactErr removes the secrets of rawURL (see Redact) from err's message,
+// should a backend's error have quoted them.
 func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return &redactedError{msg: strings.ReplaceAll(err.Error(), pw, "xxxxx"), err: err}
+	return redactError(err, rawURL)
 }
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
 
 // Capabilities reports what the backend promises.
 func (c *Client) Capabilities() driver.Capabilities { return c.caps }

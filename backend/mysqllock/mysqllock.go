@@ -89,6 +89,11 @@
 //     A server frozen or unreachable for longer than a lease: the holder's
 //     Done has closed by then, and the lease is free when the server runs
 //     again (its clock kept going).
+//   - No hang: each operation's statements are bounded by the driver's
+//     operation timeout (WithOpTimeout, URL op_timeout, default 10s); an
+//     operation that runs out of it while the caller's context is live
+//     fails with an error wrapping dlock.ErrUnavailable and
+//     context.DeadlineExceeded.
 //   - Replication: the guarantees are those of the one primary the driver
 //     talks to. Failing over to an asynchronous replica that missed
 //     committed grants can hand out a token again; use semi-synchronous
@@ -119,15 +124,24 @@
 //	    default dlock_leases.
 //	  - tls: as go-sql-driver/mysql's tls parameter: true, false,
 //	    skip-verify, preferred, or a name registered with
-//	    mysql.RegisterTLSConfig.
+//	    mysql.RegisterTLSConfig. With true, or a registered configuration
+//	    without ServerName, the server's certificate is verified against
+//	    the URL's host.
+//	  - op_timeout: the bound of each operation's statements, a Go duration
+//	    (default 10s).
 //	  - Any other parameter is passed to go-sql-driver/mysql (timeout,
 //	    readTimeout, …). The port defaults to 3306.
+//
+// Passwords never appear in errors: dlock.Open masks the user-info
+// password.
 //
 // # Privileges
 //
 // SELECT, INSERT and UPDATE on the table; CREATE on the database to create
 // it on first use (or have an administrator run Migrate, or the statement
-// in the error message, once).
+// in the error message, once). Without CREATE, the first operation fails
+// with an error wrapping dlock.ErrUnavailable that names the table, the
+// missing privilege, and the GRANT to run.
 package mysqllock
 
 import (
@@ -154,6 +168,10 @@ func init() {
 // DefaultTable is the lease table's name unless WithTable says otherwise.
 const DefaultTable = "dlock_leases"
 
+// DefaultOpTimeout bounds each operation's statements unless WithOpTimeout
+// says otherwise.
+const DefaultOpTimeout = 10 * time.Second
+
 // Option configures a Driver.
 type Option func(*Driver) error
 
@@ -169,13 +187,30 @@ func WithTable(name string) Option {
 	}
 }
 
+// WithOpTimeout bounds the statements of each operation (an attempt to
+// acquire, Extend, Release, Inspect, List, Break, Migrate): a server that
+// does not answer within d — frozen, or cut off without the connection
+// breaking — makes the operation fail with an error wrapping
+// driver.ErrUnavailable and context.DeadlineExceeded while the caller's
+// context is still live. Default DefaultOpTimeout.
+func WithOpTimeout(d time.Duration) Option {
+	return func(dr *Driver) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: mysqllock: op timeout %v: want a positive duration", dlock.ErrInvalidOption, d)
+		}
+		dr.timeout = d
+		return nil
+	}
+}
+
 // Driver is the MySQL/MariaDB backend. Create it with New or dlock.Open.
 type Driver struct {
-	db     *sql.DB
-	ownsDB bool
-	table  string
-	q      queries
-	bells  *bells
+	db      *sql.DB
+	ownsDB  bool
+	table   string
+	timeout time.Duration // bounds each operation's statements
+	q       queries
+	bells   *bells
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared lazily, by query text
@@ -201,7 +236,7 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysqllock.New: db is nil", dlock.ErrInvalidOption)
 	}
-	d := &Driver{db: db, table: DefaultTable, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
+	d := &Driver{db: db, table: DefaultTable, timeout: DefaultOpTimeout, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
 	for _, o := range opts {
 		if err := o(d); err != nil {
 			return nil, err
@@ -228,7 +263,9 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	d.ownsDB = true
-	if err := db.PingContext(ctx); err != nil {
+	pctx, cancel := d.bound(ctx)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("%w: mysqllock: connect to %s: %w", driver.ErrUnavailable, cfg.Addr, err)
 	}
@@ -244,17 +281,17 @@ func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
 		opts = append(opts, WithTable(t[0]))
 		q.Del("table")
 	}
+	if v := q.Get("op_timeout"); v != "" {
+		t, err := time.ParseDuration(v)
+		if err != nil || t <= 0 {
+			return nil, nil, fmt.Errorf("%w: mysqllock: URL: op_timeout=%q: want a positive duration such as 10s", dlock.ErrInvalidOption, v)
+		}
+		opts = append(opts, WithOpTimeout(t))
+	}
+	q.Del("op_timeout")
 	db := strings.TrimPrefix(u.Path, "/")
 	if strings.Contains(db, "/") {
 		return nil, nil, fmt.Errorf("%w: mysqllock: URL path %q must be /database", dlock.ErrInvalidOption, u.Path)
-	}
-	cfg, err := mysql.ParseDSN("/" + db + "?" + q.Encode())
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: mysqllock: URL parameters: %v", dlock.ErrInvalidOption, err)
-	}
-	if u.User != nil {
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
 	}
 	host := u.Host
 	if host == "" {
@@ -263,7 +300,18 @@ func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
 	if u.Port() == "" {
 		host = strings.TrimSuffix(host, ":") + ":3306"
 	}
-	cfg.Net, cfg.Addr = "tcp", host
+	// The address goes into the DSN, not into cfg afterwards: parsing
+	// derives the name a TLS certificate is verified against (tls=true, or
+	// a registered configuration without ServerName) from the address, and
+	// would take the default 127.0.0.1 for a DSN without one.
+	cfg, err := mysql.ParseDSN("tcp(" + host + ")/" + db + "?" + q.Encode())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: mysqllock: URL parameters: %v", dlock.ErrInvalidOption, err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
 	if !q.Has("timeout") {
 		cfg.Timeout = 10 * time.Second
 	}
@@ -273,23 +321,25 @@ func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
 // Migrate creates the lease table if it does not exist. It needs the
 // CREATE privilege; the other operations call it on first use.
 func (d *Driver) Migrate(ctx context.Context) error {
-	if _, err := d.db.ExecContext(ctx, d.q.createTable); err != nil {
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	if _, err := d.db.ExecContext(octx, d.q.createTable); err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044) {
 			db, user := "<database>", "<user>"
 			var dbName, cur sql.NullString
-			if d.db.QueryRowContext(ctx, "SELECT DATABASE(), CURRENT_USER()").Scan(&dbName, &cur) == nil && dbName.Valid {
+			if d.db.QueryRowContext(octx, "SELECT DATABASE(), CURRENT_USER()").Scan(&dbName, &cur) == nil && dbName.Valid {
 				db = "`" + strings.ReplaceAll(dbName.String, "`", "``") + "`"
 				if u, h, ok := strings.Cut(cur.String, "@"); ok {
 					user = "'" + u + "'@'" + h + "'"
 				}
 			}
-			return fmt.Errorf("mysqllock: %s may not create the lease table %s (%v): "+
+			return fmt.Errorf("%w: mysqllock: %s lacks the CREATE privilege to create the lease table %s (%w): "+
 				"GRANT CREATE, SELECT, INSERT, UPDATE ON %s.* TO %s; "+
 				"or have an administrator create it once (Migrate, or this statement):\n%s",
-				user, d.table, err, db, user, d.q.createTable)
+				driver.ErrUnavailable, user, d.table, err, db, user, d.q.createTable)
 		}
-		return fmt.Errorf("%w: mysqllock: create the lease table %s: %w", driver.ErrUnavailable, d.table, err)
+		return fmt.Errorf("mysqllock: create the lease table %s: %w", d.table, d.fail(ctx, err))
 	}
 	return nil
 }
@@ -303,15 +353,17 @@ func (d *Driver) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if s != nil {
 		return s, nil
 	}
-	s, err := d.db.PrepareContext(ctx, query)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	s, err := d.db.PrepareContext(octx, query)
 	if isNoTable(err) {
 		if err := d.Migrate(ctx); err != nil {
 			return nil, err
 		}
-		s, err = d.db.PrepareContext(ctx, query)
+		s, err = d.db.PrepareContext(octx, query)
 	}
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, d.fail(ctx, err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -328,9 +380,26 @@ func isNoTable(err error) bool {
 	return errors.As(err, &me) && me.Number == 1146
 }
 
-func unavailable(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+// bound limits the statements of one operation to the driver's timeout.
+func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.timeout)
+}
+
+// fail turns a statement's error into the driver's: the caller's context
+// error when ctx (the caller's, not the bounded one) has ended, anything
+// else — the driver's own timeout, or the bound of one attempt inside
+// driver.AcquireByRetry, included — ErrUnavailable.
+func (d *Driver) fail(ctx context.Context, err error) error {
+	switch {
+	case err == nil, errors.Is(err, driver.ErrUnavailable):
 		return err
+	case ctx.Err() != nil:
+		if errors.Is(err, ctx.Err()) {
+			return err
+		}
+		return fmt.Errorf("mysqllock: %w (%v)", ctx.Err(), err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: mysqllock: the server did not answer in time (%v): %w", driver.ErrUnavailable, d.timeout, err)
 	}
 	return fmt.Errorf("%w: mysqllock: %w", driver.ErrUnavailable, err)
 }
@@ -343,13 +412,15 @@ func exec(ctx context.Context, d *Driver, query string, args ...any) (sql.Result
 	if err != nil {
 		return nil, err
 	}
+	octx, cancel := d.bound(ctx)
+	defer cancel()
 	for try := 1; ; try++ {
-		r, err := s.ExecContext(ctx, args...)
+		r, err := s.ExecContext(octx, args...)
 		var me *mysql.MySQLError
 		if try < 5 && errors.As(err, &me) && me.Number == 1213 {
 			continue
 		}
-		return r, unavailable(err)
+		return r, d.fail(ctx, err)
 	}
 }
 
@@ -358,7 +429,12 @@ func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // Acquire implements driver.Driver with driver.AcquireByRetry: one attempt
 // per wake-up of the bell (see the package doc).
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	return driver.AcquireByRetry(ctx, req, d)
+	g, err := driver.AcquireByRetry(ctx, req, d)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// The bound of one attempt ran out while the caller still waits.
+		err = d.fail(ctx, err)
+	}
+	return g, err
 }
 
 // TryAcquire implements driver.Retrier: one INSERT … ON DUPLICATE KEY
@@ -373,7 +449,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	id, err := r.LastInsertId()
 	if err != nil {
-		return driver.Grant{}, 0, unavailable(err)
+		return driver.Grant{}, 0, d.fail(ctx, err)
 	}
 	v := uint64(id)
 	if v&1 == 0 {
@@ -401,7 +477,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 	}
 	bell := bellName(d.table, h.Name)
 	if n, err := r.RowsAffected(); err != nil {
-		return unavailable(err)
+		return d.fail(ctx, err)
 	} else if n == 0 {
 		d.bells.drop(bell, h.Owner)
 		return fmt.Errorf("%w: mysqllock: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
@@ -420,7 +496,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	d.bells.drop(bellName(d.table, h.Name), h.Owner)
 	d.releasedLocally(h.Name)
 	if n, err := r.RowsAffected(); err != nil {
-		return unavailable(err)
+		return d.fail(ctx, err)
 	} else if n == 0 {
 		return fmt.Errorf("%w: mysqllock: %q was no longer held by this owner", driver.ErrLeaseLost, h.Name)
 	}
@@ -435,12 +511,14 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	}
 	in := driver.Info{Name: name}
 	var left int64
-	err = s.QueryRowContext(ctx, []byte(name)).Scan(&in.Token, &in.Holder, &left)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	err = s.QueryRowContext(octx, []byte(name)).Scan(&in.Token, &in.Holder, &left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return driver.Info{Name: name}, nil
 	}
 	if err != nil {
-		return driver.Info{}, unavailable(err)
+		return driver.Info{}, d.fail(ctx, err)
 	}
 	in.Held, in.ExpiresIn = true, time.Duration(left)*time.Microsecond
 	return in, nil
@@ -454,9 +532,11 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 		return nil, err
 	}
 	p := []byte(prefix)
-	rows, err := s.QueryContext(ctx, p, len(p), p)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := s.QueryContext(octx, p, len(p), p)
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, d.fail(ctx, err)
 	}
 	defer rows.Close()
 	var out []driver.Info
@@ -465,12 +545,12 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 		var left int64
 		in := driver.Info{Held: true}
 		if err := rows.Scan(&name, &in.Token, &in.Holder, &left); err != nil {
-			return nil, unavailable(err)
+			return nil, d.fail(ctx, err)
 		}
 		in.Name, in.ExpiresIn = string(name), time.Duration(left)*time.Microsecond
 		out = append(out, in)
 	}
-	return out, unavailable(rows.Err())
+	return out, d.fail(ctx, rows.Err())
 }
 
 // Break implements driver.Driver: the lease expires now; the holder's next
@@ -482,7 +562,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 		return err
 	}
 	if n, err := r.RowsAffected(); err != nil {
-		return unavailable(err)
+		return d.fail(ctx, err)
 	} else if n == 0 {
 		return fmt.Errorf("%w: mysqllock: %q is free", driver.ErrNotHeld, name)
 	}

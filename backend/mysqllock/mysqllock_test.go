@@ -3,13 +3,19 @@ package mysqllock
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"errors"
 	"net/url"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/dlocktest"
@@ -64,7 +70,9 @@ func (s server) sqlDB(t testing.TB) *sql.DB {
 // TestMariaDB starts one server and runs every test against it: starting
 // MariaDB takes seconds, and the restart tests need it to themselves.
 func TestMariaDB(t *testing.T) {
-	s := server{testenv.StartMariaDB(t)}
+	// TLS is offered under a certificate for "localhost" alone, which a
+	// client verifies only if it checks the host it was given.
+	s := server{testenv.StartMariaDBTLS(t, "localhost")}
 
 	t.Run("Conformance", func(t *testing.T) {
 		dlocktest.Run(t, dlocktest.Harness{
@@ -94,8 +102,10 @@ func TestMariaDB(t *testing.T) {
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
 	t.Run("UnreachableServerEndsLeaseBeforeOthersAcquire", s.testUnreachable)
 	t.Run("FrozenServerEndsLeaseBeforeOthersAcquire", s.testFrozenServer)
+	t.Run("FrozenServerIsUnavailableNotAHang", s.testFrozenUnavailable)
 	t.Run("CrashWhileHeldKeepsTokensAndGrantsDueLeases", s.testCrashWhileHeld)
 	t.Run("URLParameters", s.testURL)
+	t.Run("TLSVerifiesTheHostOfTheURL", s.testTLSHost)
 }
 
 func (s server) testHostileNames(t *testing.T) {
@@ -222,6 +232,12 @@ func (s server) testNoCreatePrivilege(t *testing.T) {
 	_, err = c.Mutex("x").TryLock(testenv.Context(t, 30*time.Second))
 	if err == nil || !strings.Contains(err.Error(), "GRANT CREATE, SELECT, INSERT, UPDATE ON `dlock`.* TO 'dlock_limited'") || !strings.Contains(err.Error(), "CREATE TABLE") {
 		t.Fatalf("TryLock without CREATE privilege: %v; want advice to GRANT CREATE or run the CREATE TABLE", err)
+	}
+	// The driver's own error is classified, and names the table and the
+	// missing privilege.
+	_, _, err = d.(*Driver).TryAcquire(testenv.Context(t, 30*time.Second), driver.Request{Name: "x", Owner: "o", TTL: time.Minute})
+	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "limited_leases") || !strings.Contains(err.Error(), "CREATE privilege") {
+		t.Fatalf("TryAcquire without CREATE privilege: %v; want ErrUnavailable naming the table and the CREATE privilege", err)
 	}
 	t.Logf("error: %v", err)
 	// Once a privileged user has migrated, the limited user can lock.
@@ -453,6 +469,7 @@ func (s server) testURL(t *testing.T) {
 		"mysql://u:secret@127.0.0.1:1/db?table=",
 		"mysql://u:secret@127.0.0.1:1/db/extra",
 		"mysql://u:secret@127.0.0.1:1/db?tls=nonsense",
+		"mysql://u:secret@127.0.0.1:1/db?op_timeout=0s",
 	} {
 		_, err := dlock.Open(testenv.Context(t, 10*time.Second), bad)
 		if err == nil {
@@ -643,4 +660,131 @@ func (s server) testFrozenServer(t *testing.T) {
 		t.Errorf("token %d after %d", l2.Token(), l.Token())
 	}
 	_ = l2.Unlock(testenv.Context(t, 10*time.Second))
+}
+
+// testTLSHost connects with TLS to "localhost", whose name alone the
+// server's certificate carries, through a registered configuration that
+// trusts the test CA and names no ServerName: the certificate is verified
+// against the URL's host and accepted, and the session is encrypted. The
+// same configuration at 127.0.0.1 is refused (the certificate has no IP
+// address): verification is real, and follows the host dialled.
+func (s server) testTLSHost(t *testing.T) {
+	pem, err := os.ReadFile(s.TLS.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatal("no CA certificate in " + s.TLS.CA)
+	}
+	if err := mysql.RegisterTLSConfig("dlock-test-ca", &tls.Config{RootCAs: roots}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mysql.DeregisterTLSConfig("dlock-test-ca") })
+
+	byName := s.open(t, "localhost:"+strconv.Itoa(s.Port), "?tls=dlock-test-ca")
+	var name, cipher string
+	if err := byName.db.QueryRowContext(testenv.Context(t, 10*time.Second), "SHOW SESSION STATUS LIKE 'Ssl_cipher'").Scan(&name, &cipher); err != nil {
+		t.Fatal(err)
+	}
+	if cipher == "" {
+		t.Fatal("the session to localhost with tls=dlock-test-ca is not encrypted")
+	}
+	l, err := dlock.New(byName).Mutex("tls").TryLock(testenv.Context(t, 10*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock over TLS: %v", err)
+	}
+	_ = l.Unlock(testenv.Context(t, 10*time.Second))
+
+	u, err := url.Parse(s.url(s.Addr) + "?tls=dlock-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := openURL(testenv.Context(t, 10*time.Second), u); err == nil {
+		d.Close()
+		t.Fatal("TLS to 127.0.0.1 accepted a certificate for localhost alone")
+	} else if !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("TLS to 127.0.0.1: %v; want a certificate verification error", err)
+	}
+}
+
+// TestTLSServerNameIsTheURLHost: tls=true verifies the certificate against
+// the host of the URL, not against the address the DSN parser assumes when
+// it has none (127.0.0.1).
+func TestTLSServerNameIsTheURLHost(t *testing.T) {
+	for raw, want := range map[string]string{
+		"mysql://u:p@db.example:3306/app?tls=true": "db.example",
+		"mysql://u:p@db.example/app?tls=true":      "db.example",
+		"mariadb://u:p@[::1]:3307/app?tls=true":    "::1",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := configFromURL(u)
+		if err != nil {
+			t.Fatalf("%s: %v", dlock.Redact(raw), err)
+		}
+		if cfg.TLS == nil || cfg.TLS.InsecureSkipVerify {
+			t.Fatalf("%s: TLS config %v, want one that verifies", dlock.Redact(raw), cfg.TLS)
+		}
+		if cfg.TLS.ServerName != want {
+			t.Errorf("%s: the certificate is verified against %q, want %q", dlock.Redact(raw), cfg.TLS.ServerName, want)
+		}
+	}
+}
+
+// testFrozenUnavailable freezes the server (SIGSTOP) while a lock is held
+// and waited for. With the caller's context live and an operation timeout
+// of one second, every call — TryLock, Lock, a Lock already waiting,
+// Inspect, Unlock, and the driver's Acquire — returns an error wrapping ErrUnavailable (not a bare
+// context.DeadlineExceeded, and not a hang until the caller's context
+// ends). Once the server thaws, locking works again.
+func (s server) testFrozenUnavailable(t *testing.T) {
+	ctx := testenv.Context(t, 120*time.Second)
+	d := s.open(t, s.Addr, "?op_timeout=1s")
+	// No renewal falls due during the test.
+	c := dlock.New(d, dlock.WithTTL(10*time.Minute))
+	l, err := c.Mutex("frozen/held").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex("frozen/held").Lock(ctx)
+		waiting <- err
+	}()
+	s.Pause()
+	defer s.Resume()
+	unavailable := func(what string, err error) {
+		t.Helper()
+		if ctx.Err() != nil {
+			t.Fatalf("%s returned only when the caller's context ended: %v", what, err)
+		}
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
+		}
+	}
+	_, err = c.Mutex("frozen/other").TryLock(ctx)
+	unavailable("TryLock", err)
+	_, err = c.Mutex("frozen/other").Lock(ctx)
+	unavailable("Lock", err)
+	_, err = c.Inspect(ctx, "frozen/held")
+	unavailable("Inspect", err)
+	_, err = d.Acquire(ctx, driver.Request{Name: "frozen/other", Owner: "o", TTL: time.Minute})
+	unavailable("driver Acquire", err)
+	unavailable("Unlock", l.Unlock(ctx))
+	unavailable("a waiting Lock", <-waiting)
+	s.Resume()
+	for range 50 { // the pool replaces the connections the timeouts closed
+		var l *dlock.Lease
+		if l, err = c.Mutex("frozen/after").TryLock(ctx); err == nil {
+			_ = l.Unlock(ctx)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("TryLock after the server thawed: %v", err)
+	}
 }

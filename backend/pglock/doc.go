@@ -80,16 +80,33 @@
 // holders renew them once the server is back (or declare them lost, if the
 // downtime outlasted their deadline); tokens keep increasing.
 //
+// A server that does not answer (frozen, or cut off while the connection
+// stays open) never makes a call hang: each operation's statements are
+// bounded by the driver's operation timeout (WithOpTimeout, URL
+// op_timeout, default 10s), and an operation that runs out of it while
+// the caller's context is live fails with an error wrapping
+// dlock.ErrUnavailable and context.DeadlineExceeded. A session lock that
+// waits in the server's lock queue does so in slices of that timeout (the
+// connection's lock_timeout), queueing again after each, so a server that
+// stops answering is noticed there too; a waiter may lose its place in the
+// queue at the end of a slice (session locks make no FIFO promise).
+//
 // # Session locks
 //
 // WithSessionLocks (URL: mode=session) holds each lock as a session-level
-// advisory lock, pg_advisory_lock(key) with key a 64-bit hash of the table
-// and the name, on a connection of its own — for users who want a lock
+// advisory lock, pg_advisory_lock(key) with key a 64-bit hash of the
+// table's schema-qualified name and the lock's name, on a connection of
+// its own — for users who want a lock
 // freed the instant its holder's connection dies (a killed process frees
 // it at once, not after a TTL). The fencing token still comes from the
 // table's sequence: after taking the advisory lock the holder writes the
-// name's row (a takeover of a previous session holder's row is allowed,
-// since that session has ended). The trade-offs:
+// name's row. It takes over another session holder's live row only when
+// that row's own advisory key is held by no session (its holder's session
+// has ended); a row whose key is still held is left alone. The key hashes
+// the table's schema-qualified name as the server resolves it, so clients
+// that spell one table differently ("dlock_leases", "public.dlock_leases")
+// take the same advisory lock and listen on the same channel. The
+// trade-offs:
 //
 //   - One connection per held lock, and per waiter (waiters wait in the
 //     server's lock queue, in pg_advisory_lock). Count them against
@@ -125,20 +142,25 @@
 //
 //	table=NAME    the lease table, "name" or "schema.name" (default dlock_leases);
 //	              the token sequence is NAME_token_seq, the NOTIFY channel
-//	              dlock_ followed by a hash of the table's name
+//	              dlock_ followed by a hash of the table's schema-qualified
+//	              name
 //	mode=session  session-scoped advisory locks (default mode=lease)
+//	op_timeout=D  bound of each operation's statements, a Go duration
+//	              (default 10s; see Guarantees)
 //
 // Everything else goes to pgx: sslmode (disable, prefer, require,
 // verify-ca, verify-full), sslrootcert, sslcert, sslkey, connect_timeout,
 // application_name, search_path, pool_max_conns, … Passwords never appear
-// in errors (dlock.Open redacts them).
+// in errors: dlock.Open masks the user-info password and the values of
+// password= and sslpassword=.
 //
 // # Privileges
 //
 // Creating the table needs CREATE on its schema (which PostgreSQL 15 and
 // later no longer grant to every role on "public"). A role without it gets
-// an error that names the grants: run Migrate once as the schema's owner,
-// then GRANT SELECT, INSERT, UPDATE, DELETE ON the table and USAGE ON the
-// sequence to the locking role. Break of a session lock terminates the
+// an error (wrapping dlock.ErrUnavailable) that names the table and the
+// grants: run Migrate once as the schema's owner, then GRANT SELECT,
+// INSERT, UPDATE, DELETE ON the table and USAGE ON the sequence to the
+// locking role. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.
 package pglock

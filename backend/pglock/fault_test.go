@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,5 +194,91 @@ func TestKilledSessionHolderFreesAtOnce(t *testing.T) {
 	}
 	if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFrozenServerIsUnavailableNotAHang freezes the server (SIGSTOP, all
+// its processes) while locks are held and waited for, in lease and in
+// session mode. With the caller's context live and an operation timeout of
+// one second, every call — TryLock, Lock, a Lock already waiting (in the
+// server's lock queue, for a session lock), Inspect, Unlock, and the
+// driver's Acquire — returns an error wrapping ErrUnavailable (not a bare
+// context.DeadlineExceeded, and not a hang until the caller's context
+// ends). Once the server thaws, locking works again.
+func TestFrozenServerIsUnavailableNotAHang(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 120*time.Second)
+	type client struct {
+		mode    string
+		c       *dlock.Client
+		l       *dlock.Lease
+		waiting chan error // the outcome of a Lock of the held lock
+	}
+	var clients []client
+	for _, mode := range []string{"lease", "session"} {
+		d, err := openDriver(ctx, srv.URL(srv.Addr, "op_timeout=1s&table=frozen_"+mode+"&mode="+mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No renewal falls due during the test: one would time out too,
+		// and end a session lock's connection (and with it the lock).
+		c := dlock.New(d, dlock.WithTTL(10*time.Minute))
+		t.Cleanup(func() { c.Close() })
+		l, err := c.Mutex("held").TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := make(chan error, 1)
+		go func() {
+			_, err := c.Mutex("held").Lock(ctx)
+			waiting <- err
+		}()
+		clients = append(clients, client{mode, c, l, waiting})
+	}
+	// Let the session lock's waiter queue on the server.
+	for range 200 {
+		if strings.TrimSpace(srv.Exec(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)) != "0" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	unavailable := func(what string, err error) {
+		t.Helper()
+		if ctx.Err() != nil {
+			t.Fatalf("%s returned only when the caller's context ended: %v", what, err)
+		}
+		if !errors.Is(err, dlock.ErrUnavailable) {
+			t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
+		}
+	}
+	for _, x := range clients {
+		_, err := x.c.Mutex("other").TryLock(ctx)
+		unavailable(x.mode+": TryLock", err)
+		_, err = x.c.Mutex("other").Lock(ctx)
+		unavailable(x.mode+": Lock", err)
+		_, err = x.c.Inspect(ctx, "held")
+		unavailable(x.mode+": Inspect", err)
+		_, err = x.c.Driver().Acquire(ctx, driver.Request{Name: "other", Owner: "o", TTL: time.Minute})
+		unavailable(x.mode+": driver Acquire", err)
+		unavailable(x.mode+": Unlock", x.l.Unlock(ctx))
+		unavailable(x.mode+": a waiting Lock", <-x.waiting)
+	}
+	srv.Resume()
+	for _, x := range clients {
+		var err error
+		for range 50 { // the pool replaces the connections the timeouts closed
+			var l *dlock.Lease
+			if l, err = x.c.Mutex("after").TryLock(ctx); err == nil {
+				_ = l.Unlock(ctx)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("%s: TryLock after the server thawed: %v", x.mode, err)
+		}
 	}
 }

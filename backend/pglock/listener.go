@@ -17,9 +17,10 @@ import (
 // anew, so each looks for itself, and reconnects with back-off.
 type listener struct {
 	cfg     *pgx.ConnConfig
-	channel string
+	timeout time.Duration // bounds connecting and LISTEN
 
 	mu      sync.Mutex
+	channel string                                // set once, before the first subscribe
 	subs    map[string]map[chan struct{}]struct{} // payload → wake channels
 	running bool                                  // the receive loop runs
 	ctx     context.Context                       // ends the loop
@@ -30,10 +31,18 @@ type listener struct {
 	connectMu sync.Mutex // one connect at a time
 }
 
-func newListener(cfg *pgx.ConnConfig, channel string) *listener {
+func newListener(cfg *pgx.ConnConfig, timeout time.Duration) *listener {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &listener{cfg: cfg, channel: channel, subs: map[string]map[chan struct{}]struct{}{},
+	return &listener{cfg: cfg, timeout: timeout, subs: map[string]map[chan struct{}]struct{}{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// setChannel names the channel to listen on; it is called before the
+// first subscribe.
+func (l *listener) setChannel(channel string) {
+	l.mu.Lock()
+	l.channel = channel
+	l.mu.Unlock()
 }
 
 // subscribe registers a wake channel for payload. It returns once the
@@ -96,13 +105,16 @@ func (l *listener) start(ctx context.Context) error {
 }
 
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	l.mu.Lock()
+	channel := l.channel
+	l.mu.Unlock()
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}

@@ -27,6 +27,10 @@ const DefaultTable = "dlock_leases"
 // MinTTL is the shortest lease this backend grants.
 const MinTTL = 100 * time.Millisecond
 
+// DefaultOpTimeout bounds each operation's statements when WithOpTimeout
+// does not say otherwise.
+const DefaultOpTimeout = 10 * time.Second
+
 func init() {
 	dlock.Register("postgres", open)
 	dlock.Register("postgresql", open)
@@ -36,8 +40,9 @@ func init() {
 type Option func(*config) error
 
 type config struct {
-	table   string
-	session bool
+	table     string
+	session   bool
+	opTimeout time.Duration
 }
 
 // WithTable sets the lease table's name: "name" (in the first schema of the
@@ -46,6 +51,24 @@ type config struct {
 func WithTable(name string) Option {
 	return func(c *config) error {
 		c.table = name
+		return nil
+	}
+}
+
+// WithOpTimeout bounds the statements of each operation (an attempt to
+// acquire, Extend, Release, Inspect, List, Break, and connecting a session
+// lock's connection): a server that does not answer within d — frozen, or
+// cut off without the connection breaking — makes the operation fail with
+// an error wrapping driver.ErrUnavailable and context.DeadlineExceeded,
+// while the caller's context is still live. A session lock waits in the
+// server's lock queue in slices of d (lock_timeout), so that a silent
+// server is noticed there too. Default DefaultOpTimeout.
+func WithOpTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: pglock: op timeout %v: want a positive duration", dlock.ErrInvalidOption, d)
+		}
+		c.opTimeout = d
 		return nil
 	}
 }
@@ -64,10 +87,12 @@ func WithSessionLocks() Option {
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool   // made by Open: closed by Close
-	ident   string // the table, quoted
-	seq     string // the sequence, quoted
-	channel string // the NOTIFY channel of this table
+	ident   string // the table, quoted, as configured
+	seq     string // the sequence, quoted, as configured
+	canon   string // the table's schema-qualified name, quoted: set on first use
+	channel string // the NOTIFY channel of this table: set on first use
 	session bool
+	timeout time.Duration // bounds each operation's statements
 
 	acquireSQL, extendSQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
 
@@ -87,7 +112,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: pglock.New: pool is nil", dlock.ErrInvalidOption)
 	}
-	c := config{table: DefaultTable}
+	c := config{table: DefaultTable, opTimeout: DefaultOpTimeout}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
@@ -97,24 +122,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(ident))
 	d := &Driver{
-		pool:    pool,
-		ident:   ident,
-		seq:     seq,
-		channel: "dlock_" + hex.EncodeToString(sum[:8]),
-		session: c.session,
+		pool:      pool,
+		ident:     ident,
+		seq:       seq,
+		session:   c.session,
+		timeout:   c.opTimeout,
+		createSQL: bind(createSQL, ident, seq),
 	}
-	for _, q := range []struct {
-		dst *string
-		sql string
-	}{
-		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
-		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL}, {&d.createSQL, createSQL},
-	} {
-		*q.dst = bind(q.sql, ident, seq)
-	}
-	d.listen = newListener(pool.Config().ConnConfig, d.channel)
+	// The statements, keys and channel are bound to the table's full name
+	// once the server has resolved it (bindCanonical, on first use).
+	d.listen = newListener(pool.Config().ConnConfig, d.timeout)
 	d.sessions = &sessionSet{conns: map[*session]struct{}{}}
 	return d, nil
 }
@@ -151,10 +169,18 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	default:
 		return nil, fmt.Errorf("%w: pglock URL: mode=%q: want lease or session", dlock.ErrInvalidOption, m)
 	}
+	if v := q.Get("op_timeout"); v != "" {
+		t, err := time.ParseDuration(v)
+		if err != nil || t <= 0 {
+			return nil, fmt.Errorf("%w: pglock URL: op_timeout=%q: want a positive duration such as 10s", dlock.ErrInvalidOption, v)
+		}
+		opts = append(opts, WithOpTimeout(t))
+	}
 	// The rest of the URL is pgx's: host, user, password, database, sslmode
 	// and the other libpq parameters, pool_max_conns and friends.
 	q.Del("table")
 	q.Del("mode")
+	q.Del("op_timeout")
 	pu := *u
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
@@ -171,7 +197,9 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	d.ownPool = true
-	if err := pool.Ping(ctx); err != nil {
+	pctx, cancel := d.bound(ctx)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
 		d.Close()
 		return nil, d.fail(ctx, err)
 	}
@@ -202,26 +230,30 @@ func (d *Driver) ensure(ctx context.Context) error {
 }
 
 func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
+	octx, cancel := d.bound(ctx)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
-		var exists bool
-		if err := d.pool.QueryRow(ctx, existsSQL, d.ident, d.seq).Scan(&exists); err != nil {
+		table, seq, err := d.resolve(octx)
+		if err != nil {
 			return d.fail(ctx, err)
 		}
-		if exists && !create {
+		if table != "" && seq != "" && !create {
+			d.bindCanonical(table, seq)
 			d.migrated.Store(true)
 			return nil
+		}
+		if attempt >= 4 {
+			return fmt.Errorf("%w: pglock: the lock table %s or its sequence %s is still missing after creating them", driver.ErrUnavailable, d.ident, d.seq)
 		}
 		// CREATE … IF NOT EXISTS checks the schema privilege even when the
 		// object exists, hence the look first.
-		_, err := d.pool.Exec(ctx, d.createSQL, pgx.QueryExecModeSimpleProtocol)
+		_, err = d.pool.Exec(octx, d.createSQL, pgx.QueryExecModeSimpleProtocol)
 		var pe *pgconn.PgError
 		switch {
 		case err == nil:
-			d.migrated.Store(true)
-			return nil
-		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07") && attempt < 3:
+			create = false // look up what was made, by its full name
+		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07"):
 			// Another client created it at the same moment: look again.
-			continue
 		case errors.As(err, &pe) && pe.Code == "42501":
 			return d.privilegeError(ctx, err, true)
 		default:
@@ -230,11 +262,52 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 	}
 }
 
+// resolve returns the schema-qualified, quoted names of the table and the
+// sequence as the server resolves the configured spelling, or "" for
+// either that does not exist.
+func (d *Driver) resolve(ctx context.Context) (table, seq string, err error) {
+	var tn, tr, sn, sr *string
+	if err := d.pool.QueryRow(ctx, resolveSQL, d.ident, d.seq).Scan(&tn, &tr, &sn, &sr); err != nil {
+		return "", "", err
+	}
+	if tn != nil && tr != nil {
+		table = pgx.Identifier{*tn, *tr}.Sanitize()
+	}
+	if sn != nil && sr != nil {
+		seq = pgx.Identifier{*sn, *sr}.Sanitize()
+	}
+	return table, seq, nil
+}
+
+// bindCanonical makes the statements, the advisory keys and the NOTIFY
+// channel use the table's schema-qualified name, so that every client of
+// one table agrees on them however it spells the table ("dlock_leases",
+// "public.dlock_leases"): two clients that hashed different spellings
+// would take different advisory locks for one name, and listen on
+// different channels. The caller holds migrateMu, before migrated is set.
+func (d *Driver) bindCanonical(table, seq string) {
+	d.canon = table
+	sum := sha256.Sum256([]byte(table))
+	d.channel = "dlock_" + hex.EncodeToString(sum[:8])
+	d.listen.setChannel(d.channel)
+	for _, q := range []struct {
+		dst *string
+		sql string
+	}{
+		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
+		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL},
+	} {
+		*q.dst = bind(q.sql, table, seq)
+	}
+}
+
 // privilegeError explains which privilege the connecting role lacks and
 // what to grant.
 func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool) error {
 	role, schema := "<role>", "<schema>"
 	var r, s *string
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
 	if err := d.pool.QueryRow(ctx, "SELECT current_user::text, current_schema()::text").Scan(&r, &s); err == nil {
 		if r != nil {
 			role = pgx.Identifier{*r}.Sanitize()
@@ -254,9 +327,15 @@ func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool)
 	return fmt.Errorf("%w: pglock: role %s may not use the lock table %s: %w; grant it with: %s", driver.ErrUnavailable, role, d.ident, cause, grants)
 }
 
+// bound limits the statements of one operation to the driver's timeout.
+func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.timeout)
+}
+
 // fail turns an error from pgx into the driver's: the caller's context
-// error as it is, a missing privilege explained, anything else
-// ErrUnavailable.
+// error as it is, a missing privilege explained, anything else — the
+// driver's own timeout included — ErrUnavailable. ctx is the caller's,
+// not the bounded one.
 func (d *Driver) fail(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		// Whatever the driver saw (a cancelled statement, a closed
@@ -272,7 +351,23 @@ func (d *Driver) fail(ctx context.Context, err error) error {
 	if errors.As(err, &pe) && pe.Code == "42501" {
 		return d.privilegeError(ctx, err, false)
 	}
+	if errors.Is(err, driver.ErrUnavailable) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: pglock: the server did not answer within %v: %w", driver.ErrUnavailable, d.timeout, err)
+	}
 	return fmt.Errorf("%w: pglock: %w", driver.ErrUnavailable, err)
+}
+
+// liveCtxErr makes a deadline that passed while ctx is live — a bound of
+// one attempt inside driver.AcquireByRetry — ErrUnavailable, as fail does
+// for the driver's own bound.
+func (d *Driver) liveCtxErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: pglock: the server did not answer in time: %w", driver.ErrUnavailable, err)
 }
 
 // key is a lock name's 64-bit identity within this table: the advisory
@@ -282,7 +377,7 @@ func (d *Driver) fail(ctx context.Context, err error) error {
 // names that exclude each other (a chance of about n²/2⁶⁵ for n names).
 func (d *Driver) key(name string) int64 {
 	h := sha256.New()
-	h.Write([]byte(d.ident))
+	h.Write([]byte(d.canon))
 	h.Write([]byte{0})
 	h.Write([]byte(name))
 	return int64(binary.BigEndian.Uint64(h.Sum(nil)))
@@ -303,14 +398,19 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		return driver.Grant{}, err
 	}
 	if d.session {
-		return d.acquireSession(ctx, req)
+		g, err := d.acquireSession(ctx, req)
+		return g, d.liveCtxErr(ctx, err)
 	}
-	return driver.AcquireByRetry(ctx, req, d)
+	g, err := driver.AcquireByRetry(ctx, req, d)
+	return g, d.liveCtxErr(ctx, err)
 }
 
 // TryAcquire implements driver.Retrier: one statement, which either grants
 // the lock or reports how long the holder's lease has left.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if err := d.ensure(ctx); err != nil {
+		return driver.Grant{}, 0, err
+	}
 	return d.tryAcquire(ctx, d.pool, req, nil)
 }
 
@@ -327,7 +427,9 @@ func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, 
 		leftUS    int64
 	)
 	k := d.key(req.Name)
-	err := q.QueryRow(ctx, d.acquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	err := q.QueryRow(octx, d.acquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
 		d.channel, payload(k), sessionKey).Scan(&token, &recovered, &leftUS, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -351,7 +453,9 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 }
 
 func (d *Driver) extend(ctx context.Context, q querier, h driver.Held, ttl time.Duration) error {
-	tag, err := q.Exec(ctx, d.extendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	tag, err := q.Exec(octx, d.extendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
 	if err != nil {
 		return d.fail(ctx, err)
 	}
@@ -370,7 +474,9 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 func (d *Driver) release(ctx context.Context, q querier, h driver.Held) error {
-	return d.released(ctx, h, q.QueryRow(ctx, d.releaseSQL, d.releaseArgs(h)...).Scan(nil))
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	return d.released(ctx, h, q.QueryRow(octx, d.releaseSQL, d.releaseArgs(h)...).Scan(nil))
 }
 
 func (d *Driver) releaseArgs(h driver.Held) []any {
@@ -393,7 +499,9 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	if err := d.ensure(ctx); err != nil {
 		return driver.Info{}, err
 	}
-	rows, err := d.pool.Query(ctx, d.inspectSQL, []byte(name))
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.pool.Query(octx, d.inspectSQL, []byte(name))
 	if err != nil {
 		return driver.Info{}, d.fail(ctx, err)
 	}
@@ -413,7 +521,9 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := d.pool.Query(ctx, d.listSQL, []byte(prefix), prefixEnd([]byte(prefix)))
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.pool.Query(octx, d.listSQL, []byte(prefix), prefixEnd([]byte(prefix)))
 	if err != nil {
 		return nil, d.fail(ctx, err)
 	}
@@ -459,7 +569,9 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	if err := d.ensure(ctx); err != nil {
 		return err
 	}
-	err := d.pool.QueryRow(ctx, d.breakSQL, []byte(name), d.channel, payload(d.key(name))).Scan(nil, nil)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	err := d.pool.QueryRow(octx, d.breakSQL, []byte(name), d.channel, payload(d.key(name))).Scan(nil, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
@@ -472,6 +584,9 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 // Subscribe implements driver.Subscriber over the driver's one LISTEN
 // connection.
 func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
+	if err := d.ensure(ctx); err != nil {
+		return nil, nil, err
+	}
 	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(name)))
 	if err != nil {
 		return nil, nil, d.fail(ctx, err)

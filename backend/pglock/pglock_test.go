@@ -1,11 +1,13 @@
 package pglock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock/dlock"
@@ -122,6 +124,11 @@ func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
 	_, err := locker.Mutex("job").TryLock(ctx)
 	if err == nil || !strings.Contains(err.Error(), `GRANT CREATE ON SCHEMA "public" TO "locker"`) || !strings.Contains(err.Error(), "Migrate") {
 		t.Fatalf("TryLock as a role without CREATE: %v; want an error that says what to grant", err)
+	}
+	// The driver's own error is classified, and names the table.
+	_, _, err = newDriver(t, lockerURL).TryAcquire(ctx, driver.Request{Name: "job", Owner: "o", TTL: time.Minute})
+	if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), `may not create the lock table "dlock_leases"`) {
+		t.Fatalf("TryAcquire as a role without CREATE: %v; want ErrUnavailable naming the table", err)
 	}
 
 	admin := newDriver(t, srv.URL(srv.Addr, ""))
@@ -245,12 +252,13 @@ func TestWaitersShareOneListenConnection(t *testing.T) {
 }
 
 // TestSubscriberIsWokenByRelease: the NOTIFY sent by a release on one
-// driver reaches a subscriber on another.
+// driver reaches a subscriber on another, though the two spell the table
+// differently: both listen on the channel of its schema-qualified name.
 func TestSubscriberIsWokenByRelease(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
 	a := newDriver(t, srv.URL(srv.Addr, ""))
-	b := newDriver(t, srv.URL(srv.Addr, ""))
+	b := newDriver(t, srv.URL(srv.Addr, ""), pglock.WithTable("public.dlock_leases"))
 	ctx := testenv.Context(t, 60*time.Second)
 	g, err := a.Acquire(ctx, driver.Request{Name: "n\x00", Owner: "o", TTL: time.Minute})
 	if err != nil {
@@ -278,5 +286,140 @@ func TestSubscriberIsWokenByRelease(t *testing.T) {
 	case <-other:
 		t.Error("a release of \"n\\x00\" woke the waiter on \"n\"")
 	default:
+	}
+}
+
+// TestTableSpellingsShareSessionLocks: clients that name one table
+// differently ("dlock_leases", "public.dlock_leases") hash the same
+// advisory key, so the second does not get a session lock the first holds
+// (it used to get its own advisory lock at once and take over the row).
+func TestTableSpellingsShareSessionLocks(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	a := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
+	b := newClient(t, srv.URL(srv.Addr, ""), pglock.WithTable("public.dlock_leases"), pglock.WithSessionLocks())
+	ctx := testenv.Context(t, 60*time.Second)
+	la, err := a.Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb, err := b.Mutex("job").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		if lb != nil {
+			_ = lb.Unlock(ctx)
+		}
+		t.Fatalf("TryLock through \"public.dlock_leases\" while held through \"dlock_leases\": %v, want ErrNotAcquired", err)
+	}
+	select {
+	case <-la.Done():
+		t.Fatalf("the first holder lost its lease: %v", la.Err())
+	default:
+	}
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the release: %v", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after %d", lb.Token(), la.Token())
+	}
+	_ = lb.Unlock(ctx)
+}
+
+// TestSessionLockLeavesRowWhoseKeyIsHeld: a session lock takes over
+// another session's live row only when that row's own advisory key is
+// held by no session — here a key held by another connection (as a client
+// that hashed the table's name differently would hold it) — and takes it
+// over at once when that connection ends.
+func TestSessionLockLeavesRowWhoseKeyIsHeld(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	c := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
+	if err := newDriver(t, srv.URL(srv.Addr, "")).Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pgx.Connect(ctx, srv.URL(srv.Addr, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	const otherKey = 4242
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock($1::bigint)`, otherKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `INSERT INTO dlock_leases (name, owner, token, expires_at, acquired_at, session_key)
+		VALUES ('job'::bytea, 'someone', nextval('dlock_leases_token_seq'), clock_timestamp() + interval '1 hour', clock_timestamp(), $1)`, otherKey); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.Mutex("job").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		if l != nil {
+			_ = l.Unlock(ctx)
+		}
+		t.Fatalf("TryLock over a live session row whose key is held: %v, want ErrNotAcquired", err)
+	}
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The other session's advisory lock ends with its connection; the
+	// server may take a moment to finish that backend.
+	var l *dlock.Lease
+	for l == nil {
+		l, err = c.Mutex("job").TryLock(ctx)
+		if err != nil && !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the row was not taken over after its session ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// TestURLOpTimeoutMustBePositive: a bad op_timeout is refused by name.
+func TestURLOpTimeoutMustBePositive(t *testing.T) {
+	for _, v := range []string{"0s", "-1s", "soon"} {
+		_, err := dlock.Open(testenv.Context(t, 10*time.Second), "postgres://u@127.0.0.1:1/db?op_timeout="+v)
+		if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "op_timeout") {
+			t.Errorf("op_timeout=%s: %v, want ErrInvalidOption naming op_timeout", v, err)
+		}
+	}
+}
+
+// TestLeaseAndSessionClientsShareATable: a lease-mode and a session-mode
+// client of one table each respect the other's live row.
+func TestLeaseAndSessionClientsShareATable(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	lease := newClient(t, srv.URL(srv.Addr, ""))
+	session := newClient(t, srv.URL(srv.Addr, ""), pglock.WithSessionLocks())
+	for _, tc := range []struct {
+		name          string
+		holder, other *dlock.Client
+	}{
+		{"held-by-session", session, lease},
+		{"held-by-lease", lease, session},
+	} {
+		l, err := tc.holder.Mutex(tc.name).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l2, err := tc.other.Mutex(tc.name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			if l2 != nil {
+				_ = l2.Unlock(ctx)
+			}
+			t.Errorf("%s: TryLock by the other mode: %v, want ErrNotAcquired", tc.name, err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := tc.other.Mutex(tc.name).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("%s: TryLock by the other mode after the release: %v", tc.name, err)
+		}
+		_ = l2.Unlock(ctx)
 	}
 }

@@ -37,9 +37,15 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	session_key bigint
 )`
 
-	// existsSQL reports whether both objects exist (to_regclass parses the
-	// quoted names as identifiers).
-	existsSQL = `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL`
+	// resolveSQL returns the schema and name of the table ($1) and of the
+	// sequence ($2) as the server resolves their spelling (to_regclass
+	// parses the quoted names as identifiers, an unqualified one along the
+	// search path), or NULLs for one that does not exist.
+	resolveSQL = `
+SELECT tn.nspname::text, t.relname::text, sn.nspname::text, s.relname::text
+FROM (SELECT to_regclass($1) AS t, to_regclass($2) AS s) r
+LEFT JOIN pg_class t ON t.oid = r.t LEFT JOIN pg_namespace tn ON tn.oid = t.relnamespace
+LEFT JOIN pg_class s ON s.oid = r.s LEFT JOIN pg_namespace sn ON sn.oid = s.relnamespace`
 
 	// acquireSQL takes the lock in one statement: insert the name's first
 	// lease, or take over a lease that is free or has expired by the
@@ -51,8 +57,13 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	// the new holder.
 	//
 	// A session lock ($7 not NULL) is written by a client that already holds
-	// the name's advisory lock, so it also takes over another session
-	// lock's row: that holder's session has ended.
+	// the name's advisory lock ($7). It also takes over another session
+	// lock's live row, but only when that row's own advisory key is held by
+	// no session: the same key as ours (which we hold, so its old holder's
+	// session has ended), or a key nobody holds (its session ended). A row
+	// whose key differs from ours and is held — a client that hashed the
+	// table's name differently, as versions before the name was resolved
+	// to its schema did — is left alone.
 	//
 	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 channel,
 	// $6 payload, $7 session key (NULL for a lease).
@@ -65,7 +76,8 @@ WITH ins AS (
 	    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', acquired_at = clock_timestamp(),
 	    took_over = l.owner <> '', session_key = excluded.session_key
 	WHERE l.expires_at <= clock_timestamp()
-	   OR (l.session_key IS NOT NULL AND $7::bigint IS NOT NULL)
+	   OR (l.session_key IS NOT NULL AND $7::bigint IS NOT NULL
+	       AND (l.session_key = $7::bigint OR NOT ` + sessionHeldSQL + `))
 	RETURNING l.token, l.took_over
 )
 SELECT token, took_over, 0::bigint, CASE WHEN took_over THEN pg_notify($5, $6)::text END FROM ins
@@ -93,12 +105,17 @@ SELECT pg_notify($3, $4)::text FROM r`
 	// liveSQL is the condition for a row that holds its lock: its lease has
 	// not expired, and, for a session lock, the advisory lock is still held
 	// by some session (a crashed holder's is gone at once).
-	liveSQL = `l.expires_at > clock_timestamp() AND (l.session_key IS NULL OR EXISTS (
+	liveSQL = `l.expires_at > clock_timestamp() AND (l.session_key IS NULL OR ` + sessionHeldSQL + `)`
+
+	// sessionHeldSQL is true when some session holds the advisory lock of
+	// the row l's session key (pg_advisory_lock(bigint) puts the key's high
+	// half in classid, its low half in objid, and 1 in objsubid).
+	sessionHeldSQL = `EXISTS (
 	SELECT FROM pg_locks k
 	WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
 	  AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 	  AND k.classid::bigint = (l.session_key >> 32) & 4294967295
-	  AND k.objid::bigint = l.session_key & 4294967295))`
+	  AND k.objid::bigint = l.session_key & 4294967295)`
 
 	// inspectSQL reports a live lease. $1 name.
 	inspectSQL = `

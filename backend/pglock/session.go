@@ -217,7 +217,9 @@ func (d *Driver) trySession(ctx context.Context, req driver.Request, k int64) (d
 	for {
 		if conn == nil {
 			var err error
-			conn, err = pgx.ConnectConfig(ctx, sessionConfig(d.pool.Config().ConnConfig))
+			cctx, cancel := d.bound(ctx)
+			conn, err = pgx.ConnectConfig(cctx, sessionConfig(d.pool.Config().ConnConfig))
+			cancel()
 			if err != nil {
 				return driver.Grant{}, 0, d.fail(ctx, err)
 			}
@@ -248,15 +250,21 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 	// One round trip: idle_session_timeout = TTL, so that a holder that
 	// stops renewing — cut off by a partition, or frozen — is disconnected
 	// by the server, which frees its lock, once the TTL has passed since its
-	// last statement; then the lock.
+	// last statement; lock_timeout = the driver's timeout, so that a wait
+	// in the server's lock queue comes back (55P03) at least that often
+	// and a server that stops answering is noticed; then the lock.
 	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('idle_session_timeout', $1, false)", strconv.FormatInt(max(req.TTL.Milliseconds(), 1), 10))
+	b.Queue("SELECT set_config('idle_session_timeout', $1, false), set_config('lock_timeout', $2, false)",
+		strconv.FormatInt(max(req.TTL.Milliseconds(), 1), 10), strconv.FormatInt(max(d.timeout.Milliseconds(), 1), 10))
 	lockSQL := "SELECT pg_try_advisory_lock($1)"
 	if req.Wait {
 		lockSQL = "SELECT pg_advisory_lock($1)::text IS NOT NULL"
 	}
 	b.Queue(lockSQL, k)
-	br := conn.SendBatch(ctx, b)
+	// Each round trip is bounded by the driver's timeout, beyond the
+	// server's lock_timeout for a wait.
+	bctx, cancel := context.WithTimeout(ctx, 2*d.timeout)
+	br := conn.SendBatch(bctx, b)
 	var got bool
 	_, err := br.Exec()
 	if err == nil {
@@ -264,6 +272,13 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	cancel()
+	for req.Wait && isLockTimeout(err) && ctx.Err() == nil {
+		// The wait's slice ran out: the server answers, so wait again.
+		bctx, cancel := context.WithTimeout(ctx, 2*d.timeout)
+		err = conn.QueryRow(bctx, lockSQL, k).Scan(&got)
+		cancel()
 	}
 	if err != nil || !got {
 		if err == nil { // not taken, nothing held: keep the connection
@@ -285,6 +300,12 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 	g.Lost = x.lost
 	go x.watch()
 	return g, 0, nil
+}
+
+// isLockTimeout reports a statement ended by lock_timeout.
+func isLockTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
 }
 
 // extend renews the row's expiry on the lock's own connection, which also
@@ -320,7 +341,9 @@ func (x *session) release(ctx context.Context, d *Driver, h driver.Held) error {
 	b := &pgx.Batch{}
 	b.Queue(d.releaseSQL, d.releaseArgs(h)...)
 	b.Queue("SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', '0', false)")
-	br := x.conn.SendBatch(ctx, b)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	br := x.conn.SendBatch(octx, b)
 	err := br.QueryRow().Scan(nil)
 	_, uerr := br.Exec()
 	if cerr := br.Close(); uerr == nil {

@@ -28,8 +28,10 @@ const (
 // MariaDB is a mariadbd started for tests in a temporary data directory,
 // listening on a free loopback port.
 type MariaDB struct {
-	Addr string // 127.0.0.1:port
-	Dir  string // data directory
+	Addr string   // 127.0.0.1:port
+	Port int      // the port of Addr
+	Dir  string   // data directory
+	TLS  TLSFiles // with StartMariaDBTLS: the server's certificate and its CA
 
 	bin  string
 	args []string
@@ -43,6 +45,19 @@ type MariaDB struct {
 // its directory removed when t ends. Start it once per test binary: it
 // takes a few seconds.
 func StartMariaDB(t testing.TB) *MariaDB {
+	t.Helper()
+	return startMariaDB(t, nil)
+}
+
+// StartMariaDBTLS is StartMariaDB with TLS offered (not required) on the
+// port, under a certificate for hosts alone (see GenerateCertFor), signed
+// by a throwaway CA; m.TLS names the files.
+func StartMariaDBTLS(t testing.TB, hosts ...string) *MariaDB {
+	t.Helper()
+	return startMariaDB(t, hosts)
+}
+
+func startMariaDB(t testing.TB, tlsHosts []string) *MariaDB {
 	t.Helper()
 	server := LookPath(t, "mariadb", MariaDBInstall, []string{"mariadbd", "mysqld"}, "/usr/sbin", "/usr/libexec")
 	install := LookPath(t, "mariadb", MariaDBInstall, []string{"mariadb-install-db", "mysql_install_db"}, "/usr/bin", "/usr/scripts")
@@ -62,6 +77,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 	port := FreePort(t)
 	m := &MariaDB{
 		Addr: "127.0.0.1:" + strconv.Itoa(port),
+		Port: port,
 		Dir:  data,
 		bin:  server,
 		logs: base,
@@ -81,6 +97,10 @@ func StartMariaDB(t testing.TB) *MariaDB {
 			"--performance-schema=0", "--max-connections=500",
 			"--log-error=" + filepath.Join(base, "error.log"),
 		},
+	}
+	if tlsHosts != nil {
+		m.TLS = GenerateCertFor(t, base, tlsHosts...)
+		m.args = append(m.args, "--ssl-ca="+m.TLS.CA, "--ssl-cert="+m.TLS.Cert, "--ssl-key="+m.TLS.Key)
 	}
 	m.start(t)
 	t.Cleanup(m.Kill)

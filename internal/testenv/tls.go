@@ -27,6 +27,31 @@ type TLSFiles struct {
 // signed for 127.0.0.1, ::1 and localhost, valid for a day.
 func GenerateCert(t testing.TB, dir string) TLSFiles {
 	t.Helper()
+	return GenerateCertFor(t, dir, "127.0.0.1", "::1", "localhost")
+}
+
+// GenerateCertFor is GenerateCert for a server certificate that names
+// exactly hosts: each an IP address (an IP SAN) or a DNS name (a DNS SAN).
+// A certificate for "localhost" alone fails verification against
+// 127.0.0.1, which tells a client that verifies the host it dialled from
+// one that verifies some other name.
+func GenerateCertFor(t testing.TB, dir string, hosts ...string) TLSFiles {
+	t.Helper()
+	var (
+		dnsNames []string
+		ips      []net.IP
+	)
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dnsNames = append(dnsNames, h)
+		}
+	}
+	commonName := "dlock test server"
+	if len(dnsNames) > 0 {
+		commonName = dnsNames[0]
+	}
 	newKey := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -57,12 +82,12 @@ func GenerateCert(t testing.TB, dir string) TLSFiles {
 		t.Fatalf("testenv: %v", err)
 	}
 	srvTmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "localhost"},
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: commonName},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
