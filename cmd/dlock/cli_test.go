@@ -38,6 +38,8 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"TTL below the backend's minimum", dev.env(), []string{"run", "--ttl", "1ms", "x", "--", "true"}, exitUsage, "TTL"},
 		{"contradicting flags", dev.env(), []string{"run", "--no-wait", "--wait", "1s", "x", "--", "true"}, exitUsage, "--no-wait"},
 		{"unknown flag", dev.env(), []string{"run", "--frobnicate", "x", "--", "true"}, exitUsage, "--frobnicate"},
+		{"flag after NAME", dev.env(), []string{"run", "x", "--ttl", "5s", "--", "true"}, exitUsage, "--ttl after NAME"},
+		{"flag after NAME, no --", dev.env(), []string{"run", "x", "-v", "true"}, exitUsage, "-v after NAME"},
 		{"unknown command", dev.env(), []string{"lock", "x"}, exitUsage, `"lock"`},
 		{"unknown demo", dev.env(), []string{"demo", "bank"}, exitUsage, `"bank"`},
 		{"in-process backend for a demo", dev.env(), []string{"demo", "seckill", "--backend", "mem://"}, exitUsage, "separate processes"},

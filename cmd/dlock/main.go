@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode"
 )
 
 func main() {
@@ -56,6 +57,7 @@ func commands() []command {
 		{name: "bench", summary: "measure a backend: throughput, acquire and hand-off latency, fairness", run: benchCmd},
 		{name: "verify", summary: "check a backend's guarantees under client-side faults (workload, history, checkers)", run: verifyCmd},
 		{name: "help", summary: "show help for a command", run: helpCmd},
+		{name: superviseCmd, run: supervise, hidden: true},
 		{name: seckillWorkerCmd, run: seckillWorker, hidden: true},
 		{name: fencingHolderCmd, run: fencingHolder, hidden: true},
 		{name: verifyWorkerCmd, run: verifyWorker, hidden: true},
@@ -153,10 +155,18 @@ func report(env *cmdEnv, err error) int {
 	return statusOf(err)
 }
 
-// oneLine flattens an error message for a one-line report, and drops the
-// "dlock: " prefix of the library's errors, which the command name repeats.
+// oneLine flattens an error message for a one-line report, escapes any
+// control character left in it (an error may quote what a backend said),
+// and drops the "dlock: " prefix of the library's errors, which the
+// command name repeats.
 func oneLine(err error) string {
 	msg := strings.NewReplacer("\n\t", "; ", "\n", "; ", "\t", " ").Replace(strings.TrimSpace(err.Error()))
 	msg = strings.ReplaceAll(msg, ": dlock: ", ": ")
+	msg = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) || r == ' ' {
+			return r
+		}
+		return '?'
+	}, msg)
 	return strings.TrimPrefix(msg, "dlock: ")
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,35 +10,70 @@ import (
 	"github.com/dlock/dlock/internal/procfs"
 )
 
-// forwardedSignals are passed on by dlock run to its CMD's process group.
+// forwardedSignals are passed on by dlock run to every process of its CMD;
+// while dlock waits for the lock, they abandon the wait.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
-// processGroup is the process group of a command started with Setpgid: its
-// ID is the leader's PID.
-type processGroup int
+// jobControlSignals are handled by dlock run once CMD runs: a stop signal
+// stops CMD's processes before dlock, SIGCONT continues them.
+var jobControlSignals = []os.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT}
 
-// signal sends sig to every process in the group at once.
-func (g processGroup) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-int(g), sig)
-}
-
-// alive reports whether a process of the group is still running. Zombies do
-// not count: a member whose parent died waits for init to reap it, which
-// some container inits never do.
-func (g processGroup) alive() bool {
-	if err := syscall.Kill(-int(g), 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	procs, ok := procfs.All()
-	if !ok {
-		return true // no /proc: trust kill(2)
-	}
-	for _, p := range procs {
-		if !p.Gone() && p.PGRP == int(g) {
-			return true
+// notify is signal.Notify for the signals that were not ignored when dlock
+// started: a signal ignored by the caller (nohup, a background job of a
+// script) stays ignored, by dlock and by CMD, which inherits it.
+func notify(c chan<- os.Signal, sigs ...os.Signal) {
+	for _, s := range sigs {
+		if !signal.Ignored(s) {
+			signal.Notify(c, s)
 		}
 	}
-	return false
+}
+
+// foregroundOnTerminal reports whether dlock's process group is the
+// foreground group of its controlling terminal: a SIGINT, SIGQUIT or
+// SIGTSTP it gets then came, most likely, from the keyboard, to the whole
+// group, CMD's processes included.
+func foregroundOnTerminal() bool {
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return false // no controlling terminal
+	}
+	defer tty.Close()
+	var pgrp int32
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, tty.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp)))
+	return errno == 0 && int(pgrp) == syscall.Getpgrp()
+}
+
+// setDisposition sets the kernel's action for sig to act (a struct
+// sigaction, opaque here) and returns the previous one. A zero act is
+// SIG_DFL with no flags and an empty mask on every 64-bit Linux.
+func setDisposition(sig syscall.Signal, act *[4]uint64) (old [4]uint64) {
+	_, _, _ = syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(act)), uintptr(unsafe.Pointer(&old)), 8, 0, 0)
+	return old
+}
+
+// stopSelf stops dlock with the stop signal sig, as if it had not caught
+// it, so that the shell sees its job stopped; it returns once dlock is
+// continued. In an orphaned process group, the kernel discards the signal
+// and stopSelf returns at once.
+func stopSelf(sig syscall.Signal) {
+	var dfl [4]uint64
+	old := setDisposition(sig, &dfl)
+	_ = syscall.Kill(os.Getpid(), sig)
+	setDisposition(sig, &old)
+}
+
+// dieOf ends dlock by sig, with the signal's default action, as a shell
+// does when its child died of a signal: a script that runs dlock then
+// stops on Ctrl-C, just as it would had it run CMD itself. Core dumps are
+// turned off first. It returns only if sig does not kill (SIGCHLD, say).
+func dieOf(sig syscall.Signal) {
+	signal.Reset(sig)
+	_ = syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{})
+	var dfl [4]uint64
+	setDisposition(sig, &dfl)
+	_ = syscall.Kill(os.Getpid(), sig)
+	time.Sleep(100 * time.Millisecond) // the signal is delivered before Kill returns; this is a bound
 }
 
 // waitStopped waits, at most timeout, until every thread of process pid is
@@ -59,48 +93,4 @@ func waitStopped(pid int, timeout time.Duration) bool {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-}
-
-// stop sends SIGTERM to the group, SIGKILL after grace if any member is
-// left, and waits (a bounded time) until none is. Signals that arrive
-// meanwhile are passed on.
-func (g processGroup) stop(grace time.Duration, sigs <-chan os.Signal) {
-	g.signal(syscall.SIGTERM)
-	kill := time.After(grace)
-	giveUp := time.After(grace + 10*time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for g.alive() {
-		select {
-		case s := <-sigs:
-			g.signal(s.(syscall.Signal))
-		case <-kill:
-			g.signal(syscall.SIGKILL)
-		case <-giveUp:
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// foregroundTerminal reports whether dlock runs in the foreground of the
-// terminal on its stdin; CMD's group then takes the foreground, so that it
-// can read the terminal and gets Ctrl-C itself.
-func foregroundTerminal() (fd int, ok bool) {
-	var pgrp int32
-	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, os.Stdin.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp)))
-	if errno != 0 {
-		return 0, false
-	}
-	return int(os.Stdin.Fd()), int(pgrp) == syscall.Getpgrp()
-}
-
-// takeTerminalBack makes dlock's group the terminal's foreground group again
-// once CMD has exited. From a background group that raises SIGTTOU, ignored
-// for the call.
-func takeTerminalBack(fd int) {
-	signal.Ignore(syscall.SIGTTOU)
-	defer signal.Reset(syscall.SIGTTOU)
-	pgrp := int32(syscall.Getpgrp())
-	_, _, _ = syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPGRP, uintptr(unsafe.Pointer(&pgrp)))
 }
