@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -41,6 +42,8 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"flag after NAME", dev.env(), []string{"run", "x", "--ttl", "5s", "--", "true"}, exitUsage, "--ttl after NAME"},
 		{"flag after NAME, no --", dev.env(), []string{"run", "x", "-v", "true"}, exitUsage, "-v after NAME"},
 		{"unknown command", dev.env(), []string{"lock", "x"}, exitUsage, `"lock"`},
+		{"mistyped command", dev.env(), []string{"rnu", "x"}, exitUsage, `did you mean "run"?`},
+		{"mistyped command, control characters", dev.env(), []string{"brea\x1b[2J", "x"}, exitUsage, `\x1b[2J`},
 		{"unknown demo", dev.env(), []string{"demo", "bank"}, exitUsage, `"bank"`},
 		{"in-process backend for a demo", dev.env(), []string{"demo", "seckill", "--backend", "mem://"}, exitUsage, "separate processes"},
 		{"unreachable backend for a demo", dev.env(), []string{"demo", "fencing", "--timeout", "3s", "--backend", "etcd://" + closed}, exitUnavailable, closed},
@@ -92,5 +95,12 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 		if !strings.Contains(out, flag) {
 			t.Errorf("dlock run --help does not list %s", flag)
 		}
+	}
+}
+
+func TestVersionNamesTheBuild(t *testing.T) {
+	r := runDlock(t, cleanEnv(), "--version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, runtime.Version()) {
+		t.Errorf("dlock --version: %s; want a line naming dlock and %s", r, runtime.Version())
 	}
 }
