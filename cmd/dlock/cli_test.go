@@ -43,7 +43,6 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"flag after NAME, no --", dev.env(), []string{"run", "x", "-v", "true"}, exitUsage, "-v after NAME"},
 		{"unknown command", dev.env(), []string{"lock", "x"}, exitUsage, `"lock"`},
 		{"mistyped command", dev.env(), []string{"rnu", "x"}, exitUsage, `did you mean "run"?`},
-		{"mistyped command, control characters", dev.env(), []string{"brea\x1b[2J", "x"}, exitUsage, `\x1b[2J`},
 		{"unknown demo", dev.env(), []string{"demo", "bank"}, exitUsage, `"bank"`},
 		{"in-process backend for a demo", dev.env(), []string{"demo", "seckill", "--backend", "mem://"}, exitUsage, "separate processes"},
 		{"unreachable backend for a demo", dev.env(), []string{"demo", "fencing", "--timeout", "3s", "--backend", "etcd://" + closed}, exitUnavailable, closed},
