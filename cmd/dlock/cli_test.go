@@ -84,7 +84,13 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 			t.Errorf("dlock %s: status %d, stderr %q, stdout:\n%s", strings.Join(args, " "), code, errs, out)
 		}
 	}
+	if _, out, _ := help("help", "demo", "seckill"); !strings.Contains(out, "--workers") {
+		t.Errorf("dlock help demo seckill does not show demo seckill's flags:\n%s", out)
+	}
 	_, out, _ := help("run", "--help")
+	if !strings.Contains(out, "\n  -v ") || strings.Contains(out, "--v ") {
+		t.Errorf("dlock run --help should show the short flag as -v, not --v:\n%s", out)
+	}
 	for _, status := range []string{"64", "69", "75", "79", "126, 127"} {
 		if !strings.Contains(out, status) {
 			t.Errorf("dlock run --help does not document exit status %s", status)

@@ -206,7 +206,8 @@ func helpCmd(_ context.Context, env *cmdEnv, args []string) error {
 		printMainUsage(env.stdout)
 		return nil
 	}
-	return exitStatus(dlockMain([]string{args[0], "--help"}, env.stdout, env.stderr))
+	// "dlock help demo seckill" is "dlock demo seckill --help".
+	return exitStatus(dlockMain(append(args[:len(args):len(args)], "--help"), env.stdout, env.stderr))
 }
 
 // report prints err as one line prefixed with the command's name and returns

@@ -112,7 +112,7 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	fs.DurationVar(&f.wait, "wait", 0, "give up with status 75 if NAME is not acquired within `D`; 0 gives up at once, as --no-wait does (default: wait as long as it takes)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "give up at once with status 75 if NAME is held")
 	fs.BoolVar(&f.fair, "fair", false, "wait in a first-come first-served queue (backends with a queue)")
-	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's group, wait `D` before SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's processes, wait `D` before SIGKILL")
 	fs.StringVar(&f.note, "note", "", "free `text` that dlock inspect shows next to this holder")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired (with its token) and released")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
