@@ -393,3 +393,30 @@ func TestRunKeepsAnIgnoredHangupIgnoredForCommand(t *testing.T) {
 		t.Errorf("CMD of a dlock run started with SIGHUP ignored: %v\n%s; want SIGHUP still ignored", err, out)
 	}
 }
+
+func TestRunSIGTERMReachesStoppedProcesses(t *testing.T) {
+	dev := sharedDev(t)
+	dir := t.TempDir()
+	holder := startDlock(t, dev.env(), "run", t.Name(), "--", "sh", "-c", `sleep 400 & echo $! > "$1/child"; echo $$ > "$1/sh"; wait`, "sh", dir)
+	sh := pidFromFile(t, filepath.Join(dir, "sh"))
+	child := pidFromFile(t, filepath.Join(dir, "child"))
+	waitHeld(t, dev.env(), t.Name(), holder.pid())
+	for _, p := range []int{sh, child} {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, true, "CMD's processes after SIGSTOP", sh, child)
+	// A stopped process acts on SIGTERM only once continued: dlock must
+	// follow the SIGTERM it passes on with SIGCONT, as a shell's kill does.
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := holder.wait(t); r.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("SIGTERM to dlock run whose CMD was stopped: %s; want it to die of SIGTERM", r)
+	}
+	waitGone(t, child, "CMD's child, stopped when dlock got SIGTERM")
+	if j := lockState(t, dev.env(), t.Name()); j.Held {
+		t.Errorf("%q still held: %+v", t.Name(), j)
+	}
+}
