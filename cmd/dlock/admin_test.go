@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dlock/dlock/backend/etcdlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -101,5 +105,86 @@ func TestDevAnnouncesItselfAndKeepsTokensAcrossRestart(t *testing.T) {
 	after := strings.TrimSpace(r.stdout)
 	if r.code != 0 || len(after) < len(before) || len(after) == len(before) && after <= before {
 		t.Errorf("token after a restart of dlock dev = %q, not above %q from before: %s", after, before, r)
+	}
+}
+
+func TestHolderRecordCannotWriteToTheTerminal(t *testing.T) {
+	dev := sharedDev(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := etcdlock.Open(ctx, dev.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// A holder record as any client of the backend can write it: a host
+	// that sets the window title, clears the screen and forges a table row.
+	evil := "evil\x1b]0;pwned\x07\x1b[2J\nforged-lock  99  innocent pid 1\r"
+	holder, _ := json.Marshal(map[string]any{"host": evil, "pid": 4242, "note": "n\x1b[31m\nforged"})
+	name := t.Name() + "/\x1b[1mname"
+	if _, err := d.Acquire(ctx, driver.Request{Name: name, Owner: strings.Repeat("ab", 16), TTL: time.Minute, Holder: holder}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"list", t.Name()},
+		{"inspect", name},
+		{"run", "--no-wait", name, "--", "true"},
+		{"break", name},
+	} {
+		r := runDlock(t, dev.env(), args...)
+		out := r.stdout + r.stderr
+		if strings.ContainsAny(out, "\x1b\x07\r") || strings.Contains(out, "\nforged") || !strings.Contains(out, "pid 4242") {
+			t.Errorf("dlock %s printed the holder's control characters or a forged line (or not the holder):\n%q", args[0], out)
+		}
+	}
+}
+
+func TestBreakOnlyTheGrantWithTheGivenToken(t *testing.T) {
+	dev := sharedDev(t)
+	holder := startDlock(t, dev.env(), "run", "--note", "batch", t.Name(), "--", "sleep", "120")
+	j := waitHeld(t, dev.env(), t.Name(), holder.pid())
+
+	r := runDlock(t, dev.env(), "break", "--token", fmt.Sprint(j.Token+1), t.Name())
+	if r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("token %d", j.Token)) {
+		t.Errorf("break --token of another grant: %s; want status 1, naming the grant that holds it", r)
+	}
+	if now := lockState(t, dev.env(), t.Name()); now.Token != j.Token {
+		t.Fatalf("break --token %d broke the grant with token %d: %+v", j.Token+1, j.Token, now)
+	}
+	r = runDlock(t, dev.env(), "break", "--token", fmt.Sprint(j.Token), t.Name())
+	want := fmt.Sprintf(`pid %d "batch" with token %d`, holder.pid(), j.Token)
+	if r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("break --token of the holding grant: %s; want status 0 and %q", r, want)
+	}
+	if res := holder.wait(t); res.code != exitLeaseLost {
+		t.Errorf("the broken holder: %s; want status %d", res, exitLeaseLost)
+	}
+}
+
+func TestBreakAsksOnATerminal(t *testing.T) {
+	dev := sharedDev(t)
+	holder := startDlock(t, dev.env(), "run", t.Name(), "--", "sleep", "120")
+	j := waitHeld(t, dev.env(), t.Name(), holder.pid())
+	question := fmt.Sprintf(`pid %d with token %d\? \[y/N\]`, holder.pid(), j.Token)
+
+	term := startTerminal(t, dev.env(), dlockBin, "break", t.Name())
+	term.expect(question)
+	term.send("n\n")
+	if code := term.wait().ExitCode(); code != 1 {
+		t.Errorf("break answered n: status %d, want 1", code)
+	}
+	if now := lockState(t, dev.env(), t.Name()); now.Token != j.Token {
+		t.Fatalf("break answered n broke the lock: %+v", now)
+	}
+
+	term = startTerminal(t, dev.env(), dlockBin, "break", t.Name())
+	term.expect(question)
+	term.send("y\n")
+	term.expect(fmt.Sprintf("broke .* pid %d with token %d", holder.pid(), j.Token))
+	if code := term.wait().ExitCode(); code != 0 {
+		t.Errorf("break answered y: status %d, want 0", code)
+	}
+	if res := holder.wait(t); res.code != exitLeaseLost {
+		t.Errorf("the broken holder: %s; want status %d", res, exitLeaseLost)
 	}
 }

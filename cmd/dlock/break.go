@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"unsafe"
 
 	"github.com/dlock/dlock"
 )
@@ -11,25 +16,41 @@ import (
 const breakUsage = `Usage:
   dlock break [flags] NAME
 
-Frees the lock NAME whoever holds it: an administrator's tool for a stuck
-holder. The next grant gets a higher fencing token, so the broken holder's
-late writes can be refused. The holder learns of it at its next renewal (or
-at once, on backends that push it): a "dlock run" that held NAME stops its
-command's process group and exits with status 79.
+Frees the lock NAME: an administrator's tool for a stuck holder. The next
+grant gets a higher fencing token, so the broken holder's late writes can
+be refused. The holder learns of it at its next renewal (or at once, on
+backends that push it): a "dlock run" that held NAME stops every process
+of its command's and exits with status 79.
 
-Exit status: 0 when a holder was broken, 1 when NAME was not held, 64 for a
-usage error, 69 when the backend cannot be reached.
+On a terminal, dlock break shows the holder and its token and asks before
+it breaks (--yes skips the question); it then breaks the lock only if that
+grant still holds it. --token N does the same for scripts: break only if
+the grant with token N holds NAME. It prints whom it broke: the holder's
+host, process ID, note and token.
+
+The check and the break are two requests: a grant that takes NAME in
+between (its holder released it and another took it, within that moment)
+is broken in its place. The output then names the grant that was checked.
+
+Exit status: 0 when a holder was broken; 1 when nothing was broken (NAME
+was not held, held under another token than --token, or the question was
+not answered yes); 64 for a usage error; 69 when the backend cannot be
+reached.
 
 Flags:
 {{flags}}` + backendHelp + `
 Example:
   dlock break nightly-backup
+  dlock break --token 4711 --yes nightly-backup
 `
 
 func breakCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	var bf backendFlags
 	fs := newFlagSet("dlock break", breakUsage, env.stdout)
 	bf.register(fs)
+	token := fs.Uint64("token", 0, "break only if the grant with fencing token `N` holds the lock")
+	yes := fs.Bool("yes", false, "do not ask on a terminal")
+	fs.BoolVar(yes, "y", false, "short for --yes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -43,21 +64,46 @@ func breakCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	defer c.Close()
 	info, err := bf.inspect(ctx, c, b, name)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case !info.Held:
+		return withStatus(1, fmt.Errorf("%s is not held; nothing to break", shown(name)))
+	case *token != 0 && info.Token != *token:
+		return withStatus(1, fmt.Errorf("%s is held by %s, not by token %d; nothing broken", shown(name), describeHolder(info), *token))
+	}
+	if !*yes && askable(os.Stdin) {
+		fmt.Fprintf(env.stderr, "break %s, held by %s? [y/N] ", shown(name), describeHolder(info))
+		answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			return withStatus(1, fmt.Errorf("%s not broken", shown(name)))
+		}
+		// The answer may come long after the look: look again.
+		now, err := bf.inspect(ctx, c, b, name)
+		if err != nil {
+			return err
+		}
+		if !now.Held || now.Token != info.Token {
+			return withStatus(1, fmt.Errorf("%s changed hands while you answered; nothing broken (run dlock break again)", shown(name)))
+		}
 	}
 	bctx, cancel := context.WithTimeout(ctx, bf.timeout)
 	defer cancel()
 	switch err := c.Break(bctx, name); {
 	case errors.Is(err, dlock.ErrNotHeld):
-		return withStatus(1, fmt.Errorf("%q is not held; nothing to break", name))
+		return withStatus(1, fmt.Errorf("%s was released meanwhile; nothing to break", shown(name)))
 	case err != nil:
 		return b.failed(err)
 	}
-	who := "its holder"
-	if info.Held {
-		who = describeHolder(info)
-	}
-	fmt.Fprintf(env.stdout, "broke %s: it was held by %s; the next holder gets a higher token\n", shown(name), who)
+	fmt.Fprintf(env.stdout, "broke %s: it was held by %s; the next holder gets a higher token\n", shown(name), describeHolder(info))
 	return nil
+}
+
+// askable reports whether f is a terminal someone can answer on: a
+// terminal's attributes can be read (TCGETS), which /dev/null's cannot,
+// though both are character devices.
+func askable(f *os.File) bool {
+	var t syscall.Termios
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TCGETS, uintptr(unsafe.Pointer(&t)))
+	return errno == 0
 }

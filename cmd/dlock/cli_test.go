@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -38,7 +39,10 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"TTL below the backend's minimum", dev.env(), []string{"run", "--ttl", "1ms", "x", "--", "true"}, exitUsage, "TTL"},
 		{"contradicting flags", dev.env(), []string{"run", "--no-wait", "--wait", "1s", "x", "--", "true"}, exitUsage, "--no-wait"},
 		{"unknown flag", dev.env(), []string{"run", "--frobnicate", "x", "--", "true"}, exitUsage, "--frobnicate"},
+		{"flag after NAME", dev.env(), []string{"run", "x", "--ttl", "5s", "--", "true"}, exitUsage, "--ttl after NAME"},
+		{"flag after NAME, no --", dev.env(), []string{"run", "x", "-v", "true"}, exitUsage, "-v after NAME"},
 		{"unknown command", dev.env(), []string{"lock", "x"}, exitUsage, `"lock"`},
+		{"mistyped command", dev.env(), []string{"rnu", "x"}, exitUsage, `did you mean "run"?`},
 		{"unknown demo", dev.env(), []string{"demo", "bank"}, exitUsage, `"bank"`},
 		{"in-process backend for a demo", dev.env(), []string{"demo", "seckill", "--backend", "mem://"}, exitUsage, "separate processes"},
 		{"unreachable backend for a demo", dev.env(), []string{"demo", "fencing", "--timeout", "3s", "--backend", "etcd://" + closed}, exitUnavailable, closed},
@@ -80,7 +84,13 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 			t.Errorf("dlock %s: status %d, stderr %q, stdout:\n%s", strings.Join(args, " "), code, errs, out)
 		}
 	}
+	if _, out, _ := help("help", "demo", "seckill"); !strings.Contains(out, "--workers") {
+		t.Errorf("dlock help demo seckill does not show demo seckill's flags:\n%s", out)
+	}
 	_, out, _ := help("run", "--help")
+	if !strings.Contains(out, "\n  -v ") || strings.Contains(out, "--v ") {
+		t.Errorf("dlock run --help should show the short flag as -v, not --v:\n%s", out)
+	}
 	for _, status := range []string{"64", "69", "75", "79", "126, 127"} {
 		if !strings.Contains(out, status) {
 			t.Errorf("dlock run --help does not document exit status %s", status)
@@ -90,5 +100,12 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 		if !strings.Contains(out, flag) {
 			t.Errorf("dlock run --help does not list %s", flag)
 		}
+	}
+}
+
+func TestVersionNamesTheBuild(t *testing.T) {
+	r := runDlock(t, cleanEnv(), "--version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "dlock ") || !strings.Contains(r.stdout, runtime.Version()) {
+		t.Errorf("dlock --version: %s; want a line naming dlock and %s", r, runtime.Version())
 	}
 }

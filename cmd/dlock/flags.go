@@ -36,6 +36,9 @@ func flagList(fs *flag.FlagSet) string {
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, usage := flag.UnquoteUsage(f)
 		left := "--" + f.Name
+		if len(f.Name) == 1 {
+			left = "-" + f.Name // a short flag: -v, not --v
+		}
 		if kind != "" {
 			left += " " + kind
 		}

@@ -21,8 +21,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
+	"unicode"
 )
 
 func main() {
@@ -56,6 +59,7 @@ func commands() []command {
 		{name: "bench", summary: "measure a backend: throughput, acquire and hand-off latency, fairness", run: benchCmd},
 		{name: "verify", summary: "check a backend's guarantees under client-side faults (workload, history, checkers)", run: verifyCmd},
 		{name: "help", summary: "show help for a command", run: helpCmd},
+		{name: superviseCmd, run: supervise, hidden: true},
 		{name: seckillWorkerCmd, run: seckillWorker, hidden: true},
 		{name: fencingHolderCmd, run: fencingHolder, hidden: true},
 		{name: verifyWorkerCmd, run: verifyWorker, hidden: true},
@@ -69,7 +73,8 @@ Usage:
 
 Commands:
 %s
-Run "dlock COMMAND --help" for a command's flags and an example.
+Run "dlock COMMAND --help" for a command's flags and an example, and
+"dlock --version" for the version.
 ` + backendHelp + `
 Exit status: 0 on success, 64 for a usage error (bad flag, name or URL),
 69 when the backend cannot be reached; "dlock run --help" lists the others.
@@ -115,8 +120,13 @@ func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
 	fs := newFlagSet("dlock", "", nil)
 	fs.help = func() { printMainUsage(env.stdout) }
 	fs.StringVar(&env.backend, "backend", "", "backend URL")
+	showVersion := fs.Bool("version", false, "print the version")
 	if err := parseFlags(fs, args); err != nil {
 		return command{}, nil, err
+	}
+	if *showVersion {
+		fmt.Fprintln(env.stdout, version())
+		return command{}, nil, exitStatus(0)
 	}
 	args = fs.Args()
 	if len(args) == 0 {
@@ -128,7 +138,67 @@ func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
 			return c, args[1:], nil
 		}
 	}
+	guess := ""
+	for _, c := range commands() {
+		if !c.hidden && editDistance(c.name, args[0]) <= 2 && (guess == "" || editDistance(c.name, args[0]) < editDistance(guess, args[0])) {
+			guess = c.name
+		}
+	}
+	if guess != "" {
+		return command{}, nil, usageErrorf("unknown command %q; did you mean %q? (see dlock --help)", args[0], guess)
+	}
 	return command{}, nil, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench, verify (see dlock --help)", args[0])
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// version says which build this is: the module version, the commit it was
+// built from (when the build recorded it), and the Go release.
+func version() string {
+	v := "dlock (devel)"
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v + " " + runtime.Version()
+	}
+	if info.Main.Version != "" && info.Main.Version != "(devel)" {
+		v = "dlock " + info.Main.Version
+	}
+	var rev, at, dirty string
+	for _, kv := range info.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			rev = kv.Value
+		case "vcs.time":
+			at = kv.Value
+		case "vcs.modified":
+			if kv.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" (commit %.12s of %s%s)", rev, at, dirty)
+	}
+	return fmt.Sprintf("%s, %s %s/%s", v, info.GoVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 func helpCmd(_ context.Context, env *cmdEnv, args []string) error {
@@ -136,7 +206,8 @@ func helpCmd(_ context.Context, env *cmdEnv, args []string) error {
 		printMainUsage(env.stdout)
 		return nil
 	}
-	return exitStatus(dlockMain([]string{args[0], "--help"}, env.stdout, env.stderr))
+	// "dlock help demo seckill" is "dlock demo seckill --help".
+	return exitStatus(dlockMain(append(args[:len(args):len(args)], "--help"), env.stdout, env.stderr))
 }
 
 // report prints err as one line prefixed with the command's name and returns
@@ -153,10 +224,18 @@ func report(env *cmdEnv, err error) int {
 	return statusOf(err)
 }
 
-// oneLine flattens an error message for a one-line report, and drops the
-// "dlock: " prefix of the library's errors, which the command name repeats.
+// oneLine flattens an error message for a one-line report, escapes any
+// control character left in it (an error may quote what a backend said),
+// and drops the "dlock: " prefix of the library's errors, which the
+// command name repeats.
 func oneLine(err error) string {
 	msg := strings.NewReplacer("\n\t", "; ", "\n", "; ", "\t", " ").Replace(strings.TrimSpace(err.Error()))
 	msg = strings.ReplaceAll(msg, ": dlock: ", ": ")
+	msg = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) || r == ' ' {
+			return r
+		}
+		return '?'
+	}, msg)
 	return strings.TrimPrefix(msg, "dlock: ")
 }

@@ -131,7 +131,22 @@ type background struct {
 
 func startDlock(t *testing.T, env []string, args ...string) *background {
 	t.Helper()
-	b := &background{cmd: dlockCmd(env, args...), done: make(chan struct{})}
+	return startBackground(t, dlockCmd(env, args...))
+}
+
+// startDlockJob starts dlock in a process group of its own, as a shell
+// starts a job: unlike the test's group, which may be orphaned (its
+// leader's parent gone), where the kernel discards SIGTSTP.
+func startDlockJob(t *testing.T, env []string, args ...string) *background {
+	t.Helper()
+	cmd := dlockCmd(env, args...)
+	cmd.SysProcAttr.Setpgid = true
+	return startBackground(t, cmd)
+}
+
+func startBackground(t *testing.T, cmd *exec.Cmd) *background {
+	t.Helper()
+	b := &background{cmd: cmd, done: make(chan struct{})}
 	b.cmd.Stdout, b.cmd.Stderr = &b.stdout, &b.stderr
 	start := time.Now()
 	if err := b.cmd.Start(); err != nil {

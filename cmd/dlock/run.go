@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,33 +36,53 @@ CMD's environment, besides dlock's own:
                  its password, if it has one: CMD runs as the same user as
                  dlock, and a redacted URL could not connect.
 
-CMD runs in its own process group, and the lock covers the whole group:
+CMD runs under a small supervisor process, a copy of dlock that stays
+CMD's parent, and the lock covers every process CMD starts, however deep,
+even one that left the process group or the session (setsid, daemons):
   - If the lease is lost (it could not be renewed within --ttl, or
-    "dlock break" took it), every process in the group gets SIGTERM at once,
-    and SIGKILL after --grace; dlock then exits with status 79.
+    "dlock break" took it), every such process gets SIGTERM at once (and
+    SIGCONT, if stopped), and SIGKILL after --grace; dlock then exits with
+    status 79.
+  - When CMD exits, the processes it left running get SIGTERM (SIGKILL
+    after --grace) before the lock is released, so that none runs unlocked.
+  - If dlock is killed, even with SIGKILL, the supervisor kills every
+    process of CMD's with SIGKILL at once; the lock frees itself within
+    --ttl.
+  - As with flock(1), CMD stays in dlock's process group, so in a shell
+    CMD is part of dlock's job: Ctrl-C and Ctrl-Z reach CMD directly, CMD
+    can read the terminal, and "dlock run … | less" works as any pipeline.
   - SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
-    passed on to the group; the lock is released when CMD exits. On a
-    terminal, CMD's group is the foreground group, so Ctrl-C reaches it
-    directly.
-  - When CMD exits, processes it left running in its group get SIGTERM
-    (SIGKILL after --grace) before the lock is released, so that none of
-    them runs unlocked. Processes that left the group (setsid, daemons)
-    are not covered.
-  - If dlock itself is killed with SIGKILL, CMD is killed too (Linux's
-    parent-death signal), and the lock frees itself within --ttl.
+    passed on to CMD's processes (a SIGINT or SIGQUIT that came from the
+    terminal is not passed on again), and the lock is released when CMD
+    exits. If CMD died of a signal, dlock then kills itself with the same
+    signal, as a shell does, so that a script running dlock stops on
+    Ctrl-C just as it would had it run CMD itself.
+  - SIGTSTP (Ctrl-Z), SIGTTIN and SIGTTOU stop CMD's processes first, then
+    dlock; SIGCONT (fg, bg) continues dlock and then them, if the lease is
+    still held. If dlock is stopped with SIGSTOP, the supervisor stops
+    them too (it looks every 0.1s), until dlock continues. A shell's fg
+    continues the processes in dlock's job together with dlock: if the
+    lease ran out while they were stopped, dlock stops them at once.
+  - SIGHUP or SIGINT ignored when dlock starts (nohup, a background job
+    of a script) stays ignored, by CMD too.
 
 Exit status:
-  CMD's status  CMD ran and exited by itself; 128+N if signal N killed it
+  CMD's status  CMD ran and exited by itself; if signal N killed it, dlock
+                dies of N too (a shell shows 128+N)
   64            usage error: a bad flag, lock name or backend URL, or no CMD
   69            the backend could not be reached, or failed
+  71            the supervisor of CMD could not be started, or was killed
+                (EX_OSERR, as flock(1) when it cannot wait for its command)
   75            not acquired: NAME was held and --no-wait was given, or
                 --wait ran out (EX_TEMPFAIL: try again later)
-  79            the lease was lost while CMD ran, and CMD's group was stopped
+  79            the lease was lost while CMD ran, and every process of
+                CMD's was stopped
   126, 127      CMD could not be executed, or was not found (as in the shell)
-  64, 69 and 75 are sysexits.h's EX_USAGE, EX_UNAVAILABLE and EX_TEMPFAIL;
-  79 is the first value past that range. None of them is 1 or 2 (most
-  commands' failures), 126 or 127 (the shell's), or 128+N (a signal), but a
-  CMD that itself exits with one of them cannot be told apart.
+  64, 69, 71 and 75 are sysexits.h's EX_USAGE, EX_UNAVAILABLE, EX_OSERR and
+  EX_TEMPFAIL; 79 is the first value past that range. None of them is 1 or
+  2 (most commands' failures), 126 or 127 (the shell's), or 128+N (a
+  signal), but a CMD that itself exits with one of them cannot be told
+  apart.
 ` + backendHelp + `
 Examples:
   dlock run nightly-backup -- ./backup.sh
@@ -69,13 +92,16 @@ Examples:
 
 type runFlags struct {
 	backendFlags
-	ttl     time.Duration
-	wait    time.Duration
-	noWait  bool
-	fair    bool
-	grace   time.Duration
-	note    string
-	verbose bool
+	ttl    time.Duration
+	wait   time.Duration
+	noWait bool
+	// waitGiven tells "--wait 0" (give up at once, as flock -w 0) from no
+	// --wait (wait as long as it takes).
+	waitGiven bool
+	fair      bool
+	grace     time.Duration
+	note      string
+	verbose   bool
 }
 
 func runCmd(_ context.Context, env *cmdEnv, args []string) error {
@@ -83,16 +109,17 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet("dlock run", runUsage, env.stdout)
 	f.register(fs)
 	fs.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease length `D`: renewed every D/3 while CMD runs; frees within D if dlock dies")
-	fs.DurationVar(&f.wait, "wait", 0, "give up with status 75 if NAME is not acquired within `D` (default: wait as long as it takes)")
+	fs.DurationVar(&f.wait, "wait", 0, "give up with status 75 if NAME is not acquired within `D`; 0 gives up at once, as --no-wait does (default: wait as long as it takes)")
 	fs.BoolVar(&f.noWait, "no-wait", false, "give up at once with status 75 if NAME is held")
 	fs.BoolVar(&f.fair, "fair", false, "wait in a first-come first-served queue (backends with a queue)")
-	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's group, wait `D` before SIGKILL")
+	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's processes, wait `D` before SIGKILL")
 	fs.StringVar(&f.note, "note", "", "free `text` that dlock inspect shows next to this holder")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired (with its token) and released")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.waitGiven = f.waitGiven || fl.Name == "wait" })
 	name, argv, err := f.check(fs.Args())
 	if err != nil {
 		return err
@@ -105,7 +132,7 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	// From here on, signals are ours: before CMD starts they abandon the
 	// wait (leaving nothing behind), afterwards they go to CMD's group.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwardedSignals...)
+	notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
 	c, lease, err := f.acquire(env, b, name, sigs)
@@ -140,8 +167,16 @@ func (f *runFlags) check(args []string) (string, []string, error) {
 		return "", nil, usageErrorf("missing NAME and CMD: dlock run [flags] NAME -- CMD [ARGS...]")
 	}
 	name, argv := args[0], args[1:]
-	if len(argv) > 0 && argv[0] == "--" {
+	switch {
+	case len(argv) > 0 && argv[0] == "--":
 		argv = argv[1:]
+	case len(argv) > 0 && strings.HasPrefix(argv[0], "-"):
+		// Flags end at NAME: "dlock run job --ttl 5s -- true" would
+		// otherwise run "--ttl" as CMD.
+		return "", nil, usageErrorf("%s after NAME %q: flags go before NAME (dlock run [flags] NAME -- CMD [ARGS...]); a CMD that begins with \"-\" goes after \"--\"", shown(argv[0]), name)
+	}
+	if f.waitGiven && f.wait == 0 {
+		f.noWait = true
 	}
 	if err := dlock.ValidateName(name); err != nil {
 		return "", nil, withStatus(exitUsage, fmt.Errorf("NAME %q: %w", name, err))
@@ -153,8 +188,8 @@ func (f *runFlags) check(args []string) (string, []string, error) {
 }
 
 // acquire connects to b and takes the lock, as the flags say. A signal
-// abandons the attempt: the exit status is then 128+N, as if the signal had
-// killed dlock.
+// abandons the attempt, and then kills dlock, as it would have without
+// dlock catching it.
 func (f *runFlags) acquire(env *cmdEnv, b *backend, name string, sigs <-chan os.Signal) (*dlock.Client, *dlock.Lease, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -177,6 +212,7 @@ func (f *runFlags) acquire(env *cmdEnv, b *backend, name string, sigs <-chan os.
 			r.c.Close()
 		}
 		fmt.Fprintf(env.stderr, "%s: %v while waiting for %q; CMD was not started\n", env.name, s, name)
+		dieOf(s.(syscall.Signal))
 		return nil, nil, exitStatus(128 + int(s.(syscall.Signal)))
 	}
 }
@@ -246,72 +282,158 @@ func (bf *backendFlags) inspect(ctx context.Context, c *dlock.Client, b *backend
 	return info, nil
 }
 
-// runLocked runs CMD under the lease and returns dlock's exit status.
-func (f *runFlags) runLocked(env *cmdEnv, b *backend, lease *dlock.Lease, argv []string, sigs <-chan os.Signal) (int, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
+// runLocked runs CMD under the lease, through the supervisor (see
+// supervisor.go), and returns dlock's exit status.
+func (f *runFlags) runLocked(env *cmdEnv, b *backend, lease *dlock.Lease, argv []string, sigs chan os.Signal) (int, error) {
+	fail := func(err error) (int, error) {
+		f.release(env, lease)
+		return 0, withStatus(exitOSErr, fmt.Errorf("starting CMD's supervisor: %w", err))
+	}
+	self := "/proc/self/exe" // this very binary, even if its file was replaced since
+	if _, err := os.Stat(self); err != nil {
+		if self, err = os.Executable(); err != nil {
+			return fail(err)
+		}
+	}
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	defer ctlW.Close() // dlock's exit, however it happens, is the supervisor's EOF
+	evR, evW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		return fail(err)
+	}
+	defer evR.Close()
+	sup := exec.Command(self, append([]string{superviseCmd, f.grace.String()}, argv...)...)
+	sup.Args[0] = "dlock"
+	sup.Stdin, sup.Stdout, sup.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sup.ExtraFiles = []*os.File{ctlR, evW}
+	sup.Env = append(os.Environ(),
 		"DLOCK_NAME="+lease.Name(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
 		"DLOCK_BACKEND="+b.url)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	tty, onTerminal := foregroundTerminal()
-	if onTerminal {
-		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, tty
+	// The supervisor gets a process group of its own; it puts CMD in
+	// dlock's, so that CMD stays in the shell's job, as with flock(1).
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	notify(sigs, jobControlSignals...)
+	err = sup.Start()
+	ctlR.Close()
+	evW.Close()
+	if err != nil {
+		return fail(err)
 	}
-	if err := cmd.Start(); err != nil {
-		f.release(env, lease)
-		status := 126
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			status = 127
+	events := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(evR)
+		for sc.Scan() {
+			events <- sc.Text()
 		}
-		return 0, withStatus(status, fmt.Errorf("CMD %q: %w", argv[0], err))
-	}
-	g := processGroup(cmd.Process.Pid)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+		close(events) // the supervisor exited: no process of CMD's is left
+	}()
+	tell := func(format string, args ...any) { _, _ = fmt.Fprintf(ctlW, format+"\n", args...) }
 
-	var lost error
-	leaseDone := lease.Done()
-	var killAt <-chan time.Time
-	var cmdErr error
-wait:
+	var (
+		lost      error
+		leaseDone = lease.Done()
+		cmdWS     syscall.WaitStatus
+		cmdExited bool
+		started   bool
+		startErr  error
+		status    int
+		stopping  syscall.Signal // a stop signal waiting for the supervisor's "stopped"
+	)
+loop:
 	for {
 		select {
-		case cmdErr = <-exited:
-			break wait
+		case ev, ok := <-events:
+			if !ok {
+				break loop
+			}
+			verb, rest, _ := strings.Cut(ev, " ")
+			switch verb {
+			case "started":
+				started = true
+			case "failed":
+				code, msg, _ := strings.Cut(rest, " ")
+				status, _ = strconv.Atoi(code)
+				startErr = fmt.Errorf("CMD %q: %s", argv[0], msg)
+			case "exited":
+				ws, left, _ := strings.Cut(rest, " ")
+				n, _ := strconv.ParseUint(ws, 10, 32)
+				cmdWS, cmdExited = syscall.WaitStatus(n), true
+				if left != "0" && lost == nil {
+					fmt.Fprintf(env.stderr, "%s: CMD exited; stopping the %s processes it left running before releasing %q\n", env.name, left, lease.Name())
+				}
+			case "stopped":
+				if stopping != 0 {
+					stopSelf(stopping)
+					stopping = 0
+					if lease.Err() == nil && time.Now().Before(lease.Expires()) {
+						tell("cont")
+					}
+				}
+			}
 		case s := <-sigs:
-			g.signal(s.(syscall.Signal))
+			sig := s.(syscall.Signal)
+			switch sig {
+			case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+				// Stop CMD's processes first, then dlock: the lease is not
+				// renewed while dlock is stopped, so none of them may run.
+				// SIGTTIN and SIGTTOU come from the terminal to the whole
+				// job, and so does SIGTSTP when dlock is its foreground.
+				verb := "stop"
+				if started && (sig != syscall.SIGTSTP || foregroundOnTerminal()) {
+					verb = "stop-outside"
+				}
+				tell("%s %d", verb, sig)
+				stopping = sig
+			case syscall.SIGCONT:
+				if lease.Err() == nil && time.Now().Before(lease.Expires()) {
+					tell("cont")
+				}
+			default:
+				verb := "signal"
+				if started && (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && foregroundOnTerminal() {
+					// The terminal sent it to the whole job, CMD included. Before
+					// CMD started, it is CMD's all the same (the supervisor reads it
+					// once CMD runs).
+					verb = "signal-outside"
+				}
+				tell("%s %d", verb, sig)
+			}
 		case <-leaseDone:
 			leaseDone = nil
 			lost = lease.Err()
-			fmt.Fprintf(env.stderr, "%s: %s; sending SIGTERM to CMD's process group %d, SIGKILL in %v\n", env.name, oneLine(lost), g, f.grace)
-			g.signal(syscall.SIGTERM)
-			killAt = time.After(f.grace)
-		case <-killAt:
-			killAt = nil
-			g.signal(syscall.SIGKILL)
+			fmt.Fprintf(env.stderr, "%s: %s; sending SIGTERM to every process of CMD's, SIGKILL in %v\n", env.name, oneLine(lost), f.grace)
+			tell("terminate")
 		}
 	}
-	if onTerminal {
-		takeTerminalBack(tty)
-	}
-	// The group may outlive its leader: stop what CMD left behind before
-	// the lock is released (or, after a loss, before dlock reports it).
-	if g.alive() {
-		if lost == nil {
-			fmt.Fprintf(env.stderr, "%s: CMD exited; stopping the processes it left in its process group %d before releasing %q\n", env.name, g, lease.Name())
-		}
-		g.stop(f.grace, sigs)
-	}
-	if lost != nil {
-		fmt.Fprintf(env.stderr, "%s: CMD's process group %d is stopped; exiting with status %d (lease lost)\n", env.name, g, exitLeaseLost)
+	supErr := sup.Wait()
+	switch {
+	case lost != nil:
+		fmt.Fprintf(env.stderr, "%s: every process of CMD's has exited; exiting with status %d (lease lost)\n", env.name, exitLeaseLost)
 		return exitLeaseLost, nil
+	case startErr != nil:
+		f.release(env, lease)
+		return 0, withStatus(status, startErr)
+	case !cmdExited:
+		// Killed from outside: CMD died with it (its parent-death signal);
+		// what CMD started may run on.
+		f.release(env, lease)
+		return 0, withStatus(exitOSErr, fmt.Errorf("CMD's supervisor process ended before CMD did (%v); processes CMD started may still run", supErr))
 	}
 	if err := f.release(env, lease); err != nil {
 		return 0, err
 	}
-	return cmdStatus(cmdErr), nil
+	if cmdWS.Signaled() {
+		// Die of the same signal, as a shell does, so that the script
+		// around dlock sees CMD's Ctrl-C and stops too.
+		dieOf(cmdWS.Signal())
+		return 128 + int(cmdWS.Signal()), nil
+	}
+	return cmdWS.ExitStatus(), nil
 }
 
 // release unlocks; losing the lease before the release is the lease-lost
@@ -335,34 +457,7 @@ func (f *runFlags) release(env *cmdEnv, lease *dlock.Lease) error {
 	}
 }
 
-// cmdStatus is the shell's view of how CMD ended.
-func cmdStatus(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return 1
-}
-
 // describeHolder says who holds a lock, for messages.
 func describeHolder(info dlock.Info) string {
-	h := info.Holder
-	s := ""
-	if h.Host != "" {
-		s = h.Host + " "
-	}
-	if h.PID != 0 {
-		s += fmt.Sprintf("pid %d ", h.PID)
-	}
-	s += fmt.Sprintf("with token %d", info.Token)
-	if h.Note != "" {
-		s += fmt.Sprintf(" (%q)", h.Note)
-	}
-	return s
+	return holderText(info.Holder) + fmt.Sprintf(" with token %d", info.Token)
 }

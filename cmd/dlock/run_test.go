@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock/dlock/internal/procfs"
 )
 
 func TestRunSixteenProcessesNeverLoseAnUpdate(t *testing.T) {
@@ -104,6 +107,12 @@ func TestRunNoWaitOnHeldLockIsNotAcquired(t *testing.T) {
 		t.Errorf("the message should name the holder (pid %d): %q", holder.pid(), r.stderr)
 	}
 	t.Logf("--no-wait gave up after %v", r.took)
+
+	// --wait 0 tries once, as flock -w 0 does.
+	r = runDlock(t, dev.env(), "run", "--wait", "0", t.Name(), "--", "touch", ran)
+	if r.code != exitNotAcquired {
+		t.Errorf("--wait 0 on a held lock: %s; want status %d at once", r, exitNotAcquired)
+	}
 
 	r = runDlock(t, dev.env(), "run", "--wait", "500ms", t.Name(), "--", "touch", ran)
 	if r.code != exitNotAcquired || !strings.Contains(r.stderr, "--wait 500ms") {
@@ -245,5 +254,169 @@ func TestRunForwardsSignalsAndReleases(t *testing.T) {
 	}
 	if _, err := os.Stat(ran); err == nil {
 		t.Error("CMD ran although the wait was interrupted")
+	}
+}
+
+func TestRunKilledWithSIGKILLTakesEveryDescendantWithIt(t *testing.T) {
+	dev := sharedDev(t)
+	dir := t.TempDir()
+	// A child, a child that left the session (setsid), and a grandchild
+	// whose parent exited at once (a daemon's double fork).
+	script := `sleep 400 & echo $! > "$1/child"; setsid sleep 400 & echo $! > "$1/setsid"; (sleep 400 & echo $! > "$1/orphan"); echo $$ > "$1/sh"; wait`
+	holder := startDlock(t, dev.env(), "run", "--ttl", "2s", t.Name(), "--", "sh", "-c", script, "sh", dir)
+	sh := pidFromFile(t, filepath.Join(dir, "sh"))
+	pids := []int{sh}
+	for _, f := range []string{"child", "setsid", "orphan"} {
+		pids = append(pids, pidFromFile(t, filepath.Join(dir, f)))
+	}
+	waitHeld(t, dev.env(), t.Name(), holder.pid())
+
+	// The next holder checks that none of them runs while it holds the lock.
+	check := `for p in "$@"; do if [ -e /proc/$p ] && ! grep -q '^State:.*zombie' /proc/$p/status; then echo "overlap: $p runs"; fi; done; echo checked`
+	args := []string{"run", "--wait", "60s", t.Name(), "--", "sh", "-c", check, "sh"}
+	for _, p := range pids {
+		args = append(args, strconv.Itoa(p))
+	}
+	waiter := startDlock(t, dev.env(), args...)
+	waitWaiters(t, dev.env(), t.Name(), 1)
+
+	if err := holder.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i, what := range []string{"CMD (sh)", "its child", "its child that called setsid", "its orphaned grandchild"} {
+		waitGone(t, pids[i], what+" after dlock was killed with SIGKILL")
+	}
+	r := waiter.wait(t)
+	if r.code != 0 || !strings.Contains(r.stdout, "checked") || strings.Contains(r.stdout, "overlap") {
+		t.Errorf("the next holder: %s; want it to run alone", r)
+	}
+}
+
+func TestRunStopsEveryProcessBeforeItStopsAndContinuesThemAfter(t *testing.T) {
+	dev := sharedDev(t)
+	dir := t.TempDir()
+	holder := startDlockJob(t, dev.env(), "run", t.Name(), "--", "sh", "-c", `sleep 400 & echo $! > "$1/child"; setsid sleep 400 & echo $! > "$1/setsid"; echo $$ > "$1/sh"; wait`, "sh", dir)
+	sh := pidFromFile(t, filepath.Join(dir, "sh"))
+	child := pidFromFile(t, filepath.Join(dir, "child"))
+	setsid := pidFromFile(t, filepath.Join(dir, "setsid"))
+	held := waitHeld(t, dev.env(), t.Name(), holder.pid())
+
+	// SIGTSTP: CMD's processes stop first, then dlock.
+	if err := holder.cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, true, "dlock after SIGTSTP", holder.pid())
+	for _, p := range []int{sh, child, setsid} {
+		if st, _ := procfs.Process(p); st.State != 'T' {
+			t.Errorf("dlock stopped while pid %d of CMD's runs on (state %c)", p, st.State)
+		}
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, false, "after SIGCONT to dlock, dlock and CMD's processes", holder.pid(), sh, child, setsid)
+
+	// SIGSTOP cannot be caught: the supervisor sees dlock stopped.
+	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, true, "after SIGSTOP to dlock, CMD's processes", sh, child, setsid)
+	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, false, "after SIGCONT to dlock, CMD's processes", sh, child, setsid)
+	if j := lockState(t, dev.env(), t.Name()); j.Token != held.Token {
+		t.Errorf("after the stops, the lock is %+v; want it still held with token %d", j, held.Token)
+	}
+
+	// A SIGTERM reaches every process, stopped or not.
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := holder.wait(t); r.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("SIGTERM to dlock run: %s; want it to die of SIGTERM as CMD did", r)
+	}
+	waitGone(t, setsid, "CMD's child that called setsid")
+}
+
+// waitStatus runs dlock to completion and returns how it ended, as its
+// parent sees it.
+func waitStatus(t *testing.T, cmd *exec.Cmd, during func()) syscall.WaitStatus {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	if during != nil {
+		during()
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("dlock %v did not end within 2 minutes", cmd.Args)
+	}
+	return cmd.ProcessState.Sys().(syscall.WaitStatus)
+}
+
+func TestRunDiesOfTheSignalThatKilledCommand(t *testing.T) {
+	dev := sharedDev(t)
+	ws := waitStatus(t, dlockCmd(dev.env(), "run", t.Name(), "--", "sh", "-c", "kill -INT $$"), nil)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("CMD died of SIGINT; dlock run ended with %#x, want killed by SIGINT", uint32(ws))
+	}
+	// SIGINT to dlock, passed on to CMD, which dies of it.
+	dir := t.TempDir()
+	cmd := dlockCmd(dev.env(), "run", t.Name(), "--", "sh", "-c", `echo $$ > "$1"; exec sleep 120`, "sh", filepath.Join(dir, "pid"))
+	ws = waitStatus(t, cmd, func() {
+		pidFromFile(t, filepath.Join(dir, "pid"))
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("SIGINT to dlock run: it ended with %#x, want killed by SIGINT", uint32(ws))
+	}
+	if j := lockState(t, dev.env(), t.Name()); j.Held {
+		t.Errorf("%q still held: %+v", t.Name(), j)
+	}
+}
+
+func TestRunKeepsAnIgnoredHangupIgnoredForCommand(t *testing.T) {
+	dev := sharedDev(t)
+	// As nohup does: SIGHUP ignored by dlock's caller.
+	cmd := exec.Command("sh", "-c", `trap "" HUP; exec "$0" run "$1" -- sh -c 'kill -HUP $$; echo survived'`, dlockBin, t.Name())
+	cmd.Env = dev.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "survived") {
+		t.Errorf("CMD of a dlock run started with SIGHUP ignored: %v\n%s; want SIGHUP still ignored", err, out)
+	}
+}
+
+func TestRunSIGTERMReachesStoppedProcesses(t *testing.T) {
+	dev := sharedDev(t)
+	dir := t.TempDir()
+	holder := startDlock(t, dev.env(), "run", t.Name(), "--", "sh", "-c", `sleep 400 & echo $! > "$1/child"; echo $$ > "$1/sh"; wait`, "sh", dir)
+	sh := pidFromFile(t, filepath.Join(dir, "sh"))
+	child := pidFromFile(t, filepath.Join(dir, "child"))
+	waitHeld(t, dev.env(), t.Name(), holder.pid())
+	for _, p := range []int{sh, child} {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, true, "CMD's processes after SIGSTOP", sh, child)
+	// A stopped process acts on SIGTERM only once continued: dlock must
+	// follow the SIGTERM it passes on with SIGCONT, as a shell's kill does.
+	if err := holder.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if r := holder.wait(t); r.code != 128+int(syscall.SIGTERM) {
+		t.Errorf("SIGTERM to dlock run whose CMD was stopped: %s; want it to die of SIGTERM", r)
+	}
+	waitGone(t, child, "CMD's child, stopped when dlock got SIGTERM")
+	if j := lockState(t, dev.env(), t.Name()); j.Held {
+		t.Errorf("%q still held: %+v", t.Name(), j)
 	}
 }

@@ -18,6 +18,7 @@ const (
 	exitUsage       = 64 // a bad flag, argument, lock name or backend URL
 	exitUnavailable = 69 // the backend could not be reached or failed
 	exitNotAcquired = 75 // the lock was held: --no-wait, or --wait ran out
+	exitOSErr       = 71 // CMD's supervisor could not be started, or was killed (as flock's EX_OSERR)
 	exitLeaseLost   = 79 // the lease was lost while the command ran
 )
 

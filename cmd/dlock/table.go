@@ -22,8 +22,10 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// shown returns a lock name as it can be printed in a table: as it is if
-// every character is printable and not a tab, else Go-quoted.
+// shown returns a string from the backend (a lock name, a holder's host)
+// as it can be printed on a terminal and in a table: as it is if every
+// character is printable and not a tab, else Go-quoted, so that no escape
+// sequence, newline or control character reaches the terminal.
 func shown(name string) string {
 	for _, r := range name {
 		if !unicode.IsPrint(r) && r != ' ' || r == '\t' {
@@ -69,9 +71,12 @@ func toJSON(in dlock.Info) lockJSON {
 	return j
 }
 
-// holderText is the short description of a holder in tables.
+// holderText is the short description of a holder in tables and messages.
 func holderText(h dlock.Holder) string {
-	s := h.Host
+	s := ""
+	if h.Host != "" {
+		s = shown(h.Host)
+	}
 	if h.PID != 0 {
 		if s != "" {
 			s += " "
