@@ -114,10 +114,11 @@ func TestLockDelayAppliesOnlyAfterALostHolder(t *testing.T) {
 func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
 	srv := memlock.NewServer()
 	var acquired, released, lost atomic.Int32
+	lostCalled := make(chan struct{}, 1)
 	c := dlock.New(memlock.New(srv), dlock.WithHooks(dlock.Hooks{
 		Acquired: func(string, uint64, time.Duration) { acquired.Add(1) },
 		Released: func(string, uint64, time.Duration) { released.Add(1) },
-		Lost:     func(string, uint64, error) { lost.Add(1) },
+		Lost:     func(string, uint64, error) { lost.Add(1); lostCalled <- struct{}{} },
 	}))
 	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
@@ -134,6 +135,11 @@ func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-l.Done()
+	select { // Done closes before the Lost hook runs
+	case <-lostCalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Lost hook was not called after Break")
+	}
 	if a, r, lo := acquired.Load(), released.Load(), lost.Load(); a != 2 || r != 1 || lo != 1 {
 		t.Errorf("hooks: acquired=%d released=%d lost=%d, want 2 1 1", a, r, lo)
 	}
@@ -273,5 +279,42 @@ func TestOwnReleaseSeenByBackendWatchIsNotALoss(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), dlock.ErrNotHeld) || lost.Load() != 0 {
 		t.Errorf("after Unlock: Err = %v, Lost hook called %d times; want ErrNotHeld and no loss", l.Err(), lost.Load())
+	}
+}
+
+// The Lost hook runs after Done has closed: a hook that waits for Done (to
+// see the state every Done-watcher sees) must not wait forever.
+func TestLostHookRunsAfterDoneCloses(t *testing.T) {
+	srv := memlock.NewServer()
+	var lease atomic.Pointer[dlock.Lease]
+	sawDone := make(chan bool, 1)
+	c := dlock.New(memlock.New(srv), dlock.WithHooks(dlock.Hooks{
+		Lost: func(string, uint64, error) {
+			select {
+			case <-lease.Load().Done():
+				sawDone <- true
+			case <-time.After(5 * time.Second):
+				sawDone <- false
+			}
+		},
+	}))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Store(l)
+	if err := c.Break(testenv.Context(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-sawDone:
+		if !ok {
+			t.Fatal("the Lost hook ran while Done was still open: Done waits for the hook")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Lost hook was not called after Break")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }

@@ -142,15 +142,15 @@ func (l *Lease) end(cause error) bool {
 	}
 	l.ended = true
 	l.mu.Unlock()
+	// Close Done first: whoever must stop work on a loss learns it without
+	// waiting for a slow logger or hook (nor for a hook that waits on Done).
+	l.cancel(cause)
 	if errors.Is(cause, ErrLeaseLost) {
-		// Tell the logger and hooks before Done closes, so whoever waits on
-		// Done sees the hooks' effects.
 		l.o.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
 		if h := l.o.hooks.Lost; h != nil {
 			h(l.name, l.token, cause)
 		}
 	}
-	l.cancel(cause)
 	return true
 }
 
