@@ -318,3 +318,26 @@ func TestLostHookRunsAfterDoneCloses(t *testing.T) {
 		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }
+
+// A panic in Do's fn (recovered further up, as HTTP servers do) must not
+// leave the lock held: Do releases it, then the panic goes on unchanged.
+func TestDoReleasesLockWhenFnPanics(t *testing.T) {
+	srv := memlock.NewServer()
+	c, other := dlock.New(memlock.New(srv)), dlock.New(memlock.New(srv))
+	type boom struct{ n int }
+	got := func() (v any) {
+		defer func() { v = recover() }()
+		_ = c.Do(testenv.Context(t, 5*time.Second), "x", func(context.Context, *dlock.Lease) error {
+			panic(boom{42})
+		})
+		return nil
+	}()
+	if got != (boom{42}) {
+		t.Fatalf("recovered %v from Do, want the fn's own panic value boom{42}", got)
+	}
+	l, err := other.Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Do's fn panicked: %v; the lock was left held", err)
+	}
+	_ = l.Unlock(testenv.Context(t, 5*time.Second))
+}

@@ -50,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 		{"BreakGivesNextHolderHigherToken", s.testBreak},
 		{"CancelledLockLeavesNothingBehind", s.testCancel},
 		{"InspectAndListShowHolder", s.testInspect},
+		{"DoReleasesLockWhenFnPanics", s.testDoPanic},
 	}
 	if s.h.Fair {
 		parallel = append(parallel,
@@ -447,6 +448,29 @@ func (s *suite) testBreak(t *testing.T) {
 		t.Errorf("the new holder's lock must still be held after the broken holder's Do released; TryLock got %v", err)
 	}
 	mustUnlock(t, l2)
+}
+
+// testDoPanic panics in Do's fn: the panic reaches Do's caller with its
+// own value, and the lock is free at once afterwards.
+func (s *suite) testDoPanic(t *testing.T) {
+	c, other := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	type boom struct{ name string }
+	got := func() (v any) {
+		defer func() { v = recover() }()
+		_ = c.Do(testenv.Context(t, 60*time.Second), name, func(context.Context, *dlock.Lease) error {
+			panic(boom{name})
+		})
+		return nil
+	}()
+	if got != (boom{name}) {
+		t.Fatalf("recovered %v from Do, want the fn's own panic value", got)
+	}
+	l, err := other.Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Do's fn panicked: %v; the panic left the lock held", err)
+	}
+	mustUnlock(t, l)
 }
 
 // testCancel cancels waiting Locks: each returns its context's error, and

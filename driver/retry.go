@@ -148,3 +148,16 @@ func Jitter(d time.Duration) time.Duration {
 	}
 	return d/2 + rand.N(d/2+1)
 }
+
+// CleanupTimeout bounds a clean-up made after the caller's context ended or
+// on its behalf (giving back a grant, a release on Unlock with an ended
+// context, on a panic, on Close): long enough for a slow but working
+// backend, short enough that a hung one cannot hold the caller.
+const CleanupTimeout = 5 * time.Second
+
+// CleanupContext returns a context that keeps ctx's values but not its
+// cancellation, and ends after CleanupTimeout: the context for a clean-up
+// that must run even though ctx has ended, and must not run forever.
+func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
+}
