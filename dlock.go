@@ -21,6 +21,12 @@
 // the monotonic clock; the client and server clocks need not agree on the
 // time of day, only run at nearly the same rate.
 //
+// Unlock and Do release the lock even when the caller's context has
+// already ended, within a bound of their own (driver.CleanupTimeout); Do
+// also releases it when its function panics. A release that fails is
+// reported as an error, never as a release: the lease is no longer renewed,
+// and the backend frees the lock when its TTL runs out.
+//
 // # Fencing tokens
 //
 // Noticing the loss is not enough: a process paused right after checking

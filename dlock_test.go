@@ -341,3 +341,96 @@ func TestDoReleasesLockWhenFnPanics(t *testing.T) {
 	}
 	_ = l.Unlock(testenv.Context(t, 5*time.Second))
 }
+
+// ctxDriver is a memlock client whose Release fails at once when its
+// context has ended, as a network client's does.
+type ctxDriver struct{ *memlock.Driver }
+
+func (d ctxDriver) Release(ctx context.Context, h driver.Held) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.Driver.Release(ctx, h)
+}
+
+// defer l.Unlock(reqCtx) runs after the request's context has ended: the
+// lock must still be released, not left held for its TTL.
+func TestUnlockWithEndedContextStillReleases(t *testing.T) {
+	srv := memlock.NewServer()
+	var released atomic.Int32
+	c := dlock.New(ctxDriver{memlock.New(srv)}, dlock.WithHooks(dlock.Hooks{
+		Released: func(string, uint64, time.Duration) { released.Add(1) },
+	}))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with an ended context: %v", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrNotHeld) || released.Load() != 1 {
+		t.Errorf("after Unlock: Err = %v, Released hook called %d times; want ErrNotHeld and 1", l.Err(), released.Load())
+	}
+	l2, err := dlock.New(memlock.New(srv)).Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Unlock with an ended context: %v; the lock was not released", err)
+	}
+	_ = l2.Unlock(testenv.Context(t, 5*time.Second))
+}
+
+// A release that fails is reported as such: Unlock returns the error, the
+// Released hook does not run, and the lease is not shown as released. It
+// is no longer renewed: it ends (lost) at its deadline unless a retried
+// Unlock releases it first.
+func TestFailedReleaseIsNotReportedAsRelease(t *testing.T) {
+	for _, retry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ExpiresAtDeadline", true: "RetriedUnlockReleases"}[retry], func(t *testing.T) {
+			srv := memlock.NewServer()
+			d := memlock.New(srv)
+			var released, lost atomic.Int32
+			c := dlock.New(d, dlock.WithTTL(time.Second), dlock.WithHooks(dlock.Hooks{
+				Released: func(string, uint64, time.Duration) { released.Add(1) },
+				Lost:     func(string, uint64, error) { lost.Add(1) },
+			}))
+			l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.SetPartitioned(true)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			err = l.Unlock(ctx)
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("Unlock whose release failed: got %v, want the failure", err)
+			}
+			if released.Load() != 0 || errors.Is(l.Err(), dlock.ErrNotHeld) {
+				t.Fatalf("a failed release was reported as one: Released hook called %d times, Err = %v", released.Load(), l.Err())
+			}
+			if !retry {
+				select {
+				case <-l.Done():
+				case <-time.After(30 * time.Second):
+					t.Fatal("Done did not close after a failed release: the lease must end at its deadline")
+				}
+				if !errors.Is(l.Err(), dlock.ErrLeaseLost) || released.Load() != 0 {
+					t.Errorf("after the deadline: Err = %v, Released hook called %d times; want ErrLeaseLost and 0", l.Err(), released.Load())
+				}
+				return
+			}
+			d.SetPartitioned(false)
+			if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+				t.Fatalf("retried Unlock: %v", err)
+			}
+			if !errors.Is(l.Err(), dlock.ErrNotHeld) || released.Load() != 1 || lost.Load() != 0 {
+				t.Errorf("after the retried Unlock: Err = %v, Released %d, Lost %d; want ErrNotHeld, 1, 0", l.Err(), released.Load(), lost.Load())
+			}
+			l2, err := dlock.New(memlock.New(srv)).Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
+			if err != nil {
+				t.Fatalf("TryLock after the retried Unlock: %v", err)
+			}
+			_ = l2.Unlock(testenv.Context(t, 5*time.Second))
+		})
+	}
+}

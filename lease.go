@@ -28,11 +28,15 @@ type Lease struct {
 	ctx    context.Context // ends when the lease ends; its cause is Err
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	deadline time.Time // monotonic: after it, holding can no longer be proven
-	released bool      // Unlock was called
-	ended    bool      // Done is closed or closing
-	failures int       // renewals failed in a row
+	mu        sync.Mutex
+	deadline  time.Time // monotonic: after it, holding can no longer be proven
+	unlocked  bool      // Unlock was called: renewal has stopped for good
+	releasing bool      // an Unlock's release is in flight
+	ended     bool      // Done is closed or closing
+	failures  int       // renewals failed in a row
+	// lostWhileReleasing is a loss reported while a release was in flight;
+	// it ends the lease if that release fails.
+	lostWhileReleasing error
 
 	renewTimer, expireTimer *time.Timer
 	stopWatch               func() bool // unregisters the wait for the backend's loss signal
@@ -90,43 +94,94 @@ func (l *Lease) Err() error {
 
 // Unlock releases the lock and stops renewing it. It returns an error
 // wrapping ErrLeaseLost if the lease had already been lost (another owner
-// may hold the lock: it is never freed by this call), and ErrNotHeld if it
-// was already released. If the backend cannot be reached, the lease stops
-// being renewed and the lock frees itself when the TTL runs out.
+// may hold the lock: it is never freed by this call), and ErrNotHeld if
+// Unlock was already called and ended the lease.
+//
+// If ctx has already ended (as in defer l.Unlock(requestCtx)), Unlock
+// still makes the release, within driver.CleanupTimeout of its own.
+//
+// If the release fails (the backend cannot be reached, or ctx ends while
+// it is in flight), Unlock returns that error, wrapping ErrUnavailable or
+// ctx's error, and reports no release: the Released hook does not run and
+// Err stays nil. The lease is then no longer renewed but still held until
+// its deadline (Expires): there Done closes, with Err wrapping
+// ErrLeaseLost, and the backend frees the lock when the TTL it counts runs
+// out. Calling Unlock again before that retries the release.
 func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Lock()
-	if l.released {
+	switch {
+	case l.releasing:
 		l.mu.Unlock()
+		return fmt.Errorf("%w: %q is being released by another Unlock", ErrNotHeld, l.name)
+	case l.unlocked && l.ended:
+		l.mu.Unlock()
+		if errors.Is(l.Err(), ErrLeaseLost) {
+			return fmt.Errorf("%w: %q: Unlock was already called, after the lease was lost", ErrNotHeld, l.name)
+		}
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
-	l.released = true
+	l.unlocked, l.releasing = true, true
 	l.stopRenewal()
 	l.mu.Unlock()
-	defer l.c.untrack(l)
+
+	rctx, classifyCtx := ctx, ctx
+	if ctx.Err() != nil {
+		// The caller has given up waiting, not on the release: make it
+		// anyway, within a bound of its own, rather than leave the lock
+		// held for its TTL. Its failure is then the backend's.
+		var cancel context.CancelFunc
+		rctx, cancel = driver.CleanupContext(ctx)
+		defer cancel()
+		classifyCtx = context.WithoutCancel(ctx)
+	}
 
 	if err := l.Err(); err != nil { // lost before Unlock
 		// The backend may still hold our entry (the client gave up first,
 		// by design): free it now rather than at its TTL. The release is
 		// owner-checked, so it can never free another owner's lock.
-		_ = l.c.d.Release(ctx, l.held())
+		_ = l.c.d.Release(rctx, l.held())
+		l.mu.Lock()
+		l.releasing = false
+		l.mu.Unlock()
+		l.c.untrack(l)
 		return err
 	}
-	err := l.c.d.Release(ctx, l.held())
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld) {
+	err := l.c.d.Release(rctx, l.held())
+	switch {
+	case err == nil:
+		l.end(releasedError{l.name})
+		l.c.untrack(l)
+		if h := l.o.hooks.Released; h != nil {
+			h(l.name, l.token, clock.Since(l.acquired))
+		}
+		if l.o.logger.Enabled(ctx, slog.LevelDebug) {
+			l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
+		}
+		return nil
+	case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld):
 		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
+		l.c.untrack(l)
 		return l.Err()
 	}
-	l.end(releasedError{l.name})
-	if h := l.o.hooks.Released; h != nil {
-		h(l.name, l.token, clock.Since(l.acquired))
+	// The release failed: the lock is still ours on the backend until its
+	// TTL runs out, and ours to use until the deadline, when the expiry
+	// timer ends the lease. Renewal stays stopped.
+	l.mu.Lock()
+	l.releasing = false
+	lost := l.lostWhileReleasing
+	if lost == nil && !l.ended {
+		if l.expireTimer == nil {
+			l.expireTimer = clock.AfterFunc(clock.Until(l.deadline), l.expired)
+		} else {
+			clock.Reset(l.expireTimer, clock.Until(l.deadline))
+		}
 	}
-	if err != nil {
-		return classify(ctx, err)
+	l.mu.Unlock()
+	if lost != nil {
+		l.end(lost)
 	}
-	if l.o.logger.Enabled(ctx, slog.LevelDebug) {
-		l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
-	}
-	return nil
+	l.o.logger.Warn("dlock: release failed; the lock frees when its TTL runs out", "name", l.name, "token", l.token, "err", err)
+	return classify(classifyCtx, err)
 }
 
 func (l *Lease) held() driver.Held {
@@ -154,24 +209,23 @@ func (l *Lease) end(cause error) bool {
 	return true
 }
 
-// lose ends the lease as lost; cause wraps ErrLeaseLost. Once Unlock has
-// begun, the backend's signals (a watch seeing our own delete) are the
-// release itself, not a loss: Unlock decides.
+// lose ends the lease as lost; cause wraps ErrLeaseLost. While a release
+// is in flight, the backend's signals (a watch seeing our own delete) are
+// most likely that release, not a loss: the release's outcome decides, and
+// the loss counts only if the release fails.
 func (l *Lease) lose(cause error) error {
 	l.mu.Lock()
-	releasing := l.released
-	l.mu.Unlock()
-	if !releasing {
-		l.stopTimers()
-		l.end(cause)
+	if l.releasing {
+		if l.lostWhileReleasing == nil {
+			l.lostWhileReleasing = cause
+		}
+		l.mu.Unlock()
+		return l.Err()
 	}
-	return l.Err()
-}
-
-func (l *Lease) stopTimers() {
-	l.mu.Lock()
 	l.stopRenewal()
 	l.mu.Unlock()
+	l.end(cause)
+	return l.Err()
 }
 
 // sleep waits d while the lease is renewed (the lock-delay); it fails if ctx
@@ -219,7 +273,7 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	}
 }
 
-// stopRenewal stops the timers; a renewal already running sees l.released
+// stopRenewal stops the timers; a renewal already running sees l.unlocked
 // or l.ended and does nothing more. l.mu is held.
 func (l *Lease) stopRenewal() {
 	if l.renewTimer != nil {
@@ -249,7 +303,7 @@ func (l *Lease) expired() {
 // the timer for the next renewal (or a retry).
 func (l *Lease) renew() {
 	l.mu.Lock()
-	if l.released || l.ended {
+	if l.unlocked || l.ended {
 		l.mu.Unlock()
 		return
 	}
@@ -271,7 +325,7 @@ func (l *Lease) renew() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.released || l.ended {
+	if l.unlocked || l.ended {
 		return
 	}
 	every := l.ttl / 3

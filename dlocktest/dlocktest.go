@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"CancelledLockLeavesNothingBehind", s.testCancel},
 		{"InspectAndListShowHolder", s.testInspect},
 		{"DoReleasesLockWhenFnPanics", s.testDoPanic},
+		{"UnlockWithEndedContextReleases", s.testUnlockEndedCtx},
 	}
 	if s.h.Fair {
 		parallel = append(parallel,
@@ -471,6 +472,43 @@ func (s *suite) testDoPanic(t *testing.T) {
 		t.Fatalf("TryLock after Do's fn panicked: %v; the panic left the lock held", err)
 	}
 	mustUnlock(t, l)
+}
+
+// testUnlockEndedCtx releases with a context that has already ended, as
+// defer l.Unlock(requestCtx) does, and from a Do whose context ended while
+// fn ran: the release must still be made, and the lock be free at once.
+func (s *suite) testUnlockEndedCtx(t *testing.T) {
+	c, other := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	l := mustLock(t, c, name)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Unlock(ended); err != nil {
+		t.Fatalf("Unlock with an ended context: %v", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrNotHeld) {
+		t.Errorf("Err after Unlock = %v, want ErrNotHeld", l.Err())
+	}
+	l2, err := other.Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Unlock with an ended context: %v; the lock was not released", err)
+	}
+	mustUnlock(t, l2)
+
+	ctx, cancel := context.WithCancel(testenv.Context(t, 60*time.Second))
+	defer cancel()
+	err = c.Do(ctx, name, func(context.Context, *dlock.Lease) error {
+		cancel() // the caller gives up while fn runs
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do whose context ended while fn ran: %v", err)
+	}
+	l3, err := other.Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Do whose context ended: %v; the lock was not released", err)
+	}
+	mustUnlock(t, l3)
 }
 
 // testCancel cancels waiting Locks: each returns its context's error, and
