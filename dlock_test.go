@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/dlock/dlock/internal/testenv"
 	"strings"
 	"sync/atomic"
@@ -433,4 +434,70 @@ func TestFailedReleaseIsNotReportedAsRelease(t *testing.T) {
 			_ = l2.Unlock(testenv.Context(t, 5*time.Second))
 		})
 	}
+}
+
+// stuckRelease is a backend whose releases hang until their context ends,
+// as an unreachable server's do; afterAcquire, if set, runs after each
+// grant.
+type stuckRelease struct {
+	*memlock.Driver
+	afterAcquire func()
+}
+
+func (d *stuckRelease) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.Driver.Acquire(ctx, req)
+	if err == nil && d.afterAcquire != nil {
+		d.afterAcquire()
+	}
+	return g, err
+}
+
+func (d *stuckRelease) Release(ctx context.Context, h driver.Held) error {
+	<-ctx.Done()
+	return fmt.Errorf("%w: release: %w", driver.ErrUnavailable, ctx.Err())
+}
+
+func (d *stuckRelease) Capabilities() driver.Capabilities {
+	c := d.Driver.Capabilities()
+	c.LockDelay = false // apply the lock-delay after every grant
+	return c
+}
+
+// The releases Lock makes on its own behalf (a grant it cannot hand over)
+// are bounded: a backend that does not answer cannot hang Lock.
+func TestLockReturnsWhenItsOwnReleaseHangs(t *testing.T) {
+	lock := func(t *testing.T, c *dlock.Client, ctx context.Context, opts ...dlock.Option) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			l, err := c.Mutex("x", opts...).Lock(ctx)
+			if err == nil {
+				err = fmt.Errorf("granted token %d", l.Token())
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(driver.CleanupTimeout + 30*time.Second):
+			t.Fatal("Lock did not return: the release it made on its own behalf hangs")
+			return nil
+		}
+	}
+	t.Run("ContextEndsDuringLockDelay", func(t *testing.T) {
+		c := dlock.New(&stuckRelease{Driver: memlock.New(memlock.NewServer())})
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := lock(t, c, ctx, dlock.WithLockDelay(time.Hour)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock whose context ended during the lock-delay: got %v, want DeadlineExceeded", err)
+		}
+	})
+	t.Run("ClientClosedDuringAcquire", func(t *testing.T) {
+		d := &stuckRelease{Driver: memlock.New(memlock.NewServer())}
+		c := dlock.New(d)
+		d.afterAcquire = func() { _ = c.Close() }
+		if err := lock(t, c, context.Background()); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Lock on a client closed during the acquire: got %v, want ErrClosed", err)
+		}
+	})
 }
