@@ -501,3 +501,21 @@ func TestLockReturnsWhenItsOwnReleaseHangs(t *testing.T) {
 		}
 	})
 }
+
+// timingOut is a backend whose acquire hits a deadline of its own and
+// returns the bare context error, as a database driver's timeout does.
+type timingOut struct{ *memlock.Driver }
+
+func (timingOut) Acquire(context.Context, driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, fmt.Errorf("query: %w", context.DeadlineExceeded)
+}
+
+// A backend's own timeout while the caller's context is live is the
+// backend's failure (ErrUnavailable), not the caller's context ending.
+func TestBackendTimeoutWithLiveContextIsUnavailable(t *testing.T) {
+	c := dlock.New(timingOut{memlock.New(memlock.NewServer())})
+	_, err := c.Mutex("x").Lock(testenv.Context(t, time.Minute))
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock: got %v, want ErrUnavailable wrapping the backend's DeadlineExceeded", err)
+	}
+}
