@@ -52,8 +52,14 @@ func Run(t *testing.T, h Harness) {
 		{"InspectAndListShowHolder", s.testInspect},
 		{"DoReleasesLockWhenFnPanics", s.testDoPanic},
 		{"UnlockWithEndedContextReleases", s.testUnlockEndedCtx},
+		{"UnlockOfBrokenLeaseReportsLoss", s.testUnlockLost},
+		{"DotNamesAreLocksOfTheirOwn", s.testDotNames},
 	}
-	if s.h.Fair {
+	// A backend that claims Fair has its FIFO tests run whatever the
+	// harness says (they ask for fair waiting themselves): Harness.Fair
+	// only adds fair waiting to the rest of the suite, and cannot hide
+	// the claim from the suite.
+	if s.caps.Fair {
 		parallel = append(parallel,
 			test{"FairWaitersAreGrantedInArrivalOrder", s.testFIFO},
 			test{"FairQueueSkipsWaiterThatGaveUp", s.testFairCancel})
@@ -511,6 +517,74 @@ func (s *suite) testUnlockEndedCtx(t *testing.T) {
 	mustUnlock(t, l3)
 }
 
+// testUnlockLost breaks held locks: Unlock of the broken lease returns
+// ErrLeaseLost, whether or not the holder had noticed the loss, and does
+// not free the next holder's lock.
+func (s *suite) testUnlockLost(t *testing.T) {
+	holder, admin, next := s.client(t), s.client(t), s.client(t)
+	for _, noticed := range []bool{false, true} {
+		name := s.name(t, fmt.Sprintf("noticed=%v", noticed))
+		l := mustLock(t, holder, name)
+		if err := admin.Break(testenv.Context(t, 30*time.Second), name); err != nil {
+			t.Fatalf("Break: %v", err)
+		}
+		l2 := mustLock(t, next, name)
+		if noticed {
+			select {
+			case <-l.Done():
+			case <-time.After(s.h.ttl() + 30*time.Second):
+				t.Fatalf("the broken lease's Done did not close")
+			}
+		}
+		if err := l.Unlock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Unlock of a broken lease (loss noticed: %v): got %v, want ErrLeaseLost", noticed, err)
+		}
+		if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("broken lease Err after Unlock (loss noticed: %v) = %v, want ErrLeaseLost", noticed, l.Err())
+		}
+		if _, err := admin.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("after Unlock of the broken lease the next holder's lock must still be held; TryLock got %v", err)
+		}
+		mustUnlock(t, l2)
+	}
+}
+
+// testDotNames uses "." and ".." and their neighbours as whole lock names,
+// not under the suite's prefix, where a backend that maps names to paths
+// could resolve them: each must be a lock of its own. Lock (not TryLock)
+// takes them, so that suites sharing the deployment only wait for each
+// other; two names that collide make the second Lock run out of time.
+func (s *suite) testDotNames(t *testing.T) {
+	c, other := s.client(t), s.client(t)
+	var leases []*dlock.Lease
+	defer func() {
+		for _, l := range leases {
+			_ = l.Unlock(testenv.Context(t, 30*time.Second))
+		}
+	}()
+	for _, n := range []string{".", "..", "...", "/", "./", "/.", "../", "/..", "./.", "%2E", "%2E%2E"} {
+		l, err := c.Mutex(n).Lock(testenv.Context(t, 30*time.Second))
+		if err != nil {
+			t.Fatalf("Lock(%q) while holding %d other dot names: %v (collision with one of them?)", n, len(leases), err)
+		}
+		leases = append(leases, l)
+		if _, err := other.Mutex(n).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock(%q) by another client while held: got %v, want ErrNotAcquired", n, err)
+		}
+		in, err := other.Inspect(testenv.Context(t, 30*time.Second), n)
+		if err != nil {
+			t.Fatalf("Inspect(%q): %v", n, err)
+		}
+		if !in.Held || in.Token != l.Token() {
+			t.Errorf("Inspect(%q): held=%v token=%d, want held with token %d", n, in.Held, in.Token, l.Token())
+		}
+	}
+	for _, l := range leases {
+		mustUnlock(t, l)
+	}
+	leases = nil
+}
+
 // testCancel cancels waiting Locks: each returns its context's error, and
 // afterwards no ghost waiter or lock is left behind.
 func (s *suite) testCancel(t *testing.T) {
@@ -621,13 +695,13 @@ func (s *suite) waitQueued(t *testing.T, c *dlock.Client, name string, n int) {
 
 func (s *suite) testFIFO(t *testing.T) {
 	const waiters = 5
-	holder, inspector := s.client(t), s.client(t)
+	holder, inspector := s.client(t, dlock.WithFair()), s.client(t)
 	name := s.name(t, "l")
 	l := mustLock(t, holder, name)
 	order := make(chan int, waiters)
 	errs := make(chan error, waiters)
 	for i := range waiters {
-		c := s.client(t)
+		c := s.client(t, dlock.WithFair())
 		go func() {
 			lw, err := c.Mutex(name).Lock(testenv.Context(t, 120*time.Second))
 			if err != nil {
@@ -657,10 +731,10 @@ func (s *suite) testFIFO(t *testing.T) {
 }
 
 func (s *suite) testFairCancel(t *testing.T) {
-	holder, inspector := s.client(t), s.client(t)
+	holder, inspector := s.client(t, dlock.WithFair()), s.client(t)
 	name := s.name(t, "l")
 	l := mustLock(t, holder, name)
-	first, quitter, last := s.client(t), s.client(t), s.client(t)
+	first, quitter, last := s.client(t, dlock.WithFair()), s.client(t, dlock.WithFair()), s.client(t, dlock.WithFair())
 	got := make(chan string, 2)
 	hold := func(c *dlock.Client, who string) {
 		lw, err := c.Mutex(name).Lock(testenv.Context(t, 120*time.Second))
