@@ -418,11 +418,13 @@ func (s *suite) testBreak(t *testing.T) {
 	name := s.name(t, "l")
 	granted := make(chan *dlock.Lease, 1)
 	doErr := make(chan error, 1)
+	var fnCause error // why fn's context ended; read after doErr
 	go func() {
 		doErr <- holder.Do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
 			granted <- l
 			<-ctx.Done() // work until the lease is lost
-			return context.Cause(ctx)
+			fnCause = context.Cause(ctx)
+			return nil
 		})
 	}()
 	var l *dlock.Lease
@@ -444,6 +446,9 @@ func (s *suite) testBreak(t *testing.T) {
 	case err := <-doErr:
 		if !errors.Is(err, dlock.ErrLeaseLost) {
 			t.Errorf("Do after Break returned %v, want an error wrapping ErrLeaseLost", err)
+		}
+		if !errors.Is(fnCause, dlock.ErrLeaseLost) {
+			t.Errorf("Do's context ended with cause %v, want the lease's loss (ErrLeaseLost)", fnCause)
 		}
 	case <-time.After(s.h.ttl() + 30*time.Second):
 		t.Fatal("the broken holder's Do context was not cancelled")
