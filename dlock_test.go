@@ -519,3 +519,28 @@ func TestBackendTimeoutWithLiveContextIsUnavailable(t *testing.T) {
 		t.Errorf("Lock: got %v, want ErrUnavailable wrapping the backend's DeadlineExceeded", err)
 	}
 }
+
+// Unlock of a lease already lost frees the backend's entry as a clean-up;
+// a backend that does not answer cannot make it hang, whatever ctx.
+func TestUnlockOfLostLeaseReturnsWhenReleaseHangs(t *testing.T) {
+	srv := memlock.NewServer()
+	c := dlock.New(&stuckRelease{Driver: memlock.New(srv)})
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dlock.New(memlock.New(srv)).Break(testenv.Context(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	done := make(chan error, 1)
+	go func() { done <- l.Unlock(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Unlock of a lost lease: got %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(driver.CleanupTimeout + 30*time.Second):
+		t.Fatal("Unlock of a lost lease hangs on a release that does not answer")
+	}
+}

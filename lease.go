@@ -138,8 +138,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if err := l.Err(); err != nil { // lost before Unlock
 		// The backend may still hold our entry (the client gave up first,
 		// by design): free it now rather than at its TTL. The release is
-		// owner-checked, so it can never free another owner's lock.
-		_ = l.c.d.Release(rctx, l.held())
+		// owner-checked, so it can never free another owner's lock. It is
+		// a clean-up whose outcome changes nothing reported: bound it even
+		// when ctx has no deadline.
+		cctx, cancel := context.WithTimeout(rctx, driver.CleanupTimeout)
+		_ = l.c.d.Release(cctx, l.held())
+		cancel()
 		l.mu.Lock()
 		l.releasing = false
 		l.mu.Unlock()
