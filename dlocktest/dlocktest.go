@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"UnlockWithEndedContextReleases", s.testUnlockEndedCtx},
 		{"UnlockOfBrokenLeaseReportsLoss", s.testUnlockLost},
 		{"DotNamesAreLocksOfTheirOwn", s.testDotNames},
+		{"LockDelayFollowsALostHolder", s.testLockDelay},
 	}
 	// A backend that claims Fair has its FIFO tests run whatever the
 	// harness says (they ask for fair waiting themselves): Harness.Fair
@@ -588,6 +589,71 @@ func (s *suite) testDotNames(t *testing.T) {
 		mustUnlock(t, l)
 	}
 	leases = nil
+}
+
+// testLockDelay checks WithLockDelay on the backend: after a Break, Lock
+// waits out the delay (a Lock whose context ends during it returns the
+// context's error and leaves the lock free); where the backend reports
+// Grant.Recovered (Capabilities.LockDelay), it does so exactly after a
+// loss, and a cleanly released lock is handed over without the delay.
+func (s *suite) testLockDelay(t *testing.T) {
+	c, admin := s.client(t), s.client(t)
+	name := s.name(t, "l")
+	if s.caps.LockDelay {
+		d := s.driver(t)
+		owner := func(b byte) string { return strings.Repeat(fmt.Sprintf("%02x", b), 16) }
+		grant := func(o string) (driver.Grant, driver.Held) {
+			t.Helper()
+			g, err := d.Acquire(testenv.Context(t, 30*time.Second), driver.Request{Name: name, Owner: o, TTL: s.h.ttl(), Wait: true, Fair: s.h.Fair})
+			if err != nil {
+				t.Fatalf("driver Acquire: %v", err)
+			}
+			return g, driver.Held{Name: name, Owner: o, Token: g.Token, Handle: g.Handle}
+		}
+		release := func(h driver.Held) {
+			t.Helper()
+			if err := d.Release(testenv.Context(t, 30*time.Second), h); err != nil {
+				t.Fatalf("driver Release: %v", err)
+			}
+		}
+		_, h := grant(owner(1))
+		release(h)
+		g, _ := grant(owner(2))
+		if g.Recovered {
+			t.Errorf("grant after a clean release reports Recovered")
+		}
+		if err := admin.Break(testenv.Context(t, 30*time.Second), name); err != nil {
+			t.Fatalf("Break: %v", err)
+		}
+		g, h = grant(owner(3))
+		if !g.Recovered {
+			t.Errorf("grant after a Break does not report Recovered, although Capabilities.LockDelay claims it")
+		}
+		release(h)
+		l, err := c.Mutex(name, dlock.WithLockDelay(time.Hour)).Lock(testenv.Context(t, 60*time.Second))
+		if err != nil {
+			t.Fatalf("Lock with a lock-delay after a clean release: %v (the delay must apply only after a loss)", err)
+		}
+		mustUnlock(t, l)
+	}
+	l := mustLock(t, c, name)
+	if err := admin.Break(testenv.Context(t, 30*time.Second), name); err != nil {
+		t.Fatalf("Break: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if lw, err := c.Mutex(name, dlock.WithLockDelay(time.Hour)).Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			_ = lw.Unlock(testenv.Context(t, 30*time.Second))
+		}
+		t.Fatalf("Lock with a one-hour lock-delay after a Break, 3s context: got %v, want context.DeadlineExceeded", err)
+	}
+	_ = l.Unlock(testenv.Context(t, 30*time.Second))
+	l2, err := admin.Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after a Lock gave up during its lock-delay: %v; it left the lock held", err)
+	}
+	mustUnlock(t, l2)
 }
 
 // testCancel cancels waiting Locks: each returns its context's error, and
