@@ -81,6 +81,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	if len(h.Endpoints) > 0 {
 		t.Run("PartitionedHolderSeesLossBeforeOthersAcquire", s.testPartition)
+		t.Run("FrozenBackendNeverHangsACall", s.testFrozen)
 	}
 	if h.Restart != nil {
 		t.Run("TokensIncreaseAcrossServerRestart", s.testRestart)
@@ -869,18 +870,24 @@ func (s *suite) testCrash(t *testing.T) {
 	mustUnlock(t, l)
 }
 
-// testPartition freezes a holder's traffic with a proxy: no other client
-// may acquire the lock before the holder's lease deadline (Expires), and
-// the holder must see its lease lost (Done closed) by then — or, if its
-// process was starved of CPU, within a bound after.
-func (s *suite) testPartition(t *testing.T) {
+// proxiedClient opens a client whose traffic to each endpoint goes through
+// a proxy of its own, for the test to cut or freeze.
+func (s *suite) proxiedClient(t *testing.T) (*dlock.Client, []*testenv.Proxy) {
 	proxies := make([]*testenv.Proxy, len(s.h.Endpoints))
 	addrs := make([]string, len(s.h.Endpoints))
 	for i, ep := range s.h.Endpoints {
 		proxies[i] = testenv.NewProxy(t, ep)
 		addrs[i] = proxies[i].Addr()
 	}
-	holder := dlock.New(s.driverAt(t, addrs), s.opts()...)
+	return dlock.New(s.driverAt(t, addrs), s.opts()...), proxies
+}
+
+// testPartition freezes a holder's traffic with a proxy: no other client
+// may acquire the lock before the holder's lease deadline (Expires), and
+// the holder must see its lease lost (Done closed) by then — or, if its
+// process was starved of CPU, within a bound after.
+func (s *suite) testPartition(t *testing.T) {
+	holder, proxies := s.proxiedClient(t)
 	name := s.name(t, "l")
 	l := mustLock(t, holder, name)
 	// Let one renewal through, so the deadline is a renewal's.
@@ -945,6 +952,75 @@ func (s *suite) testPartition(t *testing.T) {
 		t.Errorf("token after partition %d, want > %d", l2.Token(), l.Token())
 	}
 	mustUnlock(t, l2)
+}
+
+// testFrozen freezes all of one client's traffic (the servers go silent,
+// connections stay open): every call honours its context, and returns its
+// error or ErrUnavailable; none hangs, none reports success.
+func (s *suite) testFrozen(t *testing.T) {
+	c, proxies := s.proxiedClient(t)
+	name := s.name(t, "l")
+	held := mustLock(t, c, name)
+	for _, p := range proxies {
+		p.Block()
+	}
+	defer func() {
+		for _, p := range proxies {
+			p.Unblock()
+		}
+	}()
+	unlocked := func(l *dlock.Lease, err error) error {
+		if err == nil {
+			return fmt.Errorf("granted token %d by a frozen backend", l.Token())
+		}
+		return err
+	}
+	calls := []struct {
+		desc string
+		call func(ctx context.Context) error
+	}{
+		{"TryLock", func(ctx context.Context) error { return unlocked(c.Mutex(s.name(t, "try")).TryLock(ctx)) }},
+		{"Lock", func(ctx context.Context) error { return unlocked(c.Mutex(s.name(t, "wait")).Lock(ctx)) }},
+		{"Inspect", func(ctx context.Context) error { _, err := c.Inspect(ctx, name); return err }},
+		{"List", func(ctx context.Context) error { _, err := c.List(ctx, s.name(t, "")); return err }},
+		{"Break", func(ctx context.Context) error { return c.Break(ctx, s.name(t, "free")) }},
+		{"Unlock", func(ctx context.Context) error { return held.Unlock(ctx) }},
+		{"Do", func(ctx context.Context) error {
+			return c.Do(ctx, s.name(t, "do"), func(context.Context, *dlock.Lease) error { return nil })
+		}},
+	}
+	const callTimeout = 2 * time.Second
+	results := make(chan error, len(calls))
+	for _, tc := range calls {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			err := tc.call(ctx)
+			switch {
+			case err == nil:
+				err = fmt.Errorf("%s succeeded against a frozen backend", tc.desc)
+			case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, dlock.ErrUnavailable):
+				err = nil
+			default:
+				err = fmt.Errorf("%s against a frozen backend: got %v, want its context's error or ErrUnavailable", tc.desc, err)
+			}
+			results <- err
+		}()
+	}
+	// A call may take its context's time, then clean up within
+	// CleanupTimeout (a cancelled acquire learns the outcome of its last
+	// attempt), and more on a loaded machine; never forever.
+	bound := time.After(callTimeout + 2*driver.CleanupTimeout + 30*time.Second)
+	for range calls {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-bound:
+			t.Fatalf("a call on a frozen backend did not return within %v of its %v context", 2*driver.CleanupTimeout+30*time.Second, callTimeout)
+		}
+	}
 }
 
 // testRestart restarts the backend's servers: tokens must keep increasing.
