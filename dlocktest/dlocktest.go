@@ -1027,34 +1027,50 @@ func (s *suite) testFrozen(t *testing.T) {
 	}
 }
 
-// testRestart restarts the backend's servers: tokens must keep increasing.
+// testRestart restarts the backend's servers: tokens must keep increasing,
+// both after a lock released before the restart and after one held across
+// it (released, or lost, afterwards).
 func (s *suite) testRestart(t *testing.T) {
-	name := s.name(t, "l")
+	name, heldName := s.name(t, "l"), s.name(t, "held")
 	c := s.client(t)
 	l := mustLock(t, c, name)
 	before := l.Token()
 	mustUnlock(t, l)
+	held := mustLock(t, c, heldName)
 	s.h.Restart(t)
 	c2 := s.client(t)
-	var l2 *dlock.Lease
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var err error
-		l2, err = c2.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
-		if err == nil {
-			break
+	lockAfter := func(name string) *dlock.Lease {
+		t.Helper()
+		deadline := time.Now().Add(60*time.Second + 2*s.h.ttl())
+		for {
+			l, err := c2.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
+			if err == nil {
+				return l
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Lock(%q) after restart: %v", name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Lock after restart: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	if l2.Token() <= before {
+	check := func(what string, after, before uint64) {
+		t.Helper()
+		if after > before {
+			return
+		}
 		if s.caps.DurableFencing {
-			t.Errorf("token after restart %d, want > %d: the backend claims DurableFencing", l2.Token(), before)
+			t.Errorf("token %s %d, want > %d: the backend claims DurableFencing", what, after, before)
 		} else {
-			t.Logf("token after restart %d <= %d: tokens are not durable on this backend (as its Capabilities say)", l2.Token(), before)
+			t.Logf("token %s %d <= %d: tokens are not durable on this backend (as its Capabilities say)", what, after, before)
 		}
 	}
+	l2 := lockAfter(name)
+	check("after restart", l2.Token(), before)
 	mustUnlock(t, l2)
+	// Released if the lease outlived the restart, refused if it did not:
+	// either way the next grant must be higher.
+	_ = held.Unlock(testenv.Context(t, 30*time.Second))
+	l3 := lockAfter(heldName)
+	check("after a lock held across the restart", l3.Token(), held.Token())
+	mustUnlock(t, l3)
 }
