@@ -899,6 +899,25 @@ func (s *suite) testPartition(t *testing.T) {
 	holder, proxies := s.proxiedClient(t)
 	name := s.name(t, "l")
 	l := mustLock(t, holder, name)
+	// A Do of the same client, on a lock of its own: its context must end
+	// with the loss, and Do must return (its release of the lost lease
+	// cannot reach the backend, and must not hang).
+	doGranted, doCause, doErr := make(chan struct{}), make(chan error, 1), make(chan error, 1)
+	go func() {
+		doErr <- holder.Do(testenv.Context(t, 180*time.Second), s.name(t, "do"), func(ctx context.Context, _ *dlock.Lease) error {
+			close(doGranted)
+			<-ctx.Done()
+			doCause <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	select {
+	case <-doGranted:
+	case err := <-doErr:
+		t.Fatalf("Do: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Do was not granted a free lock within 60s")
+	}
 	// Let one renewal through, so the deadline is a renewal's.
 	time.Sleep(l.TTL() / 2)
 	for _, p := range proxies {
@@ -961,6 +980,17 @@ func (s *suite) testPartition(t *testing.T) {
 		t.Errorf("token after partition %d, want > %d", l2.Token(), l.Token())
 	}
 	mustUnlock(t, l2)
+	select {
+	case err := <-doErr:
+		if !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Do of the partitioned client returned %v, want an error wrapping ErrLeaseLost", err)
+		}
+		if cause := <-doCause; !errors.Is(cause, dlock.ErrLeaseLost) {
+			t.Errorf("the partitioned Do's context ended with cause %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(l.TTL() + 2*driver.CleanupTimeout + 30*time.Second):
+		t.Fatal("Do of the partitioned client did not return: its context was not cancelled, or its release hangs")
+	}
 }
 
 // testFrozen freezes all of one client's traffic (the servers go silent,
