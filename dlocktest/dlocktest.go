@@ -82,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 	if len(h.Endpoints) > 0 {
 		t.Run("PartitionedHolderSeesLossBeforeOthersAcquire", s.testPartition)
 		t.Run("FrozenBackendNeverHangsACall", s.testFrozen)
+		t.Run("LeaseDeadlineCountsFromSendTime", s.testSendTime)
 	}
 	if h.Restart != nil {
 		t.Run("TokensIncreaseAcrossServerRestart", s.testRestart)
@@ -1060,6 +1061,45 @@ func (s *suite) testFrozen(t *testing.T) {
 			t.Fatalf("a call on a frozen backend did not return within %v of its %v context", 2*driver.CleanupTimeout+30*time.Second, callTimeout)
 		}
 	}
+}
+
+// testSendTime slows a client's traffic (each chunk, each way, by delay):
+// the lease's deadline must count from the send time of the request the
+// server confirmed, never from the reply's arrival, both for the grant
+// and for a renewal.
+func (s *suite) testSendTime(t *testing.T) {
+	c, proxies := s.proxiedClient(t)
+	const delay = 50 * time.Millisecond
+	for _, p := range proxies {
+		p.SetDelay(delay)
+	}
+	defer func() {
+		for _, p := range proxies {
+			p.SetDelay(0)
+		}
+	}()
+	// Every answer arrives at least two delays after its request was sent,
+	// so a deadline seen at time now is at most now - 2·delay + TTL.
+	latest := func(l *dlock.Lease) time.Time { return time.Now().Add(l.TTL() - 2*delay) }
+	name := s.name(t, "l")
+	l := mustLock(t, c, name)
+	first := l.Expires()
+	if bound := latest(l); first.After(bound) {
+		t.Errorf("the grant's deadline is %v later than the send time of any request answered by now allows: it is not counted from the send time", first.Sub(bound))
+	}
+	// A renewal is due TTL/3 after the grant.
+	for end := time.Now().Add(l.TTL()); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		exp := l.Expires()
+		if !exp.After(first) {
+			continue
+		}
+		if bound := latest(l); exp.After(bound) {
+			t.Errorf("after a renewal the deadline is %v later than the send time of any renewal answered by now allows: it is not counted from the send time", exp.Sub(bound))
+		}
+		mustUnlock(t, l)
+		return
+	}
+	t.Fatalf("no renewal confirmed within the TTL %v with %v of delay each way (lease: %v)", l.TTL(), delay, l.Err())
 }
 
 // testRestart restarts the backend's servers: tokens must keep increasing,
