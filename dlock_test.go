@@ -544,3 +544,20 @@ func TestUnlockOfLostLeaseReturnsWhenReleaseHangs(t *testing.T) {
 		t.Fatal("Unlock of a lost lease hangs on a release that does not answer")
 	}
 }
+
+// Unlock with a nil context is bad input: an error naming it, no panic,
+// and the lease still held so that a correct Unlock releases it.
+func TestUnlockWithNilContextIsAnErrorNotAPanic(t *testing.T) {
+	c := dlock.New(memlock.New(memlock.NewServer()))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if err := l.Unlock(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("Unlock(nil): got %v, want ErrInvalidOption", err)
+	}
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+		t.Errorf("Unlock after Unlock(nil): %v", err)
+	}
+}

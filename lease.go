@@ -108,6 +108,9 @@ func (l *Lease) Err() error {
 // ErrLeaseLost, and the backend frees the lock when the TTL it counts runs
 // out. Calling Unlock again before that retries the release.
 func (l *Lease) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: Unlock: nil context", ErrInvalidOption)
+	}
 	l.mu.Lock()
 	switch {
 	case l.releasing:
