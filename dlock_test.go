@@ -561,3 +561,46 @@ func TestUnlockWithNilContextIsAnErrorNotAPanic(t *testing.T) {
 		t.Errorf("Unlock after Unlock(nil): %v", err)
 	}
 }
+
+// failingWatchedRelease fires the grant's Lost signal during a release
+// that then fails, as a backend whose watch saw the lock vanish while the
+// release's reply was lost.
+type failingWatchedRelease struct {
+	*memlock.Driver
+	lost *driver.Signal
+}
+
+func (w *failingWatchedRelease) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := w.Driver.Acquire(ctx, req)
+	g.Lost = w.lost
+	return g, err
+}
+
+func (w *failingWatchedRelease) Release(ctx context.Context, h driver.Held) error {
+	w.lost.Fire()
+	time.Sleep(20 * time.Millisecond) // let the signal arrive while the release is in flight
+	return fmt.Errorf("%w: the reply was lost", driver.ErrUnavailable)
+}
+
+// A loss the backend signals while a release is in flight is not taken
+// for the release itself once that release fails: the lease ends as lost
+// at once, rather than living on unrenewed until its deadline.
+func TestLossDuringFailedReleaseEndsTheLease(t *testing.T) {
+	d := &failingWatchedRelease{Driver: memlock.New(memlock.NewServer()), lost: driver.NewSignal()}
+	c := dlock.New(d, dlock.WithTTL(time.Hour))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Unlock: got %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("the backend signalled the loss during the failed release, but the lease is still held")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+}

@@ -124,7 +124,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
 	l.unlocked, l.releasing = true, true
-	l.stopRenewal()
+	// Stop renewing, but keep listening to the backend's loss signal until
+	// the release's outcome is known (see lose).
+	l.stopTimers()
 	l.mu.Unlock()
 
 	rctx, classifyCtx := ctx, ctx
@@ -203,6 +205,10 @@ func (l *Lease) end(cause error) bool {
 		return false
 	}
 	l.ended = true
+	l.stopTimers()
+	if l.stopWatch != nil {
+		l.stopWatch()
+	}
 	l.mu.Unlock()
 	// Close Done first: whoever must stop work on a loss learns it without
 	// waiting for a slow logger or hook (nor for a hook that waits on Done).
@@ -229,7 +235,6 @@ func (l *Lease) lose(cause error) error {
 		l.mu.Unlock()
 		return l.Err()
 	}
-	l.stopRenewal()
 	l.mu.Unlock()
 	l.end(cause)
 	return l.Err()
@@ -280,17 +285,14 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	}
 }
 
-// stopRenewal stops the timers; a renewal already running sees l.unlocked
-// or l.ended and does nothing more. l.mu is held.
-func (l *Lease) stopRenewal() {
+// stopTimers stops the renewal and expiry timers; a renewal already
+// running sees l.unlocked or l.ended and does nothing more. l.mu is held.
+func (l *Lease) stopTimers() {
 	if l.renewTimer != nil {
 		l.renewTimer.Stop()
 	}
 	if l.expireTimer != nil {
 		l.expireTimer.Stop()
-	}
-	if l.stopWatch != nil {
-		l.stopWatch()
 	}
 }
 
