@@ -197,8 +197,9 @@ func (c *Client) Capabilities() driver.Capabilities { return c.caps }
 // Driver returns the backend driver, for backend-specific operations.
 func (c *Client) Driver() driver.Driver { return c.d }
 
-// Close releases the leases this client still holds (best effort, within a
-// few seconds) and closes the backend connection. Leases it could not
+// Close releases the leases this client still holds, including those
+// whose Unlock failed and whose deadline has not passed (best effort,
+// within driver.CleanupTimeout), and closes the backend connection. Leases it could not
 // release expire on the backend after their TTL.
 func (c *Client) Close() error {
 	c.mu.Lock()

@@ -384,10 +384,10 @@ func TestUnlockWithEndedContextStillReleases(t *testing.T) {
 // A release that fails is reported as such: Unlock returns the error, the
 // Released hook does not run, and the lease is not shown as released. It
 // is no longer renewed: it ends (lost) at its deadline unless a retried
-// Unlock releases it first.
+// Unlock, or Close, releases it first.
 func TestFailedReleaseIsNotReportedAsRelease(t *testing.T) {
-	for _, retry := range []bool{false, true} {
-		t.Run(map[bool]string{false: "ExpiresAtDeadline", true: "RetriedUnlockReleases"}[retry], func(t *testing.T) {
+	for _, then := range []string{"ExpiresAtDeadline", "RetriedUnlockReleases", "CloseReleases"} {
+		t.Run(then, func(t *testing.T) {
 			srv := memlock.NewServer()
 			d := memlock.New(srv)
 			var released, lost atomic.Int32
@@ -409,7 +409,7 @@ func TestFailedReleaseIsNotReportedAsRelease(t *testing.T) {
 			if released.Load() != 0 || errors.Is(l.Err(), dlock.ErrNotHeld) {
 				t.Fatalf("a failed release was reported as one: Released hook called %d times, Err = %v", released.Load(), l.Err())
 			}
-			if !retry {
+			if then == "ExpiresAtDeadline" {
 				select {
 				case <-l.Done():
 				case <-time.After(30 * time.Second):
@@ -421,11 +421,15 @@ func TestFailedReleaseIsNotReportedAsRelease(t *testing.T) {
 				return
 			}
 			d.SetPartitioned(false)
-			if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+			if then == "CloseReleases" {
+				if err := c.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			} else if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
 				t.Fatalf("retried Unlock: %v", err)
 			}
 			if !errors.Is(l.Err(), dlock.ErrNotHeld) || released.Load() != 1 || lost.Load() != 0 {
-				t.Errorf("after the retried Unlock: Err = %v, Released %d, Lost %d; want ErrNotHeld, 1, 0", l.Err(), released.Load(), lost.Load())
+				t.Errorf("after the %s: Err = %v, Released %d, Lost %d; want ErrNotHeld, 1, 0", then, l.Err(), released.Load(), lost.Load())
 			}
 			l2, err := dlock.New(memlock.New(srv)).Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
 			if err != nil {

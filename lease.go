@@ -106,7 +106,8 @@ func (l *Lease) Err() error {
 // Err stays nil. The lease is then no longer renewed but still held until
 // its deadline (Expires): there Done closes, with Err wrapping
 // ErrLeaseLost, and the backend frees the lock when the TTL it counts runs
-// out. Calling Unlock again before that retries the release.
+// out. Calling Unlock again before that retries the release, and so does
+// Client.Close.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: Unlock: nil context", ErrInvalidOption)
@@ -159,7 +160,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.end(releasedError{l.name})
-		l.c.untrack(l)
 		if h := l.o.hooks.Released; h != nil {
 			h(l.name, l.token, clock.Since(l.acquired))
 		}
@@ -169,12 +169,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return nil
 	case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld):
 		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
-		l.c.untrack(l)
 		return l.Err()
 	}
 	// The release failed: the lock is still ours on the backend until its
 	// TTL runs out, and ours to use until the deadline, when the expiry
-	// timer ends the lease. Renewal stays stopped.
+	// timer ends the lease. Renewal stays stopped. The client keeps track
+	// of the lease until it ends, so that Close retries the release.
 	l.mu.Lock()
 	l.releasing = false
 	lost := l.lostWhileReleasing
@@ -205,6 +205,7 @@ func (l *Lease) end(cause error) bool {
 		return false
 	}
 	l.ended = true
+	unlocked := l.unlocked
 	l.stopTimers()
 	if l.stopWatch != nil {
 		l.stopWatch()
@@ -213,6 +214,9 @@ func (l *Lease) end(cause error) bool {
 	// Close Done first: whoever must stop work on a loss learns it without
 	// waiting for a slow logger or hook (nor for a hook that waits on Done).
 	l.cancel(cause)
+	if unlocked {
+		l.c.untrack(l) // a lease not unlocked yet stays tracked for Close
+	}
 	if errors.Is(cause, ErrLeaseLost) {
 		l.o.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
 		if h := l.o.hooks.Lost; h != nil {
