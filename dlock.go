@@ -21,6 +21,12 @@
 // the monotonic clock; the client and server clocks need not agree on the
 // time of day, only run at nearly the same rate.
 //
+// Unlock and Do release the lock even when the caller's context has
+// already ended, within a bound of their own (driver.CleanupTimeout); Do
+// also releases it when its function panics. A release that fails is
+// reported as an error, never as a release: the lease is no longer renewed,
+// and the backend frees the lock when its TTL runs out.
+//
 // # Fencing tokens
 //
 // Noticing the loss is not enough: a process paused right after checking
@@ -168,8 +174,9 @@ func (c *Client) Capabilities() driver.Capabilities { return c.caps }
 // Driver returns the backend driver, for backend-specific operations.
 func (c *Client) Driver() driver.Driver { return c.d }
 
-// Close releases the leases this client still holds (best effort, within a
-// few seconds) and closes the backend connection. Leases it could not
+// Close releases the leases this client still holds, including those
+// whose Unlock failed and whose deadline has not passed (best effort,
+// within driver.CleanupTimeout), and closes the backend connection. Leases it could not
 // release expire on the backend after their TTL.
 func (c *Client) Close() error {
 	c.mu.Lock()
@@ -183,7 +190,7 @@ func (c *Client) Close() error {
 		held = append(held, l)
 	}
 	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := driver.CleanupContext(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, l := range held {
@@ -225,6 +232,11 @@ func (c *Client) isClosed() bool {
 // Do returns fn's error. If the lease was lost while fn ran, the returned
 // error also wraps ErrLeaseLost, even when fn returned nil, since fn's work
 // may not have been exclusive.
+//
+// The release after fn is made even if ctx has ended by then, within
+// driver.CleanupTimeout. If fn panics, Do releases the lock the same way
+// and then lets the panic continue with its own value, so that a panic
+// recovered further up (as HTTP servers do) does not leave the lock held.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
 	if fn == nil {
 		return fmt.Errorf("%w: Do: fn is nil", ErrInvalidOption)
@@ -238,10 +250,21 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	stop := context.AfterFunc(l.ctx, func() { cancel(l.Err()) })
 	defer stop()
 
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked (or called runtime.Goexit): release the lock before
+			// the panic unwinds further, since whoever recovers it cannot.
+			uctx, ucancel := driver.CleanupContext(ctx)
+			defer ucancel()
+			_ = l.Unlock(uctx)
+		}
+	}()
 	ferr := fn(fctx, l)
+	returned = true
 
 	lostErr := l.Err() // before Unlock, which ends the lease normally
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	uctx, ucancel := driver.CleanupContext(ctx)
 	defer ucancel()
 	uerr := l.Unlock(uctx)
 	if lostErr != nil && errors.Is(lostErr, ErrLeaseLost) {

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/dlock/dlock/internal/testenv"
 	"strings"
 	"sync/atomic"
@@ -114,10 +115,11 @@ func TestLockDelayAppliesOnlyAfterALostHolder(t *testing.T) {
 func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
 	srv := memlock.NewServer()
 	var acquired, released, lost atomic.Int32
+	lostCalled := make(chan struct{}, 1)
 	c := dlock.New(memlock.New(srv), dlock.WithHooks(dlock.Hooks{
 		Acquired: func(string, uint64, time.Duration) { acquired.Add(1) },
 		Released: func(string, uint64, time.Duration) { released.Add(1) },
-		Lost:     func(string, uint64, error) { lost.Add(1) },
+		Lost:     func(string, uint64, error) { lost.Add(1); lostCalled <- struct{}{} },
 	}))
 	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
 	if err != nil {
@@ -134,6 +136,11 @@ func TestHooksSeeAcquireReleaseAndLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-l.Done()
+	select { // Done closes before the Lost hook runs
+	case <-lostCalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Lost hook was not called after Break")
+	}
 	if a, r, lo := acquired.Load(), released.Load(), lost.Load(); a != 2 || r != 1 || lo != 1 {
 		t.Errorf("hooks: acquired=%d released=%d lost=%d, want 2 1 1", a, r, lo)
 	}
@@ -273,5 +280,331 @@ func TestOwnReleaseSeenByBackendWatchIsNotALoss(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), dlock.ErrNotHeld) || lost.Load() != 0 {
 		t.Errorf("after Unlock: Err = %v, Lost hook called %d times; want ErrNotHeld and no loss", l.Err(), lost.Load())
+	}
+}
+
+// The Lost hook runs after Done has closed: a hook that waits for Done (to
+// see the state every Done-watcher sees) must not wait forever.
+func TestLostHookRunsAfterDoneCloses(t *testing.T) {
+	srv := memlock.NewServer()
+	var lease atomic.Pointer[dlock.Lease]
+	sawDone := make(chan bool, 1)
+	c := dlock.New(memlock.New(srv), dlock.WithHooks(dlock.Hooks{
+		Lost: func(string, uint64, error) {
+			select {
+			case <-lease.Load().Done():
+				sawDone <- true
+			case <-time.After(5 * time.Second):
+				sawDone <- false
+			}
+		},
+	}))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Store(l)
+	if err := c.Break(testenv.Context(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-sawDone:
+		if !ok {
+			t.Fatal("the Lost hook ran while Done was still open: Done waits for the hook")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Lost hook was not called after Break")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+}
+
+// A panic in Do's fn (recovered further up, as HTTP servers do) must not
+// leave the lock held: Do releases it, then the panic goes on unchanged.
+func TestDoReleasesLockWhenFnPanics(t *testing.T) {
+	srv := memlock.NewServer()
+	c, other := dlock.New(memlock.New(srv)), dlock.New(memlock.New(srv))
+	type boom struct{ n int }
+	got := func() (v any) {
+		defer func() { v = recover() }()
+		_ = c.Do(testenv.Context(t, 5*time.Second), "x", func(context.Context, *dlock.Lease) error {
+			panic(boom{42})
+		})
+		return nil
+	}()
+	if got != (boom{42}) {
+		t.Fatalf("recovered %v from Do, want the fn's own panic value boom{42}", got)
+	}
+	l, err := other.Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Do's fn panicked: %v; the lock was left held", err)
+	}
+	_ = l.Unlock(testenv.Context(t, 5*time.Second))
+}
+
+// ctxDriver is a memlock client whose Release fails at once when its
+// context has ended, as a network client's does.
+type ctxDriver struct{ *memlock.Driver }
+
+func (d ctxDriver) Release(ctx context.Context, h driver.Held) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return d.Driver.Release(ctx, h)
+}
+
+// defer l.Unlock(reqCtx) runs after the request's context has ended: the
+// lock must still be released, not left held for its TTL.
+func TestUnlockWithEndedContextStillReleases(t *testing.T) {
+	srv := memlock.NewServer()
+	var released atomic.Int32
+	c := dlock.New(ctxDriver{memlock.New(srv)}, dlock.WithHooks(dlock.Hooks{
+		Released: func(string, uint64, time.Duration) { released.Add(1) },
+	}))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with an ended context: %v", err)
+	}
+	if !errors.Is(l.Err(), dlock.ErrNotHeld) || released.Load() != 1 {
+		t.Errorf("after Unlock: Err = %v, Released hook called %d times; want ErrNotHeld and 1", l.Err(), released.Load())
+	}
+	l2, err := dlock.New(memlock.New(srv)).Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("TryLock after Unlock with an ended context: %v; the lock was not released", err)
+	}
+	_ = l2.Unlock(testenv.Context(t, 5*time.Second))
+}
+
+// A release that fails is reported as such: Unlock returns the error, the
+// Released hook does not run, and the lease is not shown as released. It
+// is no longer renewed: it ends (lost) at its deadline unless a retried
+// Unlock, or Close, releases it first.
+func TestFailedReleaseIsNotReportedAsRelease(t *testing.T) {
+	for _, then := range []string{"ExpiresAtDeadline", "RetriedUnlockReleases", "CloseReleases"} {
+		t.Run(then, func(t *testing.T) {
+			srv := memlock.NewServer()
+			d := memlock.New(srv)
+			var released, lost atomic.Int32
+			c := dlock.New(d, dlock.WithTTL(time.Second), dlock.WithHooks(dlock.Hooks{
+				Released: func(string, uint64, time.Duration) { released.Add(1) },
+				Lost:     func(string, uint64, error) { lost.Add(1) },
+			}))
+			l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.SetPartitioned(true)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			err = l.Unlock(ctx)
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("Unlock whose release failed: got %v, want the failure", err)
+			}
+			if released.Load() != 0 || errors.Is(l.Err(), dlock.ErrNotHeld) {
+				t.Fatalf("a failed release was reported as one: Released hook called %d times, Err = %v", released.Load(), l.Err())
+			}
+			if then == "ExpiresAtDeadline" {
+				select {
+				case <-l.Done():
+				case <-time.After(30 * time.Second):
+					t.Fatal("Done did not close after a failed release: the lease must end at its deadline")
+				}
+				if !errors.Is(l.Err(), dlock.ErrLeaseLost) || released.Load() != 0 {
+					t.Errorf("after the deadline: Err = %v, Released hook called %d times; want ErrLeaseLost and 0", l.Err(), released.Load())
+				}
+				return
+			}
+			d.SetPartitioned(false)
+			if then == "CloseReleases" {
+				if err := c.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			} else if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+				t.Fatalf("retried Unlock: %v", err)
+			}
+			if !errors.Is(l.Err(), dlock.ErrNotHeld) || released.Load() != 1 || lost.Load() != 0 {
+				t.Errorf("after the %s: Err = %v, Released %d, Lost %d; want ErrNotHeld, 1, 0", then, l.Err(), released.Load(), lost.Load())
+			}
+			l2, err := dlock.New(memlock.New(srv)).Mutex("x").TryLock(testenv.Context(t, 5*time.Second))
+			if err != nil {
+				t.Fatalf("TryLock after the retried Unlock: %v", err)
+			}
+			_ = l2.Unlock(testenv.Context(t, 5*time.Second))
+		})
+	}
+}
+
+// stuckRelease is a backend whose releases hang until their context ends,
+// as an unreachable server's do; afterAcquire, if set, runs after each
+// grant.
+type stuckRelease struct {
+	*memlock.Driver
+	afterAcquire func()
+}
+
+func (d *stuckRelease) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.Driver.Acquire(ctx, req)
+	if err == nil && d.afterAcquire != nil {
+		d.afterAcquire()
+	}
+	return g, err
+}
+
+func (d *stuckRelease) Release(ctx context.Context, h driver.Held) error {
+	<-ctx.Done()
+	return fmt.Errorf("%w: release: %w", driver.ErrUnavailable, ctx.Err())
+}
+
+func (d *stuckRelease) Capabilities() driver.Capabilities {
+	c := d.Driver.Capabilities()
+	c.LockDelay = false // apply the lock-delay after every grant
+	return c
+}
+
+// The releases Lock makes on its own behalf (a grant it cannot hand over)
+// are bounded: a backend that does not answer cannot hang Lock.
+func TestLockReturnsWhenItsOwnReleaseHangs(t *testing.T) {
+	lock := func(t *testing.T, c *dlock.Client, ctx context.Context, opts ...dlock.Option) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			l, err := c.Mutex("x", opts...).Lock(ctx)
+			if err == nil {
+				err = fmt.Errorf("granted token %d", l.Token())
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(driver.CleanupTimeout + 30*time.Second):
+			t.Fatal("Lock did not return: the release it made on its own behalf hangs")
+			return nil
+		}
+	}
+	t.Run("ContextEndsDuringLockDelay", func(t *testing.T) {
+		c := dlock.New(&stuckRelease{Driver: memlock.New(memlock.NewServer())})
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := lock(t, c, ctx, dlock.WithLockDelay(time.Hour)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Lock whose context ended during the lock-delay: got %v, want DeadlineExceeded", err)
+		}
+	})
+	t.Run("ClientClosedDuringAcquire", func(t *testing.T) {
+		d := &stuckRelease{Driver: memlock.New(memlock.NewServer())}
+		c := dlock.New(d)
+		d.afterAcquire = func() { _ = c.Close() }
+		if err := lock(t, c, context.Background()); !errors.Is(err, dlock.ErrClosed) {
+			t.Errorf("Lock on a client closed during the acquire: got %v, want ErrClosed", err)
+		}
+	})
+}
+
+// timingOut is a backend whose acquire hits a deadline of its own and
+// returns the bare context error, as a database driver's timeout does.
+type timingOut struct{ *memlock.Driver }
+
+func (timingOut) Acquire(context.Context, driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, fmt.Errorf("query: %w", context.DeadlineExceeded)
+}
+
+// A backend's own timeout while the caller's context is live is the
+// backend's failure (ErrUnavailable), not the caller's context ending.
+func TestBackendTimeoutWithLiveContextIsUnavailable(t *testing.T) {
+	c := dlock.New(timingOut{memlock.New(memlock.NewServer())})
+	_, err := c.Mutex("x").Lock(testenv.Context(t, time.Minute))
+	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock: got %v, want ErrUnavailable wrapping the backend's DeadlineExceeded", err)
+	}
+}
+
+// Unlock of a lease already lost frees the backend's entry as a clean-up;
+// a backend that does not answer cannot make it hang, whatever ctx.
+func TestUnlockOfLostLeaseReturnsWhenReleaseHangs(t *testing.T) {
+	srv := memlock.NewServer()
+	c := dlock.New(&stuckRelease{Driver: memlock.New(srv)})
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dlock.New(memlock.New(srv)).Break(testenv.Context(t, 5*time.Second), "x"); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	done := make(chan error, 1)
+	go func() { done <- l.Unlock(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dlock.ErrLeaseLost) {
+			t.Errorf("Unlock of a lost lease: got %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(driver.CleanupTimeout + 30*time.Second):
+		t.Fatal("Unlock of a lost lease hangs on a release that does not answer")
+	}
+}
+
+// Unlock with a nil context is bad input: an error naming it, no panic,
+// and the lease still held so that a correct Unlock releases it.
+func TestUnlockWithNilContextIsAnErrorNotAPanic(t *testing.T) {
+	c := dlock.New(memlock.New(memlock.NewServer()))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if err := l.Unlock(nil); !errors.Is(err, dlock.ErrInvalidOption) {
+		t.Errorf("Unlock(nil): got %v, want ErrInvalidOption", err)
+	}
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+		t.Errorf("Unlock after Unlock(nil): %v", err)
+	}
+}
+
+// failingWatchedRelease fires the grant's Lost signal during a release
+// that then fails, as a backend whose watch saw the lock vanish while the
+// release's reply was lost.
+type failingWatchedRelease struct {
+	*memlock.Driver
+	lost *driver.Signal
+}
+
+func (w *failingWatchedRelease) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := w.Driver.Acquire(ctx, req)
+	g.Lost = w.lost
+	return g, err
+}
+
+func (w *failingWatchedRelease) Release(ctx context.Context, h driver.Held) error {
+	w.lost.Fire()
+	time.Sleep(20 * time.Millisecond) // let the signal arrive while the release is in flight
+	return fmt.Errorf("%w: the reply was lost", driver.ErrUnavailable)
+}
+
+// A loss the backend signals while a release is in flight is not taken
+// for the release itself once that release fails: the lease ends as lost
+// at once, rather than living on unrenewed until its deadline.
+func TestLossDuringFailedReleaseEndsTheLease(t *testing.T) {
+	d := &failingWatchedRelease{Driver: memlock.New(memlock.NewServer()), lost: driver.NewSignal()}
+	c := dlock.New(d, dlock.WithTTL(time.Hour))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Unlock: got %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("the backend signalled the loss during the failed release, but the lease is still held")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }

@@ -16,8 +16,8 @@ var (
 	// was broken, or the client could no longer prove it still held it.
 	// Another owner may hold the lock now.
 	ErrLeaseLost = driver.ErrLeaseLost
-	// ErrNotHeld: Unlock of a lease that was already released, or Break of
-	// a free lock.
+	// ErrNotHeld: Unlock of a lease that an earlier Unlock ended (or is
+	// releasing), or Break of a free lock.
 	ErrNotHeld = driver.ErrNotHeld
 	// ErrInvalidName: a lock name that is empty, longer than 1024 bytes, or
 	// not valid UTF-8.

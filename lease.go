@@ -28,11 +28,15 @@ type Lease struct {
 	ctx    context.Context // ends when the lease ends; its cause is Err
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	deadline time.Time // monotonic: after it, holding can no longer be proven
-	released bool      // Unlock was called
-	ended    bool      // Done is closed or closing
-	failures int       // renewals failed in a row
+	mu        sync.Mutex
+	deadline  time.Time // monotonic: after it, holding can no longer be proven
+	unlocked  bool      // Unlock was called: renewal has stopped for good
+	releasing bool      // an Unlock's release is in flight
+	ended     bool      // Done is closed or closing
+	failures  int       // renewals failed in a row
+	// lostWhileReleasing is a loss reported while a release was in flight;
+	// it ends the lease if that release fails.
+	lostWhileReleasing error
 
 	renewTimer, expireTimer *time.Timer
 	stopWatch               func() bool // unregisters the wait for the backend's loss signal
@@ -90,43 +94,103 @@ func (l *Lease) Err() error {
 
 // Unlock releases the lock and stops renewing it. It returns an error
 // wrapping ErrLeaseLost if the lease had already been lost (another owner
-// may hold the lock: it is never freed by this call), and ErrNotHeld if it
-// was already released. If the backend cannot be reached, the lease stops
-// being renewed and the lock frees itself when the TTL runs out.
+// may hold the lock: it is never freed by this call), and ErrNotHeld if
+// Unlock was already called and ended the lease.
+//
+// If ctx has already ended (as in defer l.Unlock(requestCtx)), Unlock
+// still makes the release, within driver.CleanupTimeout of its own.
+//
+// If the release fails (the backend cannot be reached, or ctx ends while
+// it is in flight), Unlock returns that error, wrapping ErrUnavailable or
+// ctx's error, and reports no release: the Released hook does not run and
+// Err stays nil. The lease is then no longer renewed but still held until
+// its deadline (Expires): there Done closes, with Err wrapping
+// ErrLeaseLost, and the backend frees the lock when the TTL it counts runs
+// out. Calling Unlock again before that retries the release, and so does
+// Client.Close.
 func (l *Lease) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: Unlock: nil context", ErrInvalidOption)
+	}
 	l.mu.Lock()
-	if l.released {
+	switch {
+	case l.releasing:
 		l.mu.Unlock()
+		return fmt.Errorf("%w: %q is being released by another Unlock", ErrNotHeld, l.name)
+	case l.unlocked && l.ended:
+		l.mu.Unlock()
+		if errors.Is(l.Err(), ErrLeaseLost) {
+			return fmt.Errorf("%w: %q: Unlock was already called, after the lease was lost", ErrNotHeld, l.name)
+		}
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
-	l.released = true
-	l.stopRenewal()
+	l.unlocked, l.releasing = true, true
+	// Stop renewing, but keep listening to the backend's loss signal until
+	// the release's outcome is known (see lose).
+	l.stopTimers()
 	l.mu.Unlock()
-	defer l.c.untrack(l)
+
+	rctx, classifyCtx := ctx, ctx
+	if ctx.Err() != nil {
+		// The caller has given up waiting, not on the release: make it
+		// anyway, within a bound of its own, rather than leave the lock
+		// held for its TTL. Its failure is then the backend's.
+		var cancel context.CancelFunc
+		rctx, cancel = driver.CleanupContext(ctx)
+		defer cancel()
+		classifyCtx = context.WithoutCancel(ctx)
+	}
 
 	if err := l.Err(); err != nil { // lost before Unlock
 		// The backend may still hold our entry (the client gave up first,
 		// by design): free it now rather than at its TTL. The release is
-		// owner-checked, so it can never free another owner's lock.
-		_ = l.c.d.Release(ctx, l.held())
+		// owner-checked, so it can never free another owner's lock. It is
+		// a clean-up whose outcome changes nothing reported: bound it even
+		// when ctx has no deadline.
+		cctx, cancel := context.WithTimeout(rctx, driver.CleanupTimeout)
+		_ = l.c.d.Release(cctx, l.held())
+		cancel()
+		l.mu.Lock()
+		l.releasing = false
+		l.mu.Unlock()
+		l.c.untrack(l)
 		return err
 	}
-	err := l.c.d.Release(ctx, l.held())
-	if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld) {
+	err := l.c.d.Release(rctx, l.held())
+	switch {
+	case err == nil:
+		l.end(releasedError{l.name})
+		if h := l.o.hooks.Released; h != nil {
+			h(l.name, l.token, clock.Since(l.acquired))
+		}
+		if l.o.logger.Enabled(ctx, slog.LevelDebug) {
+			l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
+		}
+		return nil
+	case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld):
 		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
 		return l.Err()
 	}
-	l.end(releasedError{l.name})
-	if h := l.o.hooks.Released; h != nil {
-		h(l.name, l.token, clock.Since(l.acquired))
+	// The release failed: the lock is still ours on the backend until its
+	// TTL runs out, and ours to use until the deadline, when the expiry
+	// timer ends the lease. Renewal stays stopped. The client keeps track
+	// of the lease until it ends, so that Close retries the release.
+	l.mu.Lock()
+	l.releasing = false
+	lost := l.lostWhileReleasing
+	if lost == nil && !l.ended {
+		if l.expireTimer == nil {
+			l.expireTimer = clock.AfterFunc(clock.Until(l.deadline), l.expired)
+		} else {
+			clock.Reset(l.expireTimer, clock.Until(l.deadline))
+		}
 	}
-	if err != nil {
-		return classify(ctx, err)
+	l.mu.Unlock()
+	if lost != nil {
+		l.end(lost)
 	}
-	if l.o.logger.Enabled(ctx, slog.LevelDebug) {
-		l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
-	}
-	return nil
+	l.o.logger.Warn("dlock: release failed; the lock frees when its TTL runs out", "name", l.name, "token", l.token, "err", err)
+	return classify(classifyCtx, err)
 }
 
 func (l *Lease) held() driver.Held {
@@ -141,37 +205,43 @@ func (l *Lease) end(cause error) bool {
 		return false
 	}
 	l.ended = true
+	unlocked := l.unlocked
+	l.stopTimers()
+	if l.stopWatch != nil {
+		l.stopWatch()
+	}
 	l.mu.Unlock()
+	// Close Done first: whoever must stop work on a loss learns it without
+	// waiting for a slow logger or hook (nor for a hook that waits on Done).
+	l.cancel(cause)
+	if unlocked {
+		l.c.untrack(l) // a lease not unlocked yet stays tracked for Close
+	}
 	if errors.Is(cause, ErrLeaseLost) {
-		// Tell the logger and hooks before Done closes, so whoever waits on
-		// Done sees the hooks' effects.
 		l.o.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
 		if h := l.o.hooks.Lost; h != nil {
 			h(l.name, l.token, cause)
 		}
 	}
-	l.cancel(cause)
 	return true
 }
 
-// lose ends the lease as lost; cause wraps ErrLeaseLost. Once Unlock has
-// begun, the backend's signals (a watch seeing our own delete) are the
-// release itself, not a loss: Unlock decides.
+// lose ends the lease as lost; cause wraps ErrLeaseLost. While a release
+// is in flight, the backend's signals (a watch seeing our own delete) are
+// most likely that release, not a loss: the release's outcome decides, and
+// the loss counts only if the release fails.
 func (l *Lease) lose(cause error) error {
 	l.mu.Lock()
-	releasing := l.released
-	l.mu.Unlock()
-	if !releasing {
-		l.stopTimers()
-		l.end(cause)
+	if l.releasing {
+		if l.lostWhileReleasing == nil {
+			l.lostWhileReleasing = cause
+		}
+		l.mu.Unlock()
+		return l.Err()
 	}
-	return l.Err()
-}
-
-func (l *Lease) stopTimers() {
-	l.mu.Lock()
-	l.stopRenewal()
 	l.mu.Unlock()
+	l.end(cause)
+	return l.Err()
 }
 
 // sleep waits d while the lease is renewed (the lock-delay); it fails if ctx
@@ -219,17 +289,14 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	}
 }
 
-// stopRenewal stops the timers; a renewal already running sees l.released
-// or l.ended and does nothing more. l.mu is held.
-func (l *Lease) stopRenewal() {
+// stopTimers stops the renewal and expiry timers; a renewal already
+// running sees l.unlocked or l.ended and does nothing more. l.mu is held.
+func (l *Lease) stopTimers() {
 	if l.renewTimer != nil {
 		l.renewTimer.Stop()
 	}
 	if l.expireTimer != nil {
 		l.expireTimer.Stop()
-	}
-	if l.stopWatch != nil {
-		l.stopWatch()
 	}
 }
 
@@ -249,7 +316,7 @@ func (l *Lease) expired() {
 // the timer for the next renewal (or a retry).
 func (l *Lease) renew() {
 	l.mu.Lock()
-	if l.released || l.ended {
+	if l.unlocked || l.ended {
 		l.mu.Unlock()
 		return
 	}
@@ -271,7 +338,7 @@ func (l *Lease) renew() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.released || l.ended {
+	if l.unlocked || l.ended {
 		return
 	}
 	every := l.ttl / 3

@@ -78,14 +78,18 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	l := newLease(c, m.o, req, g)
 	if !c.track(l) {
 		l.end(ErrClosed)
-		_ = c.d.Release(context.WithoutCancel(ctx), l.held())
+		rctx, cancel := driver.CleanupContext(ctx)
+		defer cancel()
+		_ = c.d.Release(rctx, l.held())
 		return nil, ErrClosed
 	}
 	l.startRenewal(g.Lost)
 
 	if m.o.lockDelay > 0 && (g.Recovered || !c.caps.LockDelay) {
 		if err := l.sleep(ctx, m.o.lockDelay); err != nil {
-			_ = l.Unlock(context.WithoutCancel(ctx))
+			rctx, cancel := driver.CleanupContext(ctx)
+			defer cancel()
+			_ = l.Unlock(rctx)
 			return nil, err
 		}
 	}

@@ -104,7 +104,8 @@ type Hooks struct {
 	Acquired func(name string, token uint64, waited time.Duration)
 	// Released: a lease was released after being held for held.
 	Released func(name string, token uint64, held time.Duration)
-	// Lost: a lease was lost; cause wraps ErrLeaseLost.
+	// Lost: a lease was lost; cause wraps ErrLeaseLost. It runs after the
+	// lease's Done channel has closed.
 	Lost func(name string, token uint64, cause error)
 }
 

@@ -51,7 +51,9 @@ type Harness struct {
 	// above the backend's minimum. Default 2s.
 	TTL time.Duration
 
-	// Fair runs the suite with fair (FIFO) waiting, and adds the FIFO tests.
+	// Fair runs the whole suite with fair (FIFO) waiting. The FIFO tests
+	// run whenever the backend's Capabilities.Fair is true, with or
+	// without it, so that a claimed capability is always checked.
 	Fair bool
 }
 

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -48,10 +49,17 @@ const (
 // by the holder's remaining TTL.
 //
 // Each attempt runs detached from ctx, so that its outcome is always known:
-// if ctx ends while an attempt is in flight, AcquireByRetry returns ctx's
-// error at once and, should that attempt turn out to have been granted,
-// releases the grant in the background. A cancelled acquire therefore never
-// leaves a lock held.
+// if ctx ends while an attempt is in flight, AcquireByRetry waits for that
+// attempt's answer (at most CleanupTimeout) and, if it was a grant,
+// releases it (within CleanupTimeout) before returning ctx's error. So a
+// process that exits as soon as a cancelled acquire returns leaves no lock
+// behind. Only if the attempt has not answered within CleanupTimeout does
+// AcquireByRetry return without it, leaving the release of a late grant to
+// a goroutine; a process that exits then leaves that grant to its TTL.
+//
+// An attempt that runs out of its own time (max(TTL, 5s)) while ctx is
+// live returns an error wrapping ErrUnavailable and the context error:
+// the backend did not answer, the caller did not give up.
 func AcquireByRetry(ctx context.Context, req Request, r Retrier) (Grant, error) {
 	if !req.Wait {
 		g, _, err := attempt(ctx, req, r)
@@ -118,20 +126,36 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 		}
 		done <- result{g, ra, err}
 	}()
+	giveBack := func(res result) {
+		if res.err == nil {
+			rctx, cancel := CleanupContext(ctx)
+			defer cancel()
+			_ = r.Release(rctx, Held{Name: req.Name, Owner: req.Owner, Token: res.g.Token, Handle: res.g.Handle})
+		}
+	}
 	select {
 	case res := <-done:
+		if res.err != nil && ctx.Err() == nil && !errors.Is(res.err, ErrUnavailable) &&
+			(errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, context.Canceled)) {
+			// The attempt's own deadline, not the caller's: the backend
+			// did not answer in time.
+			res.err = fmt.Errorf("%w: no answer within %v: %w", ErrUnavailable, attemptTimeout(req.TTL), res.err)
+		}
 		return res.g, res.ra, res.err
 	case <-ctx.Done():
-		go func() {
-			res := <-done
-			if res.err == nil {
-				rctx, cancel := context.WithTimeout(detached, attemptTimeout(req.TTL))
-				defer cancel()
-				_ = r.Release(rctx, Held{Name: req.Name, Owner: req.Owner, Token: res.g.Token, Handle: res.g.Handle})
-			}
-		}()
-		return Grant{}, 0, ctx.Err()
 	}
+	// The caller gave up while the attempt was in flight: learn its outcome
+	// and give back a grant before returning, so that nothing is left
+	// behind even if the process exits next.
+	wait := time.NewTimer(CleanupTimeout)
+	defer wait.Stop()
+	select {
+	case res := <-done:
+		giveBack(res)
+	case <-wait.C:
+		go func() { giveBack(<-done) }()
+	}
+	return Grant{}, 0, ctx.Err()
 }
 
 // attemptTimeout bounds one round of an acquire: a grant that took longer
@@ -147,4 +171,17 @@ func Jitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+// CleanupTimeout bounds a clean-up made after the caller's context ended or
+// on its behalf (giving back a grant, a release on Unlock with an ended
+// context, on a panic, on Close): long enough for a slow but working
+// backend, short enough that a hung one cannot hold the caller.
+const CleanupTimeout = 5 * time.Second
+
+// CleanupContext returns a context that keeps ctx's values but not its
+// cancellation, and ends after CleanupTimeout: the context for a clean-up
+// that must run even though ctx has ended, and must not run forever.
+func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 }

@@ -79,7 +79,9 @@ func TestAcquireByRetryWakesOnPushNotPoll(t *testing.T) {
 	}
 }
 
-func TestAcquireByRetryCancelledMidAttemptReleasesLateGrant(t *testing.T) {
+// A cancelled acquire gives back a grant that raced with the cancel before
+// it returns: a process that exits right after leaves no lock held.
+func TestAcquireByRetryCancelledMidAttemptReleasesLateGrantBeforeReturning(t *testing.T) {
 	f := &fakeEngine{delay: 200 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -87,17 +89,37 @@ func TestAcquireByRetryCancelledMidAttemptReleasesLateGrant(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		f.mu.Lock()
-		holder, released := f.holder, len(f.released)
-		f.mu.Unlock()
-		if holder == "" && released == 1 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	f.mu.Lock()
+	holder, attempts, released := f.holder, f.attempts, len(f.released)
+	f.mu.Unlock()
+	if attempts != 1 || holder != "" || released != 1 {
+		t.Fatalf("when AcquireByRetry returned: %d attempts, holder %q, %d releases; want the late grant given back (1, \"\", 1)", attempts, holder, released)
 	}
-	t.Fatal("the grant of an attempt whose caller gave up was never released")
+}
+
+// hangingEngine never answers an attempt before its context ends.
+type hangingEngine struct{}
+
+func (hangingEngine) TryAcquire(ctx context.Context, req Request) (Grant, time.Duration, error) {
+	<-ctx.Done()
+	return Grant{}, 0, ctx.Err()
+}
+
+func (hangingEngine) Release(ctx context.Context, h Held) error { return nil }
+
+// An attempt cut off by its own deadline while the caller still waits is
+// the backend's failure to answer: ErrUnavailable, not a bare context
+// error that reads as the caller's.
+func TestAcquireByRetryAttemptTimeoutIsUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := AcquireByRetry(ctx, Request{Name: "x", Owner: "me", TTL: time.Millisecond, Wait: true}, hangingEngine{})
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want ErrUnavailable wrapping the attempt's DeadlineExceeded", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the caller's context ended first (%v): the test proves nothing", ctx.Err())
+	}
 }
 
 func TestAcquireByRetryWithoutWaitTriesOnce(t *testing.T) {
