@@ -305,7 +305,8 @@ func retryDelay(n int) time.Duration {
 	return driver.Jitter(min(50*time.Millisecond<<min(n, 5), time.Second))
 }
 
-// keepQueued keeps a queued waiter's lease alive, renewing it every TTL/3.
+// keepQueued keeps a queued waiter's lease alive, renewing it every TTL/3,
+// each attempt bounded by TTL/3.
 // The returned channel receives an error if the lease is lost or cannot be
 // renewed before it runs out.
 func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
@@ -322,7 +323,15 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 				return
 			case <-time.After(next):
 			}
-			err := d.keepAlive(ctx, l)
+			// Each attempt gets a third of the TTL: a keepalive that goes
+			// to a member while it cannot reach the leader (a leader cut
+			// off, before the others elect a new one) can hang longer than
+			// the lease has left, and the lease would lapse although a new
+			// leader is there to renew it (see
+			// TestLeaderCutFromFollowersLosesLeaseBeforeNextGrant).
+			actx, cancel := context.WithTimeout(ctx, l.ttl/3)
+			err := d.keepAlive(actx, l)
+			cancel()
 			switch {
 			case err == nil:
 				failures = 0

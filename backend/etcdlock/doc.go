@@ -63,6 +63,18 @@
 // that loses its quorum refuses reads and writes, and its watches are
 // cancelled, so waiters connected to it move to another member.
 //
+// Member partition: when one member of three is cut off from the two
+// others while its clients still reach it — a follower, or the leader — a
+// holder whose client talks only to that member cannot renew through it:
+// its Done closes, Err wrapping ErrLeaseLost, before a client of the two
+// others waiting on the lock is granted it, with a higher token
+// (TestFollowerCutFromLeaderLosesLeaseBeforeNextGrant,
+// TestLeaderCutFromFollowersLosesLeaseBeforeNextGrant). That waiter keeps
+// its place through the election that follows the leader's cut: each
+// keepalive of a waiting lease is bounded by a third of its TTL and
+// retried, so one that hangs on a member without a leader does not let
+// the lease lapse.
+//
 // Server restart: leases survive in etcd's database, and etcd gives each
 // one a full TTL again once a leader is elected, so a holder that reconnects
 // within the TTL keeps its lock.

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -27,8 +28,17 @@ type EmbedConfig struct {
 	// PeerAddr is the host:port other members connect to; "" picks a free
 	// port on 127.0.0.1.
 	PeerAddr string
+	// PeerListenAddr is where the server listens for other members when
+	// that is not PeerAddr, the address it advertises (a proxy stands in
+	// between); "" means PeerAddr.
+	PeerListenAddr string
 	// Logger receives the server's log; nil discards it.
 	Logger *zap.Logger
+
+	// Heartbeat and ElectionTimeout are raft's heartbeat interval and
+	// election timeout; 0 keeps etcd's defaults (100 ms, 1 s). etcd grants
+	// no lease shorter than 1.5 election timeouts.
+	Heartbeat, ElectionTimeout time.Duration
 
 	// Name is the member's name; "" means "default".
 	Name string
@@ -37,6 +47,11 @@ type EmbedConfig struct {
 	// cluster. See StartEmbeddedCluster.
 	Cluster map[string]string
 }
+
+// EmbeddedClusterToken is the initial cluster token of the multi-member
+// clusters StartEmbedded creates; with the peer URLs it determines the
+// members' IDs.
+const EmbeddedClusterToken = "dlock-embedded"
 
 // Embedded is an etcd server running inside this process.
 type Embedded struct {
@@ -84,6 +99,15 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	pu := url.URL{Scheme: "http", Host: cfg.PeerAddr}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	if cfg.PeerListenAddr != "" {
+		ec.ListenPeerUrls = []url.URL{{Scheme: "http", Host: cfg.PeerListenAddr}}
+	}
+	if cfg.Heartbeat > 0 {
+		ec.TickMs = uint(cfg.Heartbeat.Milliseconds())
+	}
+	if cfg.ElectionTimeout > 0 {
+		ec.ElectionMs = uint(cfg.ElectionTimeout.Milliseconds())
+	}
 	if cfg.Cluster == nil {
 		ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	} else {
@@ -97,7 +121,7 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 			parts = append(parts, n+"=http://"+cfg.Cluster[n])
 		}
 		ec.InitialCluster = strings.Join(parts, ",")
-		ec.InitialClusterToken = "dlock-embedded"
+		ec.InitialClusterToken = EmbeddedClusterToken
 	}
 
 	e, err := embed.StartEtcd(ec)
@@ -140,8 +164,15 @@ func StartEmbeddedCluster(ctx context.Context, dir string, n int, logger *zap.Lo
 		cfgs[i] = EmbedConfig{Dir: filepath.Join(dir, name), ClientAddr: client, PeerAddr: peer, Logger: logger, Name: name, Cluster: cluster}
 		cluster[name] = peer
 	}
-	members := make([]*Embedded, n)
-	errs := make([]error, n)
+	return StartEmbeddedMembers(ctx, cfgs)
+}
+
+// StartEmbeddedMembers starts the members of one cluster, each with its
+// own configuration, concurrently (a member waits for a quorum to start),
+// and returns when all serve; if any fails to start, it stops the others.
+func StartEmbeddedMembers(ctx context.Context, cfgs []EmbedConfig) ([]*Embedded, error) {
+	members := make([]*Embedded, len(cfgs))
+	errs := make([]error, len(cfgs))
 	var wg sync.WaitGroup
 	for i := range cfgs {
 		wg.Add(1)
@@ -189,6 +220,9 @@ func (e *Embedded) Config() EmbedConfig { return e.cfg }
 func (e *Embedded) IsLeader() bool {
 	return e.etcd.Server.Leader() == e.etcd.Server.MemberID()
 }
+
+// MemberID returns this member's ID in its cluster.
+func (e *Embedded) MemberID() uint64 { return uint64(e.etcd.Server.MemberID()) }
 
 // Close stops the server and waits until it has stopped. Its data stays in
 // Dir.
