@@ -451,27 +451,28 @@ func (h *harness) nemesis(ctx context.Context) {
 			return
 		}
 	}
-	// A round starts only if its heal, even as late as the longest round
-	// so far, leaves the clients asking for leases for TTL + bound + 1s
-	// after it: recovery is judged after every heal.
-	wait := ttl // for a holder to aim at
-	if h.cfg.Fault == Skew {
-		wait = 2 * ttl
-	}
+	// A round is injected only if its heal, even as late as the longest
+	// round so far, leaves the clients asking for leases for TTL + bound +
+	// 1s after it: recovery is judged after every heal.
+	tail := ttl + h.cfg.Bound + time.Second
 	longest := faultFor
-	for round := 0; time.Now().Add(wait + longest + ttl + h.cfg.Bound + time.Second).Before(h.until); round++ {
+	room := func() bool { return time.Now().Add(longest + tail).Before(h.until) }
+	for round := 0; room(); round++ {
 		var target *client
 		switch h.cfg.Fault {
 		case Pause, Kill, Net:
 			// The hold outlasts the fault a little, so that the lease can
 			// be lost while held and is released soon after the heal.
-			target = h.holder(wait, faultFor+ttl/10)
+			target = h.holder(ttl, faultFor+ttl/10)
 		case Skew:
 			// The slow clock first, then the one that is ahead.
-			target = h.skewedHolder(1-round%2, wait, faultFor)
+			target = h.skewedHolder(1-round%2, 2*ttl, faultFor)
 			if target == nil {
 				continue
 			}
+		}
+		if !room() { // the wait for a holder took it
+			break
 		}
 		h.rounds++
 		began := time.Now()
