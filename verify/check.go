@@ -366,7 +366,7 @@ func checkComplete(r *Result, writes []Event, decisions map[string]Event, spawne
 
 // noteSkewed notes what became of each client whose clock was skewed: its
 // grants, the holds it lost and learnt so, those that overlapped a newer
-// holder's (explained: it was the loser), and its writes the fence refused.
+// holder's (excused: it was the loser), and its writes the fence refused.
 func noteSkewed(r *Result, skewed map[string]string, order []*hold, losers map[*hold]bool, decided []Event) {
 	procs := make([]string, 0, len(skewed))
 	for p := range skewed {

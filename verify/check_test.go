@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -164,7 +165,7 @@ func pausedHolder() *history {
 
 func TestExplainedOverlapUnderFaultsPasses(t *testing.T) {
 	r := Check(pausedHolder().events, Params{TTL: time.Second, Bound: time.Second, Faults: true})
-	if r.Verdict() != "PASS" || r.Overlaps != 1 || r.Explained != 1 || r.Refused != 1 || r.Losses != 1 {
+	if r.Verdict() != "PASS" || r.Overlaps != 1 || r.Explained != 1 || r.Excused[ExcusePause] != 1 || r.Refused != 1 || r.Losses != 1 {
 		t.Fatalf("got %s, %d overlaps (%d explained), %d refused, %d losses: %v", r.Verdict(), r.Overlaps, r.Explained, r.Refused, r.Losses, r.Violations)
 	}
 }
@@ -244,5 +245,89 @@ func TestHistoryRoundTripsAndSurvivesTruncation(t *testing.T) {
 	}
 	if _, err := ReadHistory(strings.NewReader("{bad\n" + text)); err == nil {
 		t.Fatal("a corrupt line in the middle was accepted")
+	}
+}
+
+// refusesRenewals is a backend whose every renewal is refused: each lease
+// held past its first renewal (TTL/3) is lost then.
+type refusesRenewals struct{ driver.Driver }
+
+func (b refusesRenewals) Extend(context.Context, driver.Held, time.Duration) error {
+	return dlock.ErrLeaseLost
+}
+
+// inProcessHolds is inProcess with holds longer than a third of the TTL,
+// so that every hold is renewed (or lost) at least once.
+func inProcessHolds(t *testing.T, wrap func(*memlock.Driver) driver.Driver) []Event {
+	t.Helper()
+	srv := memlock.NewServer()
+	dir := t.TempDir()
+	res, err := Run(context.Background(), Config{
+		Backend: "memlock", Clients: 2, Duration: 2 * time.Second, TTL: 300 * time.Millisecond, Dir: dir,
+		HoldMin: 150 * time.Millisecond, HoldMax: 250 * time.Millisecond,
+		Open: func(context.Context) (*dlock.Client, error) { return dlock.New(wrap(memlock.New(srv))), nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(res.History)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	events, err := ReadHistory(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// TestWorkersRecordProvenDeadlines: every grant carries its proven
+// deadline, within a TTL of the grant, and renewals move it forward.
+func TestWorkersRecordProvenDeadlines(t *testing.T) {
+	events := inProcessHolds(t, func(d *memlock.Driver) driver.Driver { return d })
+	granted := map[string]time.Time{}
+	renewed := 0
+	for _, e := range events {
+		k := e.Proc + "/" + strconv.Itoa(e.Hold)
+		switch {
+		case e.Op == OpAcquire && e.Phase == OK:
+			if e.Expires.IsZero() || e.Expires.After(e.Time.Add(300*time.Millisecond)) {
+				t.Fatalf("grant %s: proven deadline %v, granted at %v with a TTL of 300ms", k, e.Expires, e.Time)
+			}
+			granted[k] = e.Expires
+		case e.Op == OpRenew:
+			if !e.Expires.After(granted[k]) {
+				t.Fatalf("renewal of %s did not move the deadline %v forward: %v", k, granted[k], e.Expires)
+			}
+			renewed++
+		}
+	}
+	if len(granted) < 4 || renewed == 0 {
+		t.Fatalf("%d grants, %d renewals recorded", len(granted), renewed)
+	}
+}
+
+// TestWorkersRecordLossBeforeRelease: a lease lost at its first renewal is
+// recorded as lost when the loss is decided, before the hold's release is
+// called, and the checker counts it as noticed.
+func TestWorkersRecordLossBeforeRelease(t *testing.T) {
+	events := inProcessHolds(t, func(d *memlock.Driver) driver.Driver { return refusesRenewals{d} })
+	released := map[string]bool{}
+	lost := 0
+	for _, e := range events {
+		k := e.Proc + "/" + strconv.Itoa(e.Hold)
+		switch {
+		case e.Op == OpRelease && e.Phase == Invoke:
+			released[k] = true
+		case e.Op == OpLost:
+			if released[k] {
+				t.Fatalf("the loss of %s was recorded after its release was called", k)
+			}
+			lost++
+		}
+	}
+	if r := Check(events, Params{TTL: 300 * time.Millisecond, Bound: time.Second}); lost == 0 || r.Losses != lost {
+		t.Fatalf("%d losses recorded, %d counted as noticed", lost, r.Losses)
 	}
 }
