@@ -82,7 +82,7 @@ type Result struct {
 	// Overlaps counts the holds that overlapped a newer hold of the same
 	// name (one paused holder overlapping three later grants counts once);
 	// Explained of them were excused or allowed with each: Excused counts
-	// them by reason (the Excuse constants, or "allowed: <allowance>").
+	// them by reason (the Excuse constants, or "allowance <name>").
 	Overlaps, Explained int
 	Excused             map[string]int
 	// Refused counts writes the fenced register refused (stale tokens).
@@ -587,9 +587,10 @@ func checkTokens(r *Result, order []*hold, p Params) {
 // an older hold A with a newer grant B (B's acquire completed before A
 // stopped claiming) is excused only where the contract allows it:
 //
-//   - pause: A's process was paused, and B's grant fell inside the pause
-//     (its acquire began before the resume and completed after the pause
-//     began), and A stopped claiming within noticeMargin of the resume;
+//   - pause: A's process was paused, B's grant completed after the pause
+//     began, and A stopped claiming within noticeMargin of the resume (so B
+//     was granted inside the pause, or in the moment A took to be
+//     scheduled again after it);
 //   - skew: A's process has a clock that runs slow (the clock assumption
 //     broken on purpose);
 //   - kill: A's process was killed, and B's grant completed after the kill
@@ -654,7 +655,7 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 	// with a as the loser, or "" and what stands against it.
 	excuseOlder := func(a, b *hold) (string, string) {
 		for _, w := range targeted(a.proc, string(Pause)) {
-			if !b.invoke.After(w.end) && !b.start.Before(w.start) && !a.end.After(w.end.Add(margin)) {
+			if !b.start.Before(w.start) && !a.end.After(w.end.Add(margin)) {
 				return ExcusePause, ""
 			}
 		}
@@ -755,7 +756,7 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 			if al := allowed(a, b); al != nil && len(fenced(a, b)) == 0 {
 				r.Notes = append(r.Notes, fmt.Sprintf("allowed overlap (%s: %s): %s overlapped %s: %s", al.Name, al.Reason, a, b, against))
 				losers[a] = true
-				excusedAs[a] = "allowed: " + al.Name
+				excusedAs[a] = "allowance " + al.Name
 				continue
 			}
 			why := append([]string{against}, fenced(a, b)...)

@@ -105,10 +105,9 @@
 //  3. exclusion under faults: an overlap of an older hold A with a newer
 //     grant B (B's acquire completed before A stopped claiming) is excused
 //     only where the lease contract allows it, and the table says which
-//     excuse each overlap had. pause: A's process was paused when B was
-//     granted (B's acquire began before the resume and completed after the
-//     pause began), and A stopped claiming within a margin (TTL/10, at
-//     least 100ms) of the resume. skew: A's process is the one whose clock
+//     excuse each overlap had. pause: A's process was paused, B's grant
+//     completed after the pause began, and A stopped claiming within a
+//     margin (TTL/10, at least 100ms) of the resume. skew: A's process is the one whose clock
 //     runs slow. kill: A's process was killed, and B's grant completed
 //     after the kill began — a kill explains nothing that came before it.
 //     deadline passed: B's grant completed after A's last proven deadline,

@@ -294,7 +294,7 @@ func TestAllowanceTurnsOverlapIntoNote(t *testing.T) {
 	}
 	p.Allowances = []Allowance{{Name: "volatile-restart", Fault: Restart, Reason: "a restart without persistence forgets every lock"}}
 	r := h.checked(p)
-	if r.Verdict() != "PASS" || r.Excused["allowed: volatile-restart"] != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "allowed overlap (volatile-restart") {
+	if r.Verdict() != "PASS" || r.Excused["allowance volatile-restart"] != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "allowed overlap (volatile-restart") {
 		t.Fatalf("the allowance: %s, excused %v, notes %v: %v", r.Verdict(), r.Excused, r.Notes, r.Violations)
 	}
 }
