@@ -209,12 +209,12 @@ func watchDeadline(l *dlock.Lease, cfg WorkerConfig, hold int, name string, rec 
 	last := l.Expires()
 	t := time.NewTicker(max(cfg.TTL/10, 5*time.Millisecond))
 	defer t.Stop()
-	for {
+	for ended := false; !ended; {
 		select {
 		case <-stop:
-			return
+			ended = true // a last look: a renewal may have landed since the tick
 		case <-l.Done():
-			return
+			ended = true
 		case <-t.C:
 		}
 		if e := l.Expires(); e.After(last) {
