@@ -32,6 +32,8 @@ type backend struct {
 	// tokensMayReset: the backend documents that tokens restart with its
 	// servers (no durable fencing).
 	tokensMayReset bool
+	// allowances are the backend's documented exceptions (Allowance).
+	allowances []Allowance
 }
 
 // joined returns a URL maker: scheme://e1,e2,…suffix.
@@ -107,6 +109,8 @@ var backends = []backend{
 		name:           "redis-volatile",
 		faults:         []Fault{Restart},
 		tokensMayReset: true,
+		allowances: []Allowance{{Name: "volatile-restart", Fault: Restart,
+			Reason: "a restart of Redis without persistence frees every lock at once (package redislock, Guarantees)"}},
 		start: func(t testing.TB) Deployment {
 			srv := testenv.StartRedis(t)
 			return Deployment{Endpoints: []string{srv.Addr}, URL: joined("redis", "/0"), Restart: srv.Restart}

@@ -33,10 +33,13 @@
 // three-node deployment stopped and started again); Skew (client clocks
 // that are wrong, below). Each fault is injected again and again, each time
 // ending with a heal; the first waits until the workload runs (a client
-// process starts slowly on a loaded machine), and the end of a run is left
-// quiet so that recovery after the last heal can be seen. dlock verify
-// applies only the faults a client can inject on its own side (Pause,
-// Kill, Net).
+// process starts slowly on a loaded machine), and a round is injected only
+// if its heal leaves the clients asking for leases for TTL + bound + 1s
+// after it, so that recovery after every heal is judged. The history
+// records each fault's window: a fault event when it begins (for Kill,
+// before the signal) and a heal when it ends, with the process it was
+// aimed at. dlock verify applies only the faults a client can inject on
+// its own side (Pause, Kill, Net).
 //
 // # Skewed clocks
 //
@@ -64,12 +67,12 @@
 //     every TTL/3 of its clock, come more than a TTL of real time apart, so
 //     the lease expires on the server between two renewals with no other
 //     fault, and another client is granted the lock. The checker then shows
-//     what happens when the clock assumption breaks: overlaps, each
-//     explained — the skewed holder's next renewal or its release is
-//     refused, so it learns that it lost the lease (late), and its stale
-//     writes are refused by the fence. The verdict is PASS because of
-//     fencing: exclusion in time is lost, and a resource that does not
-//     check tokens would have taken both holders' writes.
+//     what happens when the clock assumption breaks: overlaps whose loser
+//     is the slow-clock process, excused as "skew" and only so — its stale
+//     writes must still be refused by the fence and its release must not
+//     succeed. The verdict is PASS because of fencing: exclusion in time is
+//     lost, and a resource that does not check tokens would have taken both
+//     holders' writes.
 //
 // A fast clock (rate above 1) errs on the safe side: the client gives up
 // its lease early. Only the Redis and Redlock backends run this fault:
@@ -78,6 +81,17 @@
 // other backends keep their own lease clocks. The run's notes give, for
 // each skewed client, its grants, the leases it lost and noticed, the holds
 // that overlapped a newer holder's, and its writes the fence refused.
+//
+// # What is recorded
+//
+// Each client records its operations as invocations and completions; the
+// moment it learns that a lease is lost, from the Lost hook, before Done
+// closes (a loss recorded after the hold's release was called was learnt
+// only from the refused release); each grant's and renewal's proven
+// deadline (Lease.Expires, on the real clock; "renew" events); and it exits
+// with status 3 if it could not write every event. The harness records the
+// fault windows, each client's spawn (with its clock rate under Skew) and
+// exit status, and the register's decisions.
 //
 // # What is checked
 //
@@ -88,26 +102,46 @@
 //     token is greater than that of every grant completed before it was
 //     asked for.
 //  2. exclusion without faults: no two holds of one name overlap.
-//  3. exclusion under faults: every overlap of two holds is explained — one
-//     holder's lease was lost (usually the older one's; a grant can also be
-//     lost on arrival) and it learnt so (Done closed) or it was killed, its
-//     release did not report success, and none of its writes was accepted
-//     after the register accepted a write of the other holder.
-//  4. recovery: after each heal, the next grant comes within TTL plus the
-//     stated bound (Config.Bound, 5s by default: a loaded machine's
-//     reconnect and scheduling delays; the recovery column shows what was
-//     measured), judged while the clients still ask for leases: a heal
-//     just before the end of the run (a server that restarted slowly) is
-//     noted, not judged.
+//  3. exclusion under faults: an overlap of an older hold A with a newer
+//     grant B (B's acquire completed before A stopped claiming) is excused
+//     only where the lease contract allows it, and the table says which
+//     excuse each overlap had. pause: A's process was paused, B's grant
+//     completed after the pause began, and A stopped claiming within a
+//     margin (TTL/10, at least 100ms) of the resume. skew: A's process is the one whose clock
+//     runs slow. kill: A's process was killed, and B's grant completed
+//     after the kill began — a kill explains nothing that came before it.
+//     deadline passed: B's grant completed after A's last proven deadline,
+//     and A stopped claiming within the margin of that deadline. dead on
+//     arrival (B the loser): B's token is lower than A's, B's acquire began
+//     before A's completed, and B noticed the loss within TTL/3 plus the
+//     margin of its grant. A backend's documented, named Allowance for the
+//     fault (Redis without persistence across a restart) turns the overlap
+//     into a printed note, never a silent pass. Everywhere else the overlap
+//     is a violation: A noticed the loss after B's grant (Done closed
+//     late), learnt it only when its release was refused (never counted as
+//     observed), or never; the message says when B was granted before A's
+//     proven deadline. No excuse holds if the loser's release reported
+//     success or the register accepted a write of the loser after one of
+//     the other.
+//  4. recovery: after each heal, a grant comes within TTL plus the stated
+//     bound (Config.Bound, 5s by default: a loaded machine's reconnect and
+//     scheduling delays; the recovery column shows what was measured). A
+//     heal with no grant after it is a violation.
+//  5. complete: a write the client saw decided has the register's
+//     decision; every client process exited with status 0 or was killed by
+//     the harness; the harness wrote every event; a fault run injected at
+//     least one round. A client never granted a lease is noted.
 //
 // A hold is the interval from the acquire's completion to the first of:
 // the release call, the moment the client learnt of the loss, its kill,
 // the end of the history. The server granted the lock before the acquire
 // returned and freed it after the release was called, so this interval lies
 // inside the true one, and two such intervals that intersect certainly
-// overlapped. Timestamps are only compared as orderings, with this
-// conservative reading; no check asserts that something took less than a
-// given time, except recovery with its generous bound.
+// overlapped. Timestamps are compared as orderings, with this conservative
+// reading, and with proven deadlines and fault windows allowing the margin
+// above for scheduling; no check asserts that something took less than a
+// given time, except recovery with its generous bound and the
+// dead-on-arrival notice.
 //
 // # Verdicts
 //
@@ -115,19 +149,20 @@
 // proof — a short run sees few fault timings. FAIL lists each violation
 // with the holds, tokens and register decisions involved. A run that
 // granted nothing fails (progress). Notes record what breaks nothing but is
-// worth reading: an inconclusive linearizability check (timeout), a
-// recovery not judged because the history ended, tokens that restarted
-// after a server restart on a backend that does not promise durable fencing.
+// worth reading: an inconclusive linearizability check (timeout), an
+// overlap covered by a backend's Allowance, tokens that restarted after a
+// server restart on a backend that does not promise durable fencing.
 //
 // # Reading a history
 //
 // history.jsonl holds one Event per line, in time order: the clients'
 // operations (proc "c<slot>.<incarnation>": a killed client's replacement
 // is the next incarnation), the register's decisions (proc "register",
-// op "decide", ordered by seq) and the harness's faults (proc "nemesis":
-// spawn, fault, heal, kill). An operation is an "invoke" event followed by
-// its completion ("ok", "refused" or "fail") with the same proc and id;
-// every event of one lease has the same proc and hold. Written values are
+// op "decide", ordered by seq) and the harness's events (proc "nemesis":
+// spawn, fault, heal, kill, exit). An operation is an "invoke" event
+// followed by its completion ("ok", "refused" or "fail") with the same proc
+// and id; every event of one lease has the same proc and hold, and its
+// "lost" and "renew" events carry no id. Written values are
 // "<proc>/<hold>/<n>", so a decision names the write it decided. To follow
 // one incident, filter by the proc of a fault's target and the holds
 // around it:

@@ -25,7 +25,13 @@ const (
 	OpRelease Op = "release" // Unlock; fail when the lease was already lost
 	// OpLost is recorded by the client when Lease.Done closed because the
 	// lease was lost (not released): the moment the client learnt it.
+	// It is recorded as the loss is decided, before Done closes; one
+	// recorded after the hold's release was called was learnt only at
+	// release.
 	OpLost Op = "lost"
+	// OpRenew is recorded by the client when its lease's proven deadline
+	// (Lease.Expires, in Expires) moved forward: a renewal was confirmed.
+	OpRenew Op = "renew"
 
 	// OpDecide is the register's own record of a write it accepted or
 	// refused, in the order it decided them (Seq).
@@ -35,7 +41,8 @@ const (
 	OpSpawn Op = "spawn" // a client process started (Target)
 	OpFault Op = "fault" // a fault began (Fault, Target)
 	OpHeal  Op = "heal"  // the fault ended: from here grants must resume
-	OpKill  Op = "kill"  // a client process was killed with SIGKILL (Target)
+	OpKill  Op = "kill"  // a client process was killed with SIGKILL (Target); the fault "kill" began just before
+	OpExit  Op = "exit"  // a client process exited (Target); Err is its status unless it succeeded
 )
 
 // Phase says where in an operation an Event is.
@@ -81,7 +88,13 @@ type Event struct {
 	// Target and Fault describe a harness action.
 	Target string `json:"target,omitempty"`
 	Fault  string `json:"fault,omitempty"`
-	Err    string `json:"err,omitempty"`
+	// Rate is the clock rate of a skewed client (spawn), below 1 for a
+	// clock that runs slow.
+	Rate float64 `json:"rate,omitempty"`
+	// Expires is the lease's proven deadline (Lease.Expires) on the real
+	// clock, recorded with a grant (acquire ok) and each renewal (renew).
+	Expires time.Time `json:"expires,omitzero"`
+	Err     string    `json:"err,omitempty"`
 }
 
 // recorder appends events to a JSON-lines file, one write per event, so a
@@ -112,6 +125,13 @@ func (r *recorder) record(e Event) Event {
 		r.err = err
 	}
 	return e
+}
+
+// failed returns the first error met writing the history, if any.
+func (r *recorder) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // nextID returns a fresh operation ID.

@@ -104,6 +104,9 @@ type Config struct {
 	// TokensMayReset: the backend does not keep tokens across a restart
 	// (see Params.TokensMayReset).
 	TokensMayReset bool
+	// Allowances are the backend's documented exceptions to exclusion
+	// under faults (see Allowance).
+	Allowances []Allowance
 	// Dir receives the merged history "history.jsonl", and under "parts"
 	// each process's own history and log. Default: a new temporary
 	// directory.
@@ -225,10 +228,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Until: h.until, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset})
+	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Until: h.until, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset, Allowances: cfg.Allowances})
 	res.Backend, res.Fault, res.History = cfg.Backend, string(cfg.Fault), path
+	if err := h.rec.failed(); err != nil {
+		res.violate(CheckComplete, "the harness could not record its events (faults, register decisions): %v", err)
+	}
 	if cfg.Fault != None && h.rounds == 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("the run was too short to inject %s: allow at least 5 TTLs", cfg.Fault))
+		res.violate(CheckComplete, "the run was too short to inject %s: it needs room for a round and TTL + bound + 1s of recovery after it", cfg.Fault)
 	}
 	return res, nil
 }
@@ -245,6 +251,7 @@ type harness struct {
 
 	mu    sync.Mutex
 	procs map[int]*client // by slot
+	all   []*client       // every client process started, in order
 	wg    sync.WaitGroup  // in-process clients
 }
 
@@ -296,7 +303,33 @@ func (h *harness) run(ctx context.Context) error {
 	case <-time.After(time.Until(grace)):
 		return errors.New("verify: in-process clients did not finish")
 	}
+	h.recordExits()
 	return ctx.Err()
+}
+
+// recordExits records how each client process ended (OpExit): a client
+// that failed, or could not record its whole history, leaves a history that
+// cannot be trusted. Every process has exited or been killed by now.
+func (h *harness) recordExits() {
+	h.mu.Lock()
+	all := append([]*client(nil), h.all...)
+	h.mu.Unlock()
+	for _, c := range all {
+		if c.p == nil {
+			continue
+		}
+		select {
+		case <-c.p.Exited():
+		case <-time.After(10 * time.Second):
+			h.rec.record(Event{Op: OpExit, Target: c.proc, Err: "did not exit"})
+			continue
+		}
+		e := Event{Op: OpExit, Target: c.proc}
+		if st := c.p.Cmd.ProcessState; st != nil && !st.Success() {
+			e.Err = st.String()
+		}
+		h.rec.record(e)
+	}
 }
 
 // spawn starts the client of slot, incarnation n.
@@ -308,13 +341,14 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 		Seed: uint64(slot)<<32 | uint64(n),
 	}
 	var skew string
+	var rate float64
 	if h.cfg.Fault == Skew {
 		switch slot {
 		case 0:
 			wc.ClockRate, wc.ClockOffset = 1, SkewOffset
 			skew = fmt.Sprintf("clock %v ahead", SkewOffset)
 		case 1:
-			wc.ClockRate = SkewRate
+			wc.ClockRate, rate = SkewRate, SkewRate
 			skew = fmt.Sprintf("clock rate %v", SkewRate)
 		}
 	}
@@ -332,7 +366,13 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 			defer h.wg.Done()
 			defer f.Close()
 			defer cl.Close()
-			runWorker(ctx, wc, cl, newRecorder(c.proc, f))
+			rec := newRecorder(c.proc, f)
+			runWorker(ctx, wc, cl, rec)
+			exit := Event{Op: OpExit, Target: c.proc}
+			if err := rec.failed(); err != nil {
+				exit.Err = "recording the history: " + err.Error()
+			}
+			h.rec.record(exit)
 		}()
 		h.mu.Lock()
 		h.procs[slot] = c
@@ -360,9 +400,10 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 		return fmt.Errorf("verify: start client process: %w", err)
 	}
 	c.p = p
-	h.rec.record(Event{Op: OpSpawn, Target: c.proc, Fault: skew})
+	h.rec.record(Event{Op: OpSpawn, Target: c.proc, Fault: skew, Rate: rate})
 	h.mu.Lock()
 	h.procs[slot] = c
+	h.all = append(h.all, c)
 	h.mu.Unlock()
 	return nil
 }
@@ -389,8 +430,6 @@ func (h *harness) nemesis(ctx context.Context) {
 	// Long enough for the lease to expire on the server, which counts the
 	// TTL from the last renewal (at most TTL/3 before the fault).
 	faultFor := ttl + ttl/4 + 250*time.Millisecond
-	// The last round ends early enough for the recovery after it to be seen.
-	last := h.until.Add(-(faultFor + ttl + time.Second))
 	sleep := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
@@ -401,19 +440,24 @@ func (h *harness) nemesis(ctx context.Context) {
 	}
 	if h.cfg.Fault == Skew {
 		faultFor = SkewHold * ttl
-		last = h.until.Add(-(faultFor + ttl + time.Second))
 	}
 	if !sleep(max(ttl/2, time.Second)) {
 		return
 	}
 	// A fault before the workload runs tests nothing: wait for the first
 	// accepted write (client processes start slowly on a loaded machine).
-	for h.reg.acceptedCount() == 0 && time.Now().Before(last) {
+	for h.reg.acceptedCount() == 0 && time.Now().Before(h.until) {
 		if !sleep(20 * time.Millisecond) {
 			return
 		}
 	}
-	for round := 0; time.Now().Before(last); round++ {
+	// A round is injected only if its heal, even as late as the longest
+	// round so far, leaves the clients asking for leases for TTL + bound +
+	// 1s after it: recovery is judged after every heal.
+	tail := ttl + h.cfg.Bound + time.Second
+	longest := faultFor
+	room := func() bool { return time.Now().Add(longest + tail).Before(h.until) }
+	for round := 0; room(); round++ {
 		var target *client
 		switch h.cfg.Fault {
 		case Pause, Kill, Net:
@@ -427,8 +471,13 @@ func (h *harness) nemesis(ctx context.Context) {
 				continue
 			}
 		}
+		if !room() { // the wait for a holder took it
+			break
+		}
 		h.rounds++
+		began := time.Now()
 		h.inject(ctx, round, target, faultFor)
+		longest = max(longest, time.Since(began))
 		// Let grants resume before the next round.
 		before := h.reg.acceptedCount()
 		deadline := time.Now().Add(ttl + h.cfg.Bound)
@@ -492,6 +541,9 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 		c.p.Resume()
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
 	case Kill:
+		// The fault begins before the signal: a grant that completed after
+		// this moment may have followed the kill.
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
 		c.p.Kill() // returns once the process is dead: all its events precede the kill's
 		h.rec.record(Event{Op: OpKill, Fault: fault, Target: c.proc})
 		if err := h.spawn(ctx, c.slot, c.incarnation+1); err != nil {

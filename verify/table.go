@@ -9,7 +9,7 @@ import (
 
 // WriteTable prints the summary table of results, one row per run: the
 // client operations invoked, the leases granted, the holds that overlapped a
-// newer one (and how many of those were explained), the stale writes the
+// newer one (and how many of those were excused, and why), the stale writes the
 // fenced register refused, the lease-loss notifications clients received,
 // the longest time from a heal to the next grant, and the verdict.
 func WriteTable(w io.Writer, results []*Result) {
@@ -23,7 +23,11 @@ func WriteTable(w io.Writer, results []*Result) {
 		}
 		overlaps := fmt.Sprint(r.Overlaps)
 		if r.Overlaps > 0 {
-			overlaps = fmt.Sprintf("%d (%d explained)", r.Overlaps, r.Explained)
+			overlaps = fmt.Sprintf("%d (%d excused", r.Overlaps, r.Explained)
+			if e := r.ExcusedSummary(); e != "" {
+				overlaps += ": " + e
+			}
+			overlaps += ")"
 		}
 		verdict := r.Verdict()
 		if len(r.Notes) > 0 {

@@ -64,9 +64,17 @@ func TestVerifyShortProfile(t *testing.T) {
 							}
 						})
 					}
-					duration := 11 * time.Second
-					if f == Skew {
-						duration = 16 * time.Second // a round for each skewed clock
+					// A fault run needs room for rounds and, after the last
+					// heal, TTL + bound + 1s of recovery.
+					duration := 20 * time.Second
+					switch f {
+					case None:
+						duration = 11 * time.Second
+					case Skew:
+						duration = 28 * time.Second // a round for each skewed clock
+					}
+					if f != None && be.bound > 5*time.Second {
+						duration += be.bound - 5*time.Second // a longer recovery to leave room for
 					}
 					if d, err := time.ParseDuration(os.Getenv("DLOCK_VERIFY_DURATION")); err == nil && d > 0 {
 						duration = d
@@ -74,9 +82,9 @@ func TestVerifyShortProfile(t *testing.T) {
 					res, err := Run(context.Background(), Config{
 						Backend: be.name, Fault: f, Deploy: dep, Dir: dir,
 						Clients: 4, Duration: duration, TTL: be.ttl, Bound: be.bound,
-						TokensMayReset: be.tokensMayReset,
-						Spawn:          func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
-						Log:            testLog{t},
+						TokensMayReset: be.tokensMayReset, Allowances: be.allowances,
+						Spawn: func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
+						Log:   testLog{t},
 					})
 					if err != nil {
 						t.Fatal(err)

@@ -48,7 +48,7 @@ func IsWorker() bool { return os.Getenv(workerEnv) != "" }
 
 // WorkerMain runs the client process described by the environment and
 // returns its exit status: 0 when it ran to its deadline, 2 when it could
-// not start. The backend's package must be linked in (for dlock.Open).
+// not start, 3 when it could not record every event of its history. The backend's package must be linked in (for dlock.Open).
 func WorkerMain() int {
 	var cfg WorkerConfig
 	if err := json.Unmarshal([]byte(os.Getenv(workerEnv)), &cfg); err != nil {
@@ -88,6 +88,12 @@ func WorkerMain() int {
 	}
 	runWorker(ctx, cfg, c, rec)
 	c.Close()
+	if err := rec.failed(); err != nil {
+		// An incomplete history cannot be judged: the harness reports the
+		// exit status.
+		fmt.Fprintln(os.Stderr, "verify worker: recording the history:", err)
+		return 3
+	}
 	return 0
 }
 
@@ -111,7 +117,14 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		id := rec.nextID()
 		rec.record(Event{Op: OpAcquire, Phase: Invoke, ID: id, Hold: hold, Name: name})
 		actx, cancel := context.WithDeadline(ctx, cfg.Until)
-		l, err := c.Mutex(name, dlock.WithTTL(cfg.TTL)).Lock(actx)
+		// The loss is recorded where it is decided, before Done closes: the
+		// Lost hook runs then. A loss decided after the release was called
+		// (the release refused) is recorded too, after the release's invoke,
+		// so the checker can tell that it was learnt only at release.
+		lost := func(name string, tok uint64, cause error) {
+			rec.record(Event{Op: OpLost, Hold: hold, Name: name, Token: tok, Err: cause.Error()})
+		}
+		l, err := c.Mutex(name, dlock.WithTTL(cfg.TTL), dlock.WithHooks(dlock.Hooks{Lost: lost})).Lock(actx)
 		cancel()
 		if err != nil {
 			rec.record(Event{Op: OpAcquire, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
@@ -119,16 +132,15 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 			continue
 		}
 		tok := l.Token()
-		rec.record(Event{Op: OpAcquire, Phase: OK, ID: id, Hold: hold, Name: name, Token: tok})
+		rec.record(Event{Op: OpAcquire, Phase: OK, ID: id, Hold: hold, Name: name, Token: tok, Expires: realExpires(l, cfg.ClockRate)})
+		// Each renewal's proven deadline, for the checker to compare with
+		// other grants: watched until the release is called or Done closes.
+		stopWatch := make(chan struct{})
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			<-l.Done()
-			if err := l.Err(); errors.Is(err, dlock.ErrLeaseLost) {
-				rec.record(Event{Op: OpLost, Hold: hold, Name: name, Token: tok, Err: err.Error()})
-			}
+			watchDeadline(l, cfg, hold, name, rec, stopWatch)
 		}()
-
 		write := func(n int) {
 			id := rec.nextID()
 			v := writeValue(cfg.Proc, hold, n)
@@ -163,6 +175,8 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		}
 		write(2)
 
+		close(stopWatch)
+		<-watched
 		id = rec.nextID()
 		rec.record(Event{Op: OpRelease, Phase: Invoke, ID: id, Hold: hold, Name: name, Token: tok})
 		uctx, cancel := context.WithTimeout(ctx, 2*cfg.TTL+5*time.Second)
@@ -173,7 +187,39 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		} else {
 			rec.record(Event{Op: OpRelease, Phase: OK, ID: id, Hold: hold, Name: name, Token: tok})
 		}
-		<-watched
 		time.Sleep(between(0, cfg.HoldMin))
+	}
+}
+
+// realExpires is the lease's proven deadline (Lease.Expires) as a time of
+// the real clock the history uses: a skewed client's deadline is read on
+// its own clock and converted at its rate.
+func realExpires(l *dlock.Lease, rate float64) time.Time {
+	left := clock.Until(l.Expires())
+	if rate > 0 {
+		left = time.Duration(float64(left) / rate)
+	}
+	return time.Now().Add(left)
+}
+
+// watchDeadline records each move of the lease's proven deadline (OpRenew
+// with Expires) until stop closes or the lease ends. It polls Expires often
+// enough (TTL/10) to see every renewal, which come about TTL/3 apart.
+func watchDeadline(l *dlock.Lease, cfg WorkerConfig, hold int, name string, rec *recorder, stop <-chan struct{}) {
+	last := l.Expires()
+	t := time.NewTicker(max(cfg.TTL/10, 5*time.Millisecond))
+	defer t.Stop()
+	for ended := false; !ended; {
+		select {
+		case <-stop:
+			ended = true // a last look: a renewal may have landed since the tick
+		case <-l.Done():
+			ended = true
+		case <-t.C:
+		}
+		if e := l.Expires(); e.After(last) {
+			last = e
+			rec.record(Event{Op: OpRenew, Hold: hold, Name: name, Token: l.Token(), Expires: realExpires(l, cfg.ClockRate)})
+		}
 	}
 }

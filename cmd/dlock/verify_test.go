@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// verifyRedis runs dlock verify against a real Redis under the kill and net
+// faults, with a short TTL and bound so that it ends in well under a
+// minute, while deleteKeys (if set) runs.
+func verifyRedis(t *testing.T, deleteKeys func(ctx context.Context, rdb *redis.Client)) result {
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if deleteKeys != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deleteKeys(ctx, rdb)
+		}()
+	}
+	r := runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0", "--faults", "kill,net",
+		"--clients", "3", "--ttl", "1s", "--bound", "2s", "--duration", "10s")
+	cancel()
+	wg.Wait()
+	return r
+}
+
+// evict deletes dlock's lock keys (not the fence counters) again and again,
+// as an eviction policy or an operator's FLUSH would: every lease then
+// held is gone from the server while its holder still believes in it. The
+// loop ends with ctx, or after two minutes at most.
+func evict(ctx context.Context, rdb *redis.Client) {
+	for range 600 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		octx, cancel := context.WithTimeout(ctx, time.Second)
+		keys, err := rdb.Keys(octx, "dlock:*:lock").Result()
+		if err == nil && len(keys) > 0 {
+			rdb.Del(octx, keys...)
+		}
+		cancel()
+	}
+}
+
+// TestVerifyCatchesARedisThatLosesLocks: dlock verify against a Redis whose
+// lock keys are deleted during the fault runs must fail and say why: the
+// older holders noticed their loss only after the next grant. The same run
+// without the deletions passes.
+func TestVerifyCatchesARedisThatLosesLocks(t *testing.T) {
+	r := verifyRedis(t, evict)
+	t.Logf("with the keys deleted:\n%s", r.stdout)
+	if r.code != 1 || !strings.Contains(r.stdout, "verdict: FAIL") || !strings.Contains(r.stdout, "exclusion: ") {
+		t.Fatalf("dlock verify passed a Redis that loses its locks:\n%s", r)
+	}
+	if !strings.Contains(r.stdout, "Done closed late") && !strings.Contains(r.stdout, "only when its release was refused") {
+		t.Errorf("the violation does not say that the older holder noticed its loss late:\n%s", r.stdout)
+	}
+	if r = verifyRedis(t, nil); r.code != 0 || !strings.Contains(r.stdout, "verdict: PASS") {
+		t.Fatalf("dlock verify failed a healthy Redis:\n%s", r)
+	}
+}

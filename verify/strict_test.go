@@ -1,0 +1,300 @@
+package verify
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The tests below are histories that the contract forbids, each of which an
+// overlap checker that only asked "did the older holder lose its lease, and
+// did the fence hold?" passed; and, next to them, the allowed overlaps.
+
+// strict are the parameters of the hand-built histories: a TTL of one
+// second, under faults.
+var strict = Params{TTL: time.Second, Bound: time.Second, Faults: true}
+
+// violationContains reports whether a violation of check mentions text.
+func violationContains(r *Result, check, text string) bool {
+	for _, v := range r.Violations {
+		if v.Check == check && strings.Contains(v.Detail, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// fault records a fault on target and returns a function that heals it.
+func (h *history) fault(kind, target string) func() {
+	h.add(Event{Proc: "nemesis", Op: OpFault, Fault: kind, Target: target})
+	return func() { h.add(Event{Proc: "nemesis", Op: OpHeal, Fault: kind, Target: target}) }
+}
+
+// lost records that proc noticed the loss of its hold.
+func (h *history) lost(proc string, hold int, token uint64) *history {
+	return h.add(Event{Proc: proc, Op: OpLost, Hold: hold, Name: "x", Token: token, Err: "lease lost"})
+}
+
+// grantUntil is grant with the lease's proven deadline.
+func (h *history) grantUntil(proc string, hold int, token uint64, expires time.Time) *history {
+	h.add(Event{Proc: proc, Op: OpAcquire, Phase: Invoke, ID: int64(hold * 10), Hold: hold, Name: "x"})
+	return h.add(Event{Proc: proc, Op: OpAcquire, Phase: OK, ID: int64(hold * 10), Hold: hold, Name: "x", Token: token, Expires: expires})
+}
+
+// partitionedHolder: c0, whose proven deadline is expiresIn after its
+// grant, is partitioned; grantAfter later c1 is granted, and c0 notices the
+// loss just after that. Its stale write is refused.
+func partitionedHolder(expiresIn, grantAfter time.Duration) *history {
+	h := &history{}
+	h.grantUntil("c0.0", 1, 5, h.now().Add(expiresIn)).write("c0.0", 1, 1, 5, 1, OK, 0)
+	heal := h.fault("net-partition", "c0.0")
+	h.pass(grantAfter).grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.lost("c0.0", 1, 5)
+	h.write("c0.0", 1, 2, 5, 3, Refused, 6).release("c0.0", 1, 5, Fail)
+	heal()
+	h.write("c1.0", 1, 2, 6, 4, OK, 0).release("c1.0", 1, 6, OK)
+	return h.grant("c2.0", 1, 7).release("c2.0", 1, 7, OK)
+}
+
+// TestLateDoneUnderNetFails: c0's connection is partitioned; c1 is granted
+// the lock while c0's lease still looks valid to c0, and c0 notices the
+// loss only afterwards. The fence refused c0's stale write, but Done closed
+// late: a resource without fencing took both holders' writes.
+func TestLateDoneUnderNetFails(t *testing.T) {
+	h := partitionedHolder(time.Second, 0)
+	r := Check(h.events, strict)
+	if r.Verdict() != "FAIL" || !violationContains(r, CheckExclusion, "Done closed late") {
+		t.Fatalf("a loss noticed after the other grant passed under net: %v", r.Violations)
+	}
+	if !violationContains(r, CheckExclusion, "before c0.0's proven deadline") {
+		t.Errorf("the violation does not say c1 was granted before c0's proven deadline: %v", r.Violations)
+	}
+}
+
+// grantsEveryAcquire is the history of a backend that grants every acquire
+// at once, with owner-checked release, under a fault aimed at a third
+// process (target): c1 is granted while c0 holds; c0 notices nothing, its
+// second write is refused by the fence, and it learns of the loss only when
+// its release is refused.
+func grantsEveryAcquire(kind, target string) *history {
+	h := &history{}
+	h.add(Event{Proc: "nemesis", Op: OpSpawn, Target: "c1.0", Fault: "clock rate 0.3", Rate: 0.3})
+	h.grantUntil("c0.0", 1, 5, h.now().Add(time.Second)).write("c0.0", 1, 1, 5, 1, OK, 0)
+	heal := h.fault(kind, target)
+	h.grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.write("c0.0", 1, 2, 5, 3, Refused, 6)
+	h.add(Event{Proc: "c0.0", Op: OpRelease, Phase: Invoke, ID: 19, Hold: 1, Name: "x", Token: 5})
+	h.lost("c0.0", 1, 5) // Done closes as the release is refused
+	h.add(Event{Proc: "c0.0", Op: OpRelease, Phase: Fail, ID: 19, Hold: 1, Name: "x", Token: 5, Err: "lease lost"})
+	if kind == string(Kill) {
+		h.add(Event{Proc: "nemesis", Op: OpKill, Fault: kind, Target: target})
+	}
+	heal()
+	h.write("c1.0", 1, 2, 6, 4, OK, 0).release("c1.0", 1, 6, OK)
+	return h.grant("c2.1", 1, 7).release("c2.1", 1, 7, OK)
+}
+
+func TestBackendThatGrantsEveryAcquireFailsUnderEveryFault(t *testing.T) {
+	for _, f := range []struct{ kind, target string }{
+		{"pause", "c2.0"}, {"kill", "c2.0"}, {"net-partition", "c2.0"}, {"net-cut-and-delay", "c2.0"},
+		{"restart", "servers"}, {"member", "member 1"}, {"skew", "c1.0"},
+	} {
+		r := Check(grantsEveryAcquire(f.kind, f.target).events, strict)
+		if r.Verdict() != "FAIL" || !violationContains(r, CheckExclusion, "only when its release was refused") {
+			t.Errorf("%s: a double grant learnt only at release passed: %s, %v", f.kind, r.Verdict(), r.Violations)
+		}
+	}
+}
+
+// TestDoubleGrantThenKillOfOlderHolderFails: c1 is granted while c0 holds,
+// and c0 is killed afterwards: the kill explains nothing that happened
+// before it.
+func TestDoubleGrantThenKillOfOlderHolderFails(t *testing.T) {
+	h := &history{}
+	h.grantUntil("c0.0", 1, 5, h.now().Add(time.Second)).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.add(Event{Proc: "nemesis", Op: OpFault, Fault: "kill", Target: "c0.0"})
+	h.add(Event{Proc: "nemesis", Op: OpKill, Fault: "kill", Target: "c0.0"})
+	h.add(Event{Proc: "nemesis", Op: OpHeal, Fault: "kill", Target: "c0.0"})
+	h.write("c1.0", 1, 2, 6, 3, OK, 0).release("c1.0", 1, 6, OK)
+	h.grant("c0.1", 1, 7).release("c0.1", 1, 7, OK)
+	r := Check(h.events, strict)
+	if r.Verdict() != "FAIL" || !violationContains(r, CheckExclusion, "was killed") {
+		t.Fatalf("a double grant followed by a kill of the older holder passed: %v", r.Violations)
+	}
+}
+
+// TestGrantAfterKillIsExcused: the grant completed after the kill began
+// (the server freed the lock of a dead session at once), before the harness
+// recorded the kill done.
+func TestGrantAfterKillIsExcused(t *testing.T) {
+	h := &history{}
+	h.grantUntil("c0.0", 1, 5, h.now().Add(time.Second)).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.add(Event{Proc: "c1.0", Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x"})
+	h.add(Event{Proc: "nemesis", Op: OpFault, Fault: "kill", Target: "c0.0"})
+	h.add(Event{Proc: "c1.0", Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Token: 6})
+	h.add(Event{Proc: "nemesis", Op: OpKill, Fault: "kill", Target: "c0.0"})
+	h.add(Event{Proc: "nemesis", Op: OpHeal, Fault: "kill", Target: "c0.0"})
+	h.write("c1.0", 1, 1, 6, 2, OK, 0).release("c1.0", 1, 6, OK)
+	h.grant("c1.0", 2, 7).release("c1.0", 2, 7, OK)
+	r := Check(h.events, strict)
+	if r.Verdict() != "PASS" || r.Overlaps != 1 || r.Excused[ExcuseKill] != 1 {
+		t.Fatalf("a grant after the kill: %s, %d overlaps, excused %v: %v", r.Verdict(), r.Overlaps, r.Excused, r.Violations)
+	}
+}
+
+// deadOnArrival: c1 asks first, c0 is granted token 6, then c1's grant of
+// token 5 arrives late (its reply was held up); c1 notices the loss after
+// noticeAfter.
+func deadOnArrival(noticeAfter time.Duration) *history {
+	h := &history{}
+	h.add(Event{Proc: "c1.0", Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x"})
+	h.grantUntil("c0.0", 1, 6, h.now().Add(time.Second)).write("c0.0", 1, 1, 6, 1, OK, 0)
+	h.add(Event{Proc: "c1.0", Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Token: 5})
+	h.pass(noticeAfter).lost("c1.0", 1, 5)
+	h.write("c1.0", 1, 1, 5, 2, Refused, 6).release("c1.0", 1, 5, Fail)
+	return h.write("c0.0", 1, 2, 6, 3, OK, 0).release("c0.0", 1, 6, OK)
+}
+
+func TestDeadOnArrivalWithLateLossNoticeFails(t *testing.T) {
+	r := Check(deadOnArrival(2*time.Second).events, strict)
+	if r.Verdict() != "FAIL" || !hasViolation(r, CheckExclusion) {
+		t.Fatalf("a grant dead on arrival that noticed its loss 2 TTLs late passed: %v", r.Violations)
+	}
+	if r = Check(deadOnArrival(50*time.Millisecond).events, strict); r.Verdict() != "PASS" || r.Excused[ExcuseArrival] != 1 {
+		t.Fatalf("a grant dead on arrival that noticed at once: %s, excused %v: %v", r.Verdict(), r.Excused, r.Violations)
+	}
+}
+
+// TestStallAfterLateHealFails: the fault heals, and no grant follows before
+// the clients stop: the harness leaves TTL + bound + 1s after the last heal,
+// so this is a failure to recover, not an unjudged tail.
+func TestStallAfterLateHealFails(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 1).release("c0.0", 1, 1, OK)
+	h.add(Event{Proc: "nemesis", Op: OpHeal, Fault: "restart", Target: "servers"})
+	p := strict
+	p.Until = h.now().Add(5 * time.Millisecond)
+	h.pass(time.Second).add(Event{Proc: "c1.0", Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x"})
+	h.add(Event{Proc: "c1.0", Op: OpAcquire, Phase: Fail, ID: 10, Hold: 1, Name: "x", Err: "context deadline exceeded"})
+	if r := Check(h.events, p); !violationContains(r, CheckRecovery, "no grant after the heal") {
+		t.Fatalf("a heal with no grant after it passed: %v, notes %v", r.Violations, r.Notes)
+	}
+}
+
+func TestHistoryMissingARegisterDecisionFails(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 5).write("c0.0", 1, 1, 5, 1, OK, 0)
+	v := writeValue("c0.0", 1, 2)
+	h.add(Event{Proc: "c0.0", Op: OpWrite, Phase: Invoke, ID: 12, Hold: 1, Name: "x", Token: 5, Value: v})
+	h.add(Event{Proc: "c0.0", Op: OpWrite, Phase: OK, ID: 12, Hold: 1, Name: "x", Token: 5, Value: v, Seq: 2})
+	h.release("c0.0", 1, 5, OK)
+	r := Check(h.events, Params{TTL: time.Second, Bound: time.Second})
+	if r.Verdict() != "FAIL" || !violationContains(r, CheckComplete, "no decision") {
+		t.Fatalf("a history missing a register decision passed: %v", r.Violations)
+	}
+}
+
+func TestClientThatExitedBadlyFails(t *testing.T) {
+	h := &history{}
+	h.add(Event{Proc: "nemesis", Op: OpSpawn, Target: "c0.0"})
+	h.add(Event{Proc: "nemesis", Op: OpSpawn, Target: "c1.0"})
+	h.grant("c0.0", 1, 5).release("c0.0", 1, 5, OK)
+	h.add(Event{Proc: "nemesis", Op: OpExit, Target: "c0.0"})
+	h.add(Event{Proc: "nemesis", Op: OpExit, Target: "c1.0", Err: "exit status 3"})
+	r := Check(h.events, Params{TTL: time.Second, Bound: time.Second})
+	if !violationContains(r, CheckComplete, "c1.0 exited with exit status 3") {
+		t.Fatalf("a client that exited with status 3 passed: %v", r.Violations)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "c1.0 was never granted") {
+		t.Errorf("a client never granted a lease is not reported: %v", r.Notes)
+	}
+}
+
+// TestGrantAfterProvenDeadlineIsExcused: the backend granted c1 after c0's
+// proven deadline, and c0's timer declared the loss a few milliseconds
+// after c1's grant returned: Done closed on time.
+func TestGrantAfterProvenDeadlineIsExcused(t *testing.T) {
+	h := partitionedHolder(500*time.Millisecond, 500*time.Millisecond)
+	r := Check(h.events, strict)
+	if r.Verdict() != "PASS" || r.Excused[ExcuseDeadline] != 1 {
+		t.Fatalf("a grant after the proven deadline: %s, excused %v: %v", r.Verdict(), r.Excused, r.Violations)
+	}
+	// A renewal that moved the deadline past c1's grant makes it a grant of
+	// a lock still held.
+	h2 := &history{t0: h.t0}
+	for _, e := range h.events {
+		h2.events = append(h2.events, e)
+		if e.Op == OpWrite && e.Phase == OK && e.Value == "c0.0/1/1" {
+			h2.events = append(h2.events, Event{Time: e.Time, Proc: "c0.0", Op: OpRenew, Hold: 1, Name: "x", Token: 5, Expires: e.Time.Add(2 * time.Second)})
+		}
+	}
+	if r := Check(h2.events, strict); !violationContains(r, CheckExclusion, "before c0.0's proven deadline") {
+		t.Fatalf("a grant before the renewed deadline passed: %v", r.Violations)
+	}
+}
+
+// TestPauseExcusesOnlyGrantsInsideThePause: the same late notice as under
+// pause, but with c1 granted before the pause began.
+func TestPauseExcusesOnlyGrantsInsideThePause(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 5).write("c0.0", 1, 1, 5, 1, OK, 0)
+	h.grant("c1.0", 1, 6).write("c1.0", 1, 1, 6, 2, OK, 0)
+	heal := h.fault("pause", "c0.0")
+	heal()
+	h.lost("c0.0", 1, 5)
+	h.write("c0.0", 1, 2, 5, 3, Refused, 6).release("c0.0", 1, 5, Fail)
+	h.write("c1.0", 1, 2, 6, 4, OK, 0).release("c1.0", 1, 6, OK)
+	r := Check(h.events, strict)
+	if !violationContains(r, CheckExclusion, "Done closed late") {
+		t.Fatalf("a grant before the pause was excused by it: %v", r.Violations)
+	}
+}
+
+// TestSlowClockLoserIsExcusedAndOthersAreNot: under skew, the slow-clock
+// process may be the loser; the process whose clock is only ahead may not.
+func TestSlowClockLoserIsExcusedAndOthersAreNot(t *testing.T) {
+	run := func(loser string, rate float64) *Result {
+		h := &history{}
+		h.add(Event{Proc: "nemesis", Op: OpSpawn, Target: loser, Rate: rate})
+		h.grant(loser, 1, 5).write(loser, 1, 1, 5, 1, OK, 0)
+		heal := h.fault("skew", loser)
+		h.grant("c2.0", 1, 6).write("c2.0", 1, 1, 6, 2, OK, 0)
+		h.write(loser, 1, 2, 5, 3, Refused, 6)
+		h.add(Event{Proc: loser, Op: OpRelease, Phase: Invoke, ID: 19, Hold: 1, Name: "x", Token: 5})
+		h.lost(loser, 1, 5)
+		h.add(Event{Proc: loser, Op: OpRelease, Phase: Fail, ID: 19, Hold: 1, Name: "x", Token: 5})
+		heal()
+		h.release("c2.0", 1, 6, OK)
+		return h.grant("c2.0", 2, 7).release("c2.0", 2, 7, OK).checked(strict)
+	}
+	if r := run("c1.0", SkewRate); r.Verdict() != "PASS" || r.Excused[ExcuseSkew] != 1 {
+		t.Fatalf("the slow clock's overlap: %s, excused %v: %v", r.Verdict(), r.Excused, r.Violations)
+	}
+	if r := run("c0.0", 1); r.Verdict() != "FAIL" {
+		t.Fatalf("an overlap of a process with a correct clock rate passed under skew: %v", r.Excused)
+	}
+}
+
+func (h *history) checked(p Params) *Result { return Check(h.events, p) }
+
+// TestAllowanceTurnsOverlapIntoNote: a backend's documented allowance for
+// restarts reports the overlap as a note; without it, the run fails.
+func TestAllowanceTurnsOverlapIntoNote(t *testing.T) {
+	h := &history{}
+	h.grantUntil("c0.0", 1, 5, h.now().Add(time.Second)).write("c0.0", 1, 1, 5, 1, OK, 0)
+	heal := h.fault("restart", "servers")
+	heal()
+	h.grant("c1.0", 1, 1).write("c1.0", 1, 1, 1, 2, Refused, 5)
+	h.release("c0.0", 1, 5, Fail).release("c1.0", 1, 1, OK)
+	p := strict
+	p.TokensMayReset = true
+	if r := h.checked(p); r.Verdict() != "FAIL" {
+		t.Fatalf("an overlap after a restart passed without an allowance: %v", r.Notes)
+	}
+	p.Allowances = []Allowance{{Name: "volatile-restart", Fault: Restart, Reason: "a restart without persistence forgets every lock"}}
+	r := h.checked(p)
+	if r.Verdict() != "PASS" || r.Excused["allowance volatile-restart"] != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "allowed overlap (volatile-restart") {
+		t.Fatalf("the allowance: %s, excused %v, notes %v: %v", r.Verdict(), r.Excused, r.Notes, r.Violations)
+	}
+}
