@@ -402,6 +402,9 @@ func classify(ctx context.Context, err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, ErrUnavailable) { // the backend classified its own timeout
+			return err
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, err) // the backend's own timeout
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotHeld),
 		errors.Is(err, ErrInvalidName), errors.Is(err, ErrUnavailable), errors.Is(err, ErrUnsupported),

@@ -524,6 +524,22 @@ func TestBackendTimeoutWithLiveContextIsUnavailable(t *testing.T) {
 	}
 }
 
+type classifiedTimeout struct{ *memlock.Driver }
+
+func (classifiedTimeout) Acquire(context.Context, driver.Request) (driver.Grant, error) {
+	return driver.Grant{}, fmt.Errorf("%w: the server did not answer: %w", driver.ErrUnavailable, context.DeadlineExceeded)
+}
+
+// A timeout the backend already classified as ErrUnavailable is passed on
+// as it is, not wrapped in a second ErrUnavailable.
+func TestBackendClassifiedTimeoutIsNotWrappedTwice(t *testing.T) {
+	c := dlock.New(classifiedTimeout{memlock.New(memlock.NewServer())})
+	_, err := c.Mutex("x").Lock(testenv.Context(t, time.Minute))
+	if !errors.Is(err, dlock.ErrUnavailable) || strings.Count(err.Error(), dlock.ErrUnavailable.Error()) != 1 {
+		t.Errorf("Lock: got %q, want ErrUnavailable named once", err)
+	}
+}
+
 // Unlock of a lease already lost frees the backend's entry as a clean-up;
 // a backend that does not answer cannot make it hang, whatever ctx.
 func TestUnlockOfLostLeaseReturnsWhenReleaseHangs(t *testing.T) {

@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -355,5 +356,18 @@ func (x *session) release(ctx context.Context, d *Driver, h driver.Held) error {
 		x.endLocked()
 		x.set.park(x.conn)
 	}
+	if sessionTerminated(err) || sessionTerminated(uerr) {
+		// Break (pg_terminate_backend) or a server shutdown ended the
+		// session before our release ran: its advisory lock went with it,
+		// and the lock may be someone else's by now.
+		return fmt.Errorf("%w: %q: its session was terminated by the server: %w", driver.ErrLeaseLost, h.Name, cmp.Or(err, uerr))
+	}
 	return d.released(ctx, h, err)
+}
+
+// sessionTerminated reports whether err is the server ending the session:
+// an administrator's or a shutdown's termination (SQLSTATE 57P01, 57P02).
+func sessionTerminated(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "57P01" || pe.Code == "57P02")
 }
