@@ -9,7 +9,10 @@
 // holder may crash, hang, or be cut off, and the others must not wait for
 // it forever. So a grant is a lease: it lasts a TTL (WithTTL), dlock renews
 // it automatically about every TTL/3 while you hold it, and a holder that
-// crashes loses it within the TTL (at once on backends with sessions).
+// crashes loses it within the TTL (at once on backends with sessions). A
+// renewal that gets no answer is given up after TTL/3 and retried, so one
+// request stuck on a server that cannot answer (a member cut from its
+// cluster) does not cost the lease while a retry can be answered.
 //
 // A lease can also be lost while you still believe you hold it: a long GC
 // pause, a network partition, an administrator's Break. dlock makes the loss

@@ -624,3 +624,42 @@ func TestLossDuringFailedReleaseEndsTheLease(t *testing.T) {
 		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
 	}
 }
+
+// hangingExtend is a backend whose first Extend hangs until its context
+// ends, as a request sent to a server cut from its cluster does, while
+// later Extends (a retry, to a healthy server) are answered.
+type hangingExtend struct {
+	*memlock.Driver
+	calls atomic.Int32
+}
+
+func (d *hangingExtend) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	if d.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return fmt.Errorf("%w: extend: %w", driver.ErrUnavailable, ctx.Err())
+	}
+	return d.Driver.Extend(ctx, h, ttl)
+}
+
+// One renewal that hangs does not cost the lease: each attempt is bounded
+// well within the deadline, and the retry renews it.
+func TestRenewalThatHangsIsRetriedBeforeTheDeadline(t *testing.T) {
+	d := &hangingExtend{Driver: memlock.New(memlock.NewServer())}
+	const ttl = 900 * time.Millisecond
+	c := dlock.New(d, dlock.WithTTL(ttl))
+	l, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost after one renewal hung (%d Extend calls): %v", d.calls.Load(), l.Err())
+	case <-time.After(2 * ttl):
+	}
+	if n := d.calls.Load(); n < 2 {
+		t.Fatalf("%d Extend calls in two TTLs: the hung renewal was not retried", n)
+	}
+	if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -326,9 +326,13 @@ func (l *Lease) renew() {
 	}
 	l.mu.Unlock()
 
-	// A renewal that arrives after the deadline proves nothing.
-	ctx, cancel := clock.WithDeadline(context.Background(), deadline)
+	// A renewal that arrives after the deadline proves nothing. Each
+	// attempt is also bounded by TTL/3, the renewal interval: a request
+	// stuck on one server (a member cut from its cluster, a connection
+	// that went silent) must not use up the whole lease when a retry,
+	// possibly to a healthy server, would be answered.
 	sent := clock.Now()
+	ctx, cancel := clock.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
 
@@ -357,6 +361,13 @@ func (l *Lease) renew() {
 	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
 	retry := min(every/4<<min(l.failures-1, 3), clock.Until(l.deadline)/3)
 	clock.Reset(l.renewTimer, driver.Jitter(max(retry, 5*time.Millisecond)))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // releasedError is the cause of a released lease's end: ErrNotHeld, with

@@ -36,7 +36,18 @@ type Harness struct {
 	Open func(ctx context.Context, addrs []string) (driver.Driver, error)
 
 	// Endpoints are the host:port addresses of the backend's servers.
+	// Without them the tests that cut, freeze or slow one client's
+	// traffic (partition, frozen backend, send time, session loss) cannot
+	// run: Run says so in the test output, and under DLOCK_REQUIRE=all it
+	// fails unless NoEndpointsReason says why the deployment cannot have
+	// them.
 	Endpoints []string
+
+	// NoEndpointsReason explains why a harness of a networked backend
+	// gives no Endpoints (e.g. a deployment whose servers redirect clients
+	// to their own addresses, past any proxy). Run prints it with the list
+	// of tests that do not run.
+	NoEndpointsReason string
 
 	// URL opens the same deployment with dlock.Open in another process (the
 	// crash tests). Empty for in-process backends.
