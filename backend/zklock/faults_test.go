@@ -424,10 +424,15 @@ func testEmptyParentsGo(t *testing.T, z *testenv.ZooKeeper, open opener) {
 // outage has lost it, and the next grant's token is higher.
 func testRestarts(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	t.Run("OutageShorterThanLeaseKeepsLock", func(t *testing.T) {
-		long := openURL(t, zkURL(z.Addrs(), "/restart", "session-timeout=30s"))
+		// A 60s session (a 40s lease): a JVM restarting on a machine
+		// busy with other tests can take over ten seconds to serve
+		// again, and the outage must stay shorter than the lease.
+		long := openURL(t, zkURL(z.Addrs(), "/restart", "session-timeout=60s"))
 		l := mustLock(t, client(t, long), "short")
+		began := time.Now()
 		z.Restart(t)
 		restarted := time.Now()
+		t.Logf("the server was back %v after the restart began", restarted.Sub(began).Round(time.Millisecond))
 		if !waitFor(2*l.TTL(), func() bool { return renewedSince(l, restarted) }) {
 			t.Fatalf("no renewal confirmed after the restart; lease: %v", l.Err())
 		}
