@@ -2,24 +2,39 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dlock/dlock"
 )
 
 const devUsage = `Usage:
   dlock dev [flags]
 
 Runs a single-node etcd server inside this process, for local work: the
-"dlock run", "inspect", "list" and "break" commands on this machine share it.
-It announces its URL in a file that they read when neither --backend nor
-DLOCK_BACKEND is given ($XDG_RUNTIME_DIR/dlock/dev.url, or
-~/.cache/dlock/dev.url without XDG_RUNTIME_DIR), and removes the file when
-it stops. Ctrl-C (SIGINT) or SIGTERM stops it cleanly. Its data — and with
-it the fencing tokens, which keep increasing across restarts — stays in
---data-dir.
+"dlock run", "inspect", "list" and "break" commands of the same user on
+this machine share it. It announces its URL in a file that they read when
+neither --backend nor DLOCK_BACKEND is given, and removes the file when it
+stops: dev.url in $XDG_RUNTIME_DIR/dlock/, else in /run/user/UID/dlock/ if
+that exists, else in $TMPDIR/dlock-UID/ (TMPDIR defaults to /tmp), so that
+cron jobs and ssh sessions without XDG_RUNTIME_DIR find it too. The
+directory is created mode 0700; a file or directory that another user owns
+or can write is refused, and a file left by a dev server that has died is
+ignored with a message that says so.
+
+It serves on the loopback interface only, unless --allow-remote lets
+--listen name another address.
+
+Ctrl-C (SIGINT) or SIGTERM stops it cleanly. Its data — and with it the
+fencing tokens, which keep increasing across restarts — stays in --data-dir,
+by default $XDG_DATA_HOME/dlock/dev (~/.local/share/dlock/dev): not a cache
+directory, since deleting it restarts the tokens from 1.
 
 Flags:
 {{flags}}
@@ -30,20 +45,29 @@ Example:
 
 func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet("dlock dev", devUsage, env.stdout)
-	dataDir := fs.String("data-dir", "", "keep etcd's data in `DIR` (default ~/.cache/dlock/dev-etcd)")
-	listen := fs.String("listen", "127.0.0.1:2379", "serve clients on `host:port` (port 0: a free port)")
+	dataDir := fs.String("data-dir", "", "keep etcd's data in `DIR` (default $XDG_DATA_HOME/dlock/dev or ~/.local/share/dlock/dev)")
+	listen := fs.String("listen", "127.0.0.1:2379", "serve clients on `host:port` (port 0: a free port); a loopback address unless --allow-remote")
+	allowRemote := fs.Bool("allow-remote", false, "let --listen name an address other machines can reach")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: dlock dev takes only flags", fs.Arg(0))
 	}
+	host, port, err := net.SplitHostPort(*listen)
+	if err != nil {
+		return usageErrorf("--listen %q: want host:port (%v)", *listen, err)
+	}
+	loopback := isLoopback(host)
+	if !loopback && !*allowRemote {
+		return usageErrorf("--listen %s: not a loopback address; other machines could reach the server: pass --allow-remote to mean it", *listen)
+	}
 	if *dataDir == "" {
-		cache, err := os.UserCacheDir()
+		d, err := defaultDevDataDir(env)
 		if err != nil {
 			return usageErrorf("--data-dir: no default (%v); give one", err)
 		}
-		*dataDir = filepath.Join(cache, "dlock", "dev-etcd")
+		*dataDir = d
 	}
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return usageErrorf("--data-dir: %v", err)
@@ -53,12 +77,15 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	defer unlock()
-	announce, err := devFilePath()
+	announce, err := devFilePath(true)
 	if err != nil {
-		return err
+		return fmt.Errorf("the announcement directory: %w", err)
 	}
-	if url, ok := readDevFile(announce); ok {
-		return fmt.Errorf("a dlock dev server already runs at %s (announced in %s); stop it first", url, announce)
+	switch url, err := readDevFile(announce); {
+	case err == nil:
+		return fmt.Errorf("a dlock dev server already runs at %s (announced in %s); stop it first", dlock.Redact(url), announce)
+	case !errors.Is(err, os.ErrNotExist):
+		fmt.Fprintf(env.stderr, "dlock dev: %v\n", err)
 	}
 
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -69,18 +96,78 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	defer node.Close()
 	url := node.URL()
+	if !loopback {
+		fmt.Fprintf(env.stderr, "dlock dev: WARNING: serving on %s, which other machines can reach\n", *listen)
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			// Clients on this machine use the loopback address; others
+			// need a name of this machine.
+			url = strings.Replace(url, *listen, net.JoinHostPort("127.0.0.1", port), 1)
+		}
+	}
 	if err := writeDevFile(announce, url); err != nil {
 		return err
 	}
 	defer removeDevFile(announce)
 
-	fmt.Fprintf(env.stdout, "dlock dev: etcd serving %s (data in %s)\n", url, *dataDir)
-	fmt.Fprintf(env.stdout, "Other dlock commands on this machine find it through %s;\n", announce)
-	fmt.Fprintf(env.stdout, "elsewhere pass --backend %s, or export DLOCK_BACKEND=%s\n", url, url)
+	fmt.Fprintf(env.stdout, "dlock dev: etcd serving %s (data in %s)\n", dlock.Redact(url), *dataDir)
+	fmt.Fprintf(env.stdout, "Other dlock commands of this user on this machine find it through %s;\n", announce)
+	if remote := remoteURL(url, host, port); remote != url {
+		fmt.Fprintf(env.stdout, "from other machines pass --backend %s\n", dlock.Redact(remote))
+	}
 	fmt.Fprintf(env.stdout, "Ctrl-C stops it.\n")
 	<-ctx.Done()
 	fmt.Fprintf(env.stdout, "dlock dev: stopping\n")
 	return nil
+}
+
+// isLoopback reports whether host names this machine's loopback interface
+// only.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// remoteURL is url as another machine writes it when the server listens
+// on all interfaces: with this machine's name.
+func remoteURL(url, host, port string) string {
+	ip := net.ParseIP(host)
+	if host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return url
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return url
+	}
+	return strings.Replace(url, net.JoinHostPort("127.0.0.1", port), net.JoinHostPort(name, port), 1)
+}
+
+// defaultDevDataDir is $XDG_DATA_HOME/dlock/dev, else
+// ~/.local/share/dlock/dev: data, not a cache, since the fencing tokens
+// must keep increasing. A directory at the former default in the cache
+// directory is kept in use, with a note.
+func defaultDevDataDir(env *cmdEnv) (string, error) {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, ".local", "share")
+	}
+	dir := filepath.Join(base, "dlock", "dev")
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if cache, err := os.UserCacheDir(); err == nil {
+			old := filepath.Join(cache, "dlock", "dev-etcd")
+			if _, err := os.Stat(old); err == nil {
+				fmt.Fprintf(env.stderr, "dlock dev: using the data of an earlier version in %s; a cache cleaner may delete it and restart the fencing tokens: stop dlock dev and move it to %s\n", old, dir)
+				return old, nil
+			}
+		}
+	}
+	return dir, nil
 }
 
 // lockDataDir keeps a second dlock dev off the same data directory, where
@@ -95,25 +182,4 @@ func lockDataDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("--data-dir %s is in use by another dlock dev; stop it or give another directory", dir)
 	}
 	return func() { f.Close() }, nil
-}
-
-// writeDevFile announces url, atomically: readers never see half a file.
-func writeDevFile(path, url string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := fmt.Sprintf("%s.%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%s\npid %d\n", url, os.Getpid()), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// removeDevFile removes the announcement if it is still this process's.
-func removeDevFile(path string) {
-	if b, err := os.ReadFile(path); err == nil {
-		if _, pid, ok := parseDevFile(b); ok && pid == os.Getpid() {
-			os.Remove(path)
-		}
-	}
 }
