@@ -106,7 +106,7 @@ func (bf *backendFlags) ownOrEmbedded(ctx context.Context, env *cmdEnv, log io.W
 	fmt.Fprintf(log, "starting a throwaway embedded etcd node in %s …\n", dir)
 	ctx, cancel := context.WithTimeout(ctx, max(bf.timeout, 30*time.Second))
 	defer cancel()
-	node, err := startEmbeddedBounded(ctx, dir, "")
+	node, err := startEmbeddedBounded(ctx, dir, "", "")
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start the embedded etcd: %w", err)
@@ -161,14 +161,14 @@ func (b *backend) failed(err error) error {
 // startEmbeddedBounded is startEmbedded that returns when ctx ends even if
 // the server's start is stuck (etcd waits for its database's file lock
 // without a timeout). A node that starts after that is closed.
-func startEmbeddedBounded(ctx context.Context, dir, listen string) (embeddedNode, error) {
+func startEmbeddedBounded(ctx context.Context, dir, listen, password string) (embeddedNode, error) {
 	type started struct {
 		n   embeddedNode
 		err error
 	}
 	ch := make(chan started, 1)
 	go func() {
-		n, err := startEmbedded(ctx, dir, listen)
+		n, err := startEmbedded(ctx, dir, listen, password)
 		ch <- started{n, err}
 	}()
 	select {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -29,7 +31,12 @@ or can write is refused, and a file left by a dev server that has died is
 ignored with a message that says so.
 
 It serves on the loopback interface only, unless --allow-remote lets
---listen name another address.
+--listen name another address. Clients must log in: at its first start it
+makes a random password for etcd's user root, kept in the data directory
+(dlock-dev.password, mode 0600), and the announcement (mode 0600) carries
+it to the other commands of the same user. The password is never printed.
+A client without it is refused: "user name is empty" or "authentication
+failed", exit status 69.
 
 Ctrl-C (SIGINT) or SIGTERM stops it cleanly. Its data — and with it the
 fencing tokens, which keep increasing across restarts — stays in --data-dir,
@@ -88,8 +95,13 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		fmt.Fprintf(env.stderr, "dlock dev: %v\n", err)
 	}
 
+	password, passwordFile, err := devPassword(*dataDir)
+	if err != nil {
+		return err
+	}
+
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	node, err := startEmbeddedBounded(sctx, *dataDir, *listen)
+	node, err := startEmbeddedBounded(sctx, *dataDir, *listen, password)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("start etcd on --listen %s with --data-dir %s: %w", *listen, *dataDir, err)
@@ -110,9 +122,11 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	defer removeDevFile(announce)
 
 	fmt.Fprintf(env.stdout, "dlock dev: etcd serving %s (data in %s)\n", dlock.Redact(url), *dataDir)
-	fmt.Fprintf(env.stdout, "Other dlock commands of this user on this machine find it through %s;\n", announce)
+	fmt.Fprintf(env.stdout, "Other dlock commands of this user on this machine find it, with its password, through %s;\n", announce)
 	if remote := remoteURL(url, host, port); remote != url {
-		fmt.Fprintf(env.stdout, "from other machines pass --backend %s\n", dlock.Redact(remote))
+		fmt.Fprintf(env.stdout, "from other machines set DLOCK_BACKEND=%s, the password from %s\n", dlock.Redact(remote), passwordFile)
+	} else {
+		fmt.Fprintf(env.stdout, "other programs log in as root with the password in %s\n", passwordFile)
 	}
 	fmt.Fprintf(env.stdout, "Ctrl-C stops it.\n")
 	<-ctx.Done()
@@ -168,6 +182,46 @@ func defaultDevDataDir(env *cmdEnv) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// devPassword returns root's password for the server with its data in
+// dir, from dir/dlock-dev.password, which it creates (mode 0600, a random
+// password) at the first start. A file that others can read is refused.
+func devPassword(dir string) (password, path string, err error) {
+	path = filepath.Join(dir, "dlock-dev.password")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		password = hex.EncodeToString(b[:])
+		_, err = fmt.Fprintln(f, password)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(path)
+			return "", "", fmt.Errorf("--data-dir: %w", err)
+		}
+		return password, path, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return "", "", fmt.Errorf("--data-dir: %w", err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return "", "", fmt.Errorf("--data-dir: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return "", "", fmt.Errorf("%s must be a file of yours that only you can read and write (chmod 600 it)", path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("--data-dir: %w", err)
+	}
+	if password = strings.TrimSpace(string(b)); password == "" {
+		return "", "", fmt.Errorf("%s is empty", path)
+	}
+	return password, path, nil
 }
 
 // lockDataDir keeps a second dlock dev off the same data directory, where

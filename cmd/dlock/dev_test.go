@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -134,5 +136,41 @@ func TestDevStaleAnnouncementIsIgnoredAndSaidSo(t *testing.T) {
 				t.Errorf("list with a stale announcement (%s): %s; want status %d, \"stale\" and %q", c.name, r, exitUsage, c.want)
 			}
 		})
+	}
+}
+
+func TestDevRefusesClientsWithoutItsPassword(t *testing.T) {
+	dev := sharedDev(t)
+	u, err := url.Parse(dev.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, ok := u.User.Password()
+	if !ok || password == "" {
+		t.Fatalf("announced URL %s carries no password", dlock.Redact(dev.url))
+	}
+	if strings.Contains(dev.out.String(), password) {
+		t.Errorf("dlock dev printed its password:\n%s", dev.out.String())
+	}
+	fi, err := os.Stat(filepath.Join(dev.xdg, "dlock", "dev.url"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("announcement: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+
+	// Another user's program knows the port, not the password.
+	plain := "etcd://" + u.Host
+	for _, args := range [][]string{
+		{"list", "--timeout", "5s", "--backend", plain},
+		{"break", "--timeout", "5s", "--yes", "--backend", plain, "x"},
+		{"run", "--timeout", "5s", "--backend", plain, "x", "--", "true"},
+		{"list", "--timeout", "5s", "--backend", "etcd://root:wrong@" + u.Host},
+	} {
+		r := runDlock(t, cleanEnv(), args...)
+		if r.code != exitUnavailable || !strings.Contains(r.stderr, "auth") && !strings.Contains(r.stderr, "user name") {
+			t.Errorf("dlock %s: %s; want status %d and an authentication error", strings.Join(args, " "), r, exitUnavailable)
+		}
+	}
+	if r := runDlock(t, dev.env(), "list"); r.code != 0 {
+		t.Errorf("list with the announced credential: %s", r)
 	}
 }
