@@ -69,6 +69,16 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if !loopback && !*allowRemote {
 		return usageErrorf("--listen %s: not a loopback address; other machines could reach the server: pass --allow-remote to mean it", *listen)
 	}
+	if port == "0" {
+		// etcd would listen on a free port but announce port 0.
+		l, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return usageErrorf("--listen %s: %v", *listen, err)
+		}
+		*listen = l.Addr().String()
+		_, port, _ = net.SplitHostPort(*listen)
+		l.Close()
+	}
 	if *dataDir == "" {
 		d, err := defaultDevDataDir(env)
 		if err != nil {

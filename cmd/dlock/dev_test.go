@@ -174,3 +174,25 @@ func TestDevRefusesClientsWithoutItsPassword(t *testing.T) {
 		t.Errorf("list with the announced credential: %s", r)
 	}
 }
+
+func TestDevKeepsItsDataOutsideTheCacheByDefault(t *testing.T) {
+	root := t.TempDir()
+	home := filepath.Join(root, "home")
+	xdg := filepath.Join(root, "run")
+	env := cleanEnv("XDG_RUNTIME_DIR="+xdg, "HOME="+home, "XDG_DATA_HOME=", "XDG_CACHE_HOME=")
+	dev, err := startDevIn(env, filepath.Join(xdg, "dlock", "dev.url"), "--listen", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dev.stop)
+	data := filepath.Join(home, ".local", "share", "dlock", "dev")
+	if _, err := os.Stat(filepath.Join(data, "member")); err != nil {
+		t.Errorf("etcd's data is not in %s: %v\n%s", data, err, dev.out.String())
+	}
+	if strings.HasSuffix(dev.url, ":0") {
+		t.Errorf("--listen 127.0.0.1:0 announced %s; want the port it serves on", dlock.Redact(dev.url))
+	}
+	if r := runDlock(t, env, "list"); r.code != 0 {
+		t.Errorf("list: %s", r)
+	}
+}
