@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -39,6 +41,13 @@ type EmbedConfig struct {
 	// election timeout; 0 keeps etcd's defaults (100 ms, 1 s). etcd grants
 	// no lease shorter than 1.5 election timeouts.
 	Heartbeat, ElectionTimeout time.Duration
+
+	// RootPassword, when set, turns on etcd's authentication: the server
+	// refuses clients that do not log in, and user "root" logs in with
+	// this password (created, and authentication enabled, at the first
+	// start; later starts on the same Dir must give the same password).
+	// URL then carries the credential. Only for a single-member server.
+	RootPassword string
 
 	// Name is the member's name; "" means "default".
 	Name string
@@ -130,6 +139,12 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
+		if cfg.RootPassword != "" {
+			if err := enableAuth(ctx, cfg); err != nil {
+				e.Close()
+				return nil, err
+			}
+		}
 		return &Embedded{cfg: cfg, etcd: e}, nil
 	case err := <-e.Err():
 		e.Close()
@@ -206,8 +221,58 @@ func addrOrFree(addr string) (string, error) {
 	return l.Addr().String(), nil
 }
 
-// URL returns the etcd:// URL of this server, for dlock.Open.
-func (e *Embedded) URL() string { return "etcd://" + e.cfg.ClientAddr }
+// enableAuth makes root's password cfg.RootPassword and enables
+// authentication, unless it is enabled already; then it checks that root
+// logs in with that password.
+func enableAuth(ctx context.Context, cfg EmbedConfig) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fail := func(err error) error {
+		return fmt.Errorf("etcdlock: enable authentication of the embedded etcd in %s: %w", cfg.Dir, err)
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{cfg.ClientAddr}, Username: "root", Password: cfg.RootPassword,
+		DialTimeout: DefaultDialTimeout, Context: ctx, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrAuthFailed) {
+			return fail(errors.New("authentication is enabled and root's password is not the one given"))
+		}
+		return fail(err)
+	}
+	defer c.Close()
+	st, err := c.AuthStatus(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if st.Enabled {
+		return nil
+	}
+	if _, err := c.UserAdd(ctx, "root", cfg.RootPassword); errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		_, err = c.UserChangePassword(ctx, "root", cfg.RootPassword)
+		if err != nil {
+			return fail(err)
+		}
+	} else if err != nil {
+		return fail(err)
+	}
+	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fail(err)
+	}
+	if _, err := c.AuthEnable(ctx); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// URL returns the etcd:// URL of this server, for dlock.Open; with
+// RootPassword set, it holds root's credential.
+func (e *Embedded) URL() string {
+	if e.cfg.RootPassword != "" {
+		return "etcd://" + url.UserPassword("root", e.cfg.RootPassword).String() + "@" + e.cfg.ClientAddr
+	}
+	return "etcd://" + e.cfg.ClientAddr
+}
 
 // Endpoints returns the host:port clients connect to.
 func (e *Embedded) Endpoints() []string { return []string{e.cfg.ClientAddr} }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/etcdlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
@@ -70,8 +71,8 @@ func TestDevAnnouncesItselfAndKeepsTokensAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(dev.stop)
-	if !strings.Contains(dev.out.String(), dev.url) {
-		t.Errorf("dlock dev should print the URL to use, %s:\n%s", dev.url, dev.out.String())
+	if !strings.Contains(dev.out.String(), dlock.Redact(dev.url)) {
+		t.Errorf("dlock dev should print the URL to use, %s:\n%s", dlock.Redact(dev.url), dev.out.String())
 	}
 	r := runDlock(t, dev.env(), "dev", "--data-dir", filepath.Join(root, "other"), "--listen", "127.0.0.1:0")
 	if r.code == 0 || !strings.Contains(r.stderr, "already runs") {

@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlock/dlock"
@@ -20,9 +16,9 @@ Choosing the backend (every command):
   1. --backend URL, given before or after the command name; else
   2. the environment variable DLOCK_BACKEND; else
   3. run, inspect, list, break: the "dlock dev" server running on this machine,
-     found through the file it writes ($XDG_RUNTIME_DIR/dlock/dev.url, or
-     ~/.cache/dlock/dev.url without XDG_RUNTIME_DIR); with none running they
-     stop with an error that says to start "dlock dev" or to pass --backend;
+     found through the file it writes (see "dlock dev --help"); with none
+     running they stop with an error that says to start "dlock dev" or to
+     pass --backend;
      demo, bench: a throwaway single-node etcd in a temporary directory.
   URLs: etcd://h1:2379,h2:2379  redis://[user:pass@]host:6379/0  redlock://h1,h2,h3
         zk://h1:2181/chroot  postgres://…  mysql://user:pass@host:3306/db
@@ -82,14 +78,18 @@ func (bf *backendFlags) shared(env *cmdEnv) (*backend, error) {
 	if b := bf.configured(env); b != nil {
 		return b, nil
 	}
-	path, err := devFilePath()
+	path, err := devFilePath(false)
 	if err != nil {
 		return nil, usageErrorf("no backend: pass --backend URL or set DLOCK_BACKEND (%v)", err)
 	}
-	if url, ok := readDevFile(path); ok {
+	url, err := readDevFile(path)
+	switch {
+	case err == nil:
 		return &backend{url: url, source: "dlock dev"}, nil
+	case errors.Is(err, os.ErrNotExist):
+		return nil, usageErrorf("no backend: start one with \"dlock dev\" in another terminal, or pass --backend URL (or set DLOCK_BACKEND)")
 	}
-	return nil, usageErrorf("no backend: start one with \"dlock dev\" in another terminal, or pass --backend URL (or set DLOCK_BACKEND)")
+	return nil, usageErrorf("no backend: %v; start \"dlock dev\", or pass --backend URL (or set DLOCK_BACKEND)", err)
 }
 
 // ownOrEmbedded returns the configured backend, else starts a throwaway
@@ -106,7 +106,7 @@ func (bf *backendFlags) ownOrEmbedded(ctx context.Context, env *cmdEnv, log io.W
 	fmt.Fprintf(log, "starting a throwaway embedded etcd node in %s …\n", dir)
 	ctx, cancel := context.WithTimeout(ctx, max(bf.timeout, 30*time.Second))
 	defer cancel()
-	node, err := startEmbeddedBounded(ctx, dir, "")
+	node, err := startEmbeddedBounded(ctx, dir, "", "")
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start the embedded etcd: %w", err)
@@ -158,61 +158,17 @@ func (b *backend) failed(err error) error {
 	return err
 }
 
-// devFilePath is where "dlock dev" announces its URL to the other commands.
-func devFilePath() (string, error) {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "dlock", "dev.url"), nil
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(d, "dlock", "dev.url"), nil
-}
-
-// readDevFile returns the URL in the dev file if the process that wrote it
-// still runs; a crashed dev server's leftover file is ignored.
-func readDevFile(path string) (string, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", false
-	}
-	url, pid, ok := parseDevFile(b)
-	if !ok || !processAlive(pid) {
-		return "", false
-	}
-	return url, true
-}
-
-// parseDevFile reads the dev file's two lines: the URL, and "pid N".
-func parseDevFile(b []byte) (url string, pid int, ok bool) {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[1], "pid ") {
-		return "", 0, false
-	}
-	pid, err := strconv.Atoi(strings.TrimPrefix(lines[1], "pid "))
-	if err != nil || pid <= 0 {
-		return "", 0, false
-	}
-	return lines[0], pid, true
-}
-
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
 // startEmbeddedBounded is startEmbedded that returns when ctx ends even if
 // the server's start is stuck (etcd waits for its database's file lock
 // without a timeout). A node that starts after that is closed.
-func startEmbeddedBounded(ctx context.Context, dir, listen string) (embeddedNode, error) {
+func startEmbeddedBounded(ctx context.Context, dir, listen, password string) (embeddedNode, error) {
 	type started struct {
 		n   embeddedNode
 		err error
 	}
 	ch := make(chan started, 1)
 	go func() {
-		n, err := startEmbedded(ctx, dir, listen)
+		n, err := startEmbedded(ctx, dir, listen, password)
 		ch <- started{n, err}
 	}()
 	select {

@@ -33,6 +33,13 @@ fewest and most grants one worker got); and exclusion violations — two
 holders of one name at once, or a token not above the previous holder's —
 which must be 0. On a terminal a progress line shows while it runs.
 
+What it writes: locks named bench/RUN/… (RUN is random, one per run), each
+released when taken; at the end it breaks any of them still held. Backends
+that keep a fencing counter per name outside the lock (Redis, for one) keep
+those of the run's names. Before writing to a backend that is neither the
+throwaway etcd nor this user's "dlock dev", it asks on a terminal; without
+a terminal it refuses (status 64) unless --yes is given.
+
 Flags:
 {{flags}}` + backendHelp + `
 The throwaway etcd runs inside the bench process and shares its CPU.
@@ -51,6 +58,7 @@ type benchFlags struct {
 	hold     time.Duration
 	ttl      time.Duration
 	json     bool
+	yes      bool
 }
 
 // latency is a distribution summary, in milliseconds in JSON.
@@ -93,6 +101,8 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.DurationVar(&f.hold, "hold", time.Millisecond, "time `D` each grant holds the lock")
 	fs.DurationVar(&f.ttl, "ttl", 15*time.Second, "lease length")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&f.yes, "yes", false, "write to a backend other than the throwaway etcd or dlock dev without asking")
+	fs.BoolVar(&f.yes, "y", false, "short for --yes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -115,6 +125,12 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	defer b.Close()
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	prefix := "bench/" + hex.EncodeToString(suffix[:])
+	if err := confirmWrites(env, "bench", b, fmt.Sprintf("locks named %s/…, each released before it ends (a backend's fencing counter of a name may stay)", prefix), f.yes); err != nil {
+		return err
+	}
 	clients, err := f.openClients(ctx, b)
 	for _, c := range clients {
 		defer c.Close()
@@ -124,12 +140,10 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 
 	var progress io.Writer
-	if isTerminal(os.Stderr) && !f.json {
+	if askable(os.Stderr) && !f.json {
 		progress = env.stderr
 	}
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	prefix := "bench/" + hex.EncodeToString(suffix[:])
+	defer f.breakLeftovers(ctx, env, clients[0], b, prefix+"/")
 	rep := benchReport{Backend: b.String(), Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
 	for _, phase := range []struct {
 		name string
@@ -155,6 +169,26 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		}
 	}
 	return nil
+}
+
+// breakLeftovers breaks the locks under prefix that are still held (a
+// release that failed), so that the run leaves no lock behind.
+func (f *benchFlags) breakLeftovers(ctx context.Context, env *cmdEnv, c *dlock.Client, b *backend, prefix string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.timeout)
+	defer cancel()
+	infos, err := c.List(ctx, prefix)
+	if err != nil {
+		fmt.Fprintf(env.stderr, "dlock bench: could not check for locks left under %s: %v\n", prefix, b.failed(err))
+		return
+	}
+	for _, in := range infos {
+		if !in.Held {
+			continue
+		}
+		if err := c.Break(ctx, in.Name); err != nil && !errors.Is(err, dlock.ErrNotHeld) {
+			fmt.Fprintf(env.stderr, "dlock bench: could not free %s: %v\n", shown(in.Name), err)
+		}
+	}
 }
 
 // openClients opens one client per worker, each its own connection.
@@ -320,11 +354,6 @@ func showProgress(w io.Writer, phase string, start time.Time, d time.Duration, t
 		}
 	}()
 	return func() { close(done); <-finished }
-}
-
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func (f *benchFlags) printTable(w io.Writer, rep benchReport) error {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -74,8 +72,7 @@ func breakCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	if !*yes && askable(os.Stdin) {
 		fmt.Fprintf(env.stderr, "break %s, held by %s? [y/N] ", shown(name), describeHolder(info))
-		answer, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		if !answeredYes(os.Stdin) {
 			return withStatus(1, fmt.Errorf("%s not broken", shown(name)))
 		}
 		// The answer may come long after the look: look again.

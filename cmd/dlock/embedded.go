@@ -15,7 +15,9 @@ type embeddedNode interface {
 }
 
 // startEmbedded starts a node with its data in dir, serving clients on
-// listen (host:port; "" picks a free loopback port). Its log is discarded.
-func startEmbedded(ctx context.Context, dir, listen string) (embeddedNode, error) {
-	return etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir, ClientAddr: listen})
+// listen (host:port; "" picks a free loopback port). With a password, it
+// refuses clients that do not log in as root with it, and URL carries the
+// credential. Its log is discarded.
+func startEmbedded(ctx context.Context, dir, listen, password string) (embeddedNode, error) {
+	return etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir, ClientAddr: listen, RootPassword: password})
 }

@@ -219,19 +219,28 @@ func (d *devServer) env(extra ...string) []string {
 // startDev runs "dlock dev" with its announcement in xdg and its data in
 // dataDir, and returns once it has announced its URL.
 func startDev(xdg, dataDir string, port int) (*devServer, error) {
-	d := &devServer{xdg: xdg, out: &lockedBuffer{}, done: make(chan struct{})}
-	d.proc = dlockCmd(cleanEnv("XDG_RUNTIME_DIR="+xdg), "dev", "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	d, err := startDevIn(cleanEnv("XDG_RUNTIME_DIR="+xdg), filepath.Join(xdg, "dlock", "dev.url"), "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	if d != nil {
+		d.xdg = xdg
+	}
+	return d, err
+}
+
+// startDevIn runs "dlock dev args…" in env and returns once it has
+// announced its URL in announce.
+func startDevIn(env []string, announce string, args ...string) (*devServer, error) {
+	d := &devServer{out: &lockedBuffer{}, done: make(chan struct{})}
+	d.proc = dlockCmd(env, append([]string{"dev"}, args...)...)
 	d.proc.Stdout, d.proc.Stderr = d.out, d.out
 	if err := d.proc.Start(); err != nil {
 		return nil, err
 	}
 	go func() { _ = d.proc.Wait(); close(d.done) }()
-	announce := filepath.Join(xdg, "dlock", "dev.url")
 	deadline := time.After(90 * time.Second)
 	for {
 		if b, err := os.ReadFile(announce); err == nil {
-			if url, pid, ok := parseDevFile(b); ok && pid == d.proc.Process.Pid {
-				d.url = url
+			if a, ok := parseDevFile(b); ok && a.pid == d.proc.Process.Pid {
+				d.url = a.url
 				return d, nil
 			}
 		}
@@ -240,7 +249,7 @@ func startDev(xdg, dataDir string, port int) (*devServer, error) {
 			return nil, fmt.Errorf("dlock dev exited: %s", d.out.String())
 		case <-deadline:
 			d.stop()
-			return nil, fmt.Errorf("dlock dev did not announce itself within 90s: %s", d.out.String())
+			return nil, fmt.Errorf("dlock dev did not announce itself in %s within 90s: %s", announce, d.out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

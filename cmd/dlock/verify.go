@@ -45,11 +45,19 @@ why.
 
 Flags:
 {{flags}}` + backendHelp + `
+What it writes: locks named verify/SCHEME/TIME/lock-N, new names for every
+run, which the client processes take and release; backends that keep a
+fencing counter per name outside the lock (Redis, for one) keep those.
+The histories go to a temporary directory, removed at the end unless a run
+failed. Before writing to a backend that is not this user's "dlock dev", it
+asks on a terminal; without a terminal it refuses (status 64) unless --yes
+is given.
+
 Exit status: 0 when every run passed, 1 when a property was violated, 64 for
 a usage error, 69 when the backend cannot be reached.
 
 Example:
-  dlock verify --backend redis://127.0.0.1:6379/0 --faults client --duration 30s
+  dlock verify --backend redis://127.0.0.1:6379/0 --faults client --duration 30s --yes
 `
 
 // verifyArgs is a dlock verify command line, parsed and checked.
@@ -58,6 +66,7 @@ type verifyArgs struct {
 	clients              int
 	duration, ttl, bound time.Duration
 	history              string
+	yes                  bool
 	runs                 []verify.Fault
 }
 
@@ -72,6 +81,8 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 	faults := fs.String("faults", "client", "`KIND`: client (pause, kill, net, after a fault-free run), none, or a comma-separated list of none, pause, kill, net")
 	fs.StringVar(&a.history, "history", "", "write the history to `FILE` (with several runs, FILE-<fault>.jsonl); default: a temporary directory")
 	fs.DurationVar(&a.ttl, "ttl", 2*time.Second, "lease length `D` the clients ask for")
+	fs.BoolVar(&a.yes, "yes", false, "write to a backend other than dlock dev without asking")
+	fs.BoolVar(&a.yes, "y", false, "short for --yes")
 	fs.DurationVar(&a.bound, "bound", 5*time.Second, "after a fault heals, a grant must come within TTL + `D`")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -132,6 +143,13 @@ func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if caps.MinTTL > 0 && a.ttl < caps.MinTTL {
 		return usageErrorf("--ttl %v: this backend's shortest lease is %v", a.ttl, caps.MinTTL)
 	}
+	kept := "removed at the end unless a run fails"
+	if a.history != "" {
+		kept = "removed at the end; --history keeps a copy"
+	}
+	if err := confirmWrites(env, "verify", b, fmt.Sprintf("locks named verify/%s/TIME/lock-N (TIME: one per run), held and released by the client processes (a backend's fencing counter of a name may stay); the histories go to a temporary directory, %s", label, kept), a.yes); err != nil {
+		return err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the dlock binary to start client processes: %w", err)
@@ -140,6 +158,12 @@ func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	keep := false // a failed run's histories stay for inspection
+	defer func() {
+		if !keep {
+			os.RemoveAll(dir)
+		}
+	}()
 	deploy := verify.DeploymentFromURL(b.url)
 
 	var results []*verify.Result
@@ -166,6 +190,11 @@ func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
 				return fmt.Errorf("write the history: %w", err)
 			}
 			res.History = dst
+		}
+		if res.Verdict() != "PASS" {
+			keep = true
+		} else if a.history == "" {
+			res.History = "not kept (--history FILE keeps it)"
 		}
 		results = append(results, res)
 	}

@@ -29,7 +29,7 @@ func verifyRedis(t *testing.T, deleteKeys func(ctx context.Context, rdb *redis.C
 		}()
 	}
 	r := runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0", "--faults", "kill,net",
-		"--clients", "3", "--ttl", "1s", "--bound", "2s", "--duration", "10s")
+		"--clients", "3", "--ttl", "1s", "--bound", "2s", "--duration", "10s", "--yes")
 	cancel()
 	wg.Wait()
 	return r

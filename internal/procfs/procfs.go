@@ -16,6 +16,10 @@ type Stat struct {
 	State byte
 	PPID  int // parent
 	PGRP  int // process group
+	// StartTime is when the process started, in clock ticks after boot: a
+	// PID and its StartTime name one process, even after the PID is reused.
+	// 0 if the file does not have it.
+	StartTime uint64
 }
 
 // Gone reports a process that has exited (a zombie holds nothing).
@@ -47,7 +51,11 @@ func Read(path string) (s Stat, ok bool) {
 	if err0 != nil || err1 != nil || err2 != nil {
 		return Stat{}, false
 	}
-	return Stat{PID: pid, State: f[0][0], PPID: ppid, PGRP: pgrp}, true
+	st := Stat{PID: pid, State: f[0][0], PPID: ppid, PGRP: pgrp}
+	if len(f) > 19 { // field 22 of the file; f starts at field 3
+		st.StartTime, _ = strconv.ParseUint(string(f[19]), 10, 64)
+	}
+	return st, true
 }
 
 // Process reads /proc/PID/stat.

@@ -36,6 +36,9 @@ func TestProcessAllAndThreadsOfAStoppedChild(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	child := cmd.Process.Pid
+	if self, ok := procfs.Process(os.Getpid()); !ok || self.StartTime == 0 {
+		t.Errorf("Process(self) = %+v, %v; want a start time", self, ok)
+	}
 	s, ok := procfs.Process(child)
 	if !ok || s.PID != child || s.PPID != os.Getpid() || s.Gone() {
 		t.Fatalf("Process(child) = %+v, %v; want a live child %d of %d", s, ok, child, os.Getpid())
