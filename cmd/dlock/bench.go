@@ -44,6 +44,11 @@ Flags:
 {{flags}}` + backendHelp + `
 The throwaway etcd runs inside the bench process and shares its CPU.
 
+Exit status: 0 when no exclusion was violated, 1 when one was (and only
+then), 64 for a usage error, 69 when the backend cannot be reached or
+failed, 70 when the run itself failed before a verdict (interrupted, for
+one).
+
 Example:
   dlock bench
   dlock bench --workers 16 --keys 4 --duration 10s --json
@@ -91,7 +96,13 @@ type benchReport struct {
 	Phases   []phaseResult `json:"phases"`
 }
 
+// benchCmd is dlock bench: status 1 for an exclusion violation only, 70
+// when the run itself failed.
 func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
+	return checkerStatus(benchRun(ctx, env, args))
+}
+
+func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	var f benchFlags
 	fs := newFlagSet("dlock bench", benchUsage, env.stdout)
 	f.register(fs)
@@ -165,7 +176,7 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	for _, p := range rep.Phases {
 		if p.Violations > 0 {
-			return fmt.Errorf("%d exclusion violations in the %s phase", p.Violations, p.Phase)
+			return withStatus(exitViolation, fmt.Errorf("%d exclusion violations in the %s phase", p.Violations, p.Phase))
 		}
 	}
 	return nil

@@ -49,6 +49,10 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"bad worker count", dev.env(), []string{"demo", "seckill", "--workers", "0"}, exitUsage, "--workers"},
 		{"bad key count", dev.env(), []string{"bench", "--keys", "9", "--workers", "2"}, exitUsage, "--keys"},
 		{"extra argument", dev.env(), []string{"inspect", "a", "b"}, exitUsage, "NAME"},
+		{"unreachable backend, verify", noDev, []string{"verify", "--timeout", "3s", "--yes", "--backend", "etcd://" + closed}, exitUnavailable, closed},
+		{"unreachable backend, bench", noDev, []string{"bench", "--timeout", "3s", "--yes", "--workers", "1", "--backend", "etcd://" + closed}, exitUnavailable, closed},
+		{"unknown flag, verify", noDev, []string{"verify", "--frobnicate"}, exitUsage, "--frobnicate"},
+		{"unknown flag, bench", noDev, []string{"bench", "--frobnicate"}, exitUsage, "--frobnicate"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			t.Parallel()

@@ -77,7 +77,8 @@ Run "dlock COMMAND --help" for a command's flags and an example, and
 "dlock --version" for the version.
 ` + backendHelp + `
 Exit status: 0 on success, 64 for a usage error (bad flag, name or URL),
-69 when the backend cannot be reached; "dlock run --help" lists the others.
+69 when the backend cannot be reached; verify and bench: 1 when a violation
+was found, 70 when the run itself failed; "dlock run --help" lists the others.
 
 Example:
   dlock dev &                                  # a local etcd, found by the other commands
