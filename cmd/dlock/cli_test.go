@@ -53,6 +53,9 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"unreachable backend, bench", noDev, []string{"bench", "--timeout", "3s", "--yes", "--workers", "1", "--backend", "etcd://" + closed}, exitUnavailable, closed},
 		{"unknown flag, verify", noDev, []string{"verify", "--frobnicate"}, exitUsage, "--frobnicate"},
 		{"unknown flag, bench", noDev, []string{"bench", "--frobnicate"}, exitUsage, "--frobnicate"},
+		{"dev given --backend", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--backend", "etcd://" + closed}, exitUsage, "dev runs its own etcd server"},
+		{"dev given --backend=URL", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "-backend=etcd://" + closed}, exitUsage, "dev runs its own etcd server"},
+		{"--backend before dev", noDev, []string{"--backend", "etcd://" + closed, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, exitUsage, "dev runs its own etcd server"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			t.Parallel()

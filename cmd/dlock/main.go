@@ -10,7 +10,7 @@
 //	dlock demo seckill | dlock demo fencing   the flash-sale race; Kleppmann's paused holder
 //	dlock bench                               throughput, latency and fairness of a backend
 //
-// Every command takes --backend URL (or the environment variable
+// Every command but dev takes --backend URL (or the environment variable
 // DLOCK_BACKEND); see "dlock help" for how the default is chosen.
 package main
 
