@@ -84,7 +84,7 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"help"}, {"run", "--help"}, {"inspect", "--help"}, {"list", "--help"}, {"break", "--help"},
 		{"dev", "--help"}, {"demo", "--help"}, {"demo", "seckill", "--help"}, {"demo", "fencing", "--help"},
-		{"bench", "--help"}, {"help", "run"}, {"run", "-h"},
+		{"bench", "--help"}, {"verify", "--help"}, {"completion", "--help"}, {"help", "run"}, {"run", "-h"},
 	} {
 		code, out, errs := help(args...)
 		if code != 0 || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage:") || errs != "" {
