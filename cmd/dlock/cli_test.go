@@ -50,7 +50,6 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"bad key count", dev.env(), []string{"bench", "--keys", "9", "--workers", "2"}, exitUsage, "--keys"},
 		{"extra argument", dev.env(), []string{"inspect", "a", "b"}, exitUsage, "NAME"},
 		{"unreachable backend, verify", noDev, []string{"verify", "--timeout", "3s", "--yes", "--backend", "etcd://" + closed}, exitUnavailable, closed},
-		{"unreachable backend, bench", noDev, []string{"bench", "--timeout", "3s", "--yes", "--workers", "1", "--backend", "etcd://" + closed}, exitUnavailable, closed},
 		{"unknown flag, verify", noDev, []string{"verify", "--frobnicate"}, exitUsage, "--frobnicate"},
 		{"unknown flag, bench", noDev, []string{"bench", "--frobnicate"}, exitUsage, "--frobnicate"},
 		{"dev given --backend", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--backend", "etcd://" + closed}, exitUsage, "dev runs its own etcd server"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -76,8 +77,9 @@ func TestVerifyCatchesARedisThatLosesLocks(t *testing.T) {
 
 // TestVerifyThatFailsItselfIsNotAViolation: a verify run that breaks
 // (here: the history cannot be written) exits 70, not 1, which a script
-// would read as "the backend violated its guarantees". (A bad flag and an
-// unreachable backend, 64 and 69, are in TestBadInputGivesOneLineErrorAndStatus.)
+// would read as "the backend violated its guarantees"; bench against an
+// unreachable backend exits 69. (Bad flags, and verify against an unreachable
+// backend, are in TestBadInputGivesOneLineErrorAndStatus.)
 func TestVerifyThatFailsItselfIsNotAViolation(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	missing := filepath.Join(t.TempDir(), "no-such-dir", "history.jsonl")
@@ -85,5 +87,12 @@ func TestVerifyThatFailsItselfIsNotAViolation(t *testing.T) {
 		"--clients", "2", "--ttl", "200ms", "--bound", "1s", "--duration", "1s", "--history", missing, "--yes")
 	if r.code != exitToolFailed || !strings.Contains(r.stderr, "write the history") {
 		t.Errorf("verify that could not write its history: %s; want status %d and the reason", r, exitToolFailed)
+	}
+	// bench says what it will write before it connects: not one line, so
+	// not in that table.
+	closed := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	r = runDlock(t, cleanEnv(), "bench", "--timeout", "3s", "--yes", "--workers", "1", "--backend", "etcd://"+closed)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, closed) {
+		t.Errorf("bench against an unreachable backend: %s; want status %d", r, exitUnavailable)
 	}
 }
