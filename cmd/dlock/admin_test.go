@@ -42,8 +42,8 @@ func TestInspectListAndBreakShowTheHolder(t *testing.T) {
 		t.Errorf("the TOKEN column is not aligned:\n%s", r.stdout)
 	}
 	r = runDlock(t, dev.env(), "list", "--json", t.Name()+"/")
-	var all []lockJSON
-	if err := json.Unmarshal([]byte(r.stdout), &all); err != nil || len(all) != 1 || all[0].Name != name || all[0].Token != j.Token {
+	var all struct{ Locks []lockView }
+	if err := json.Unmarshal([]byte(r.stdout), &all); err != nil || len(all.Locks) != 1 || all.Locks[0].Name != name || all.Locks[0].Token != j.Token {
 		t.Errorf("list --json: %v %s", err, r)
 	}
 
@@ -60,6 +60,69 @@ func TestInspectListAndBreakShowTheHolder(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "no lock") {
 		t.Errorf("list after break: %s", r)
 	}
+}
+
+// TestJSONHasASchemaAndNullsForMissingValues: inspect --json and list
+// --json carry "schema": 1 at the top, and a value that is unknown or does
+// not apply is null, its key still there.
+func TestJSONHasASchemaAndNullsForMissingValues(t *testing.T) {
+	dev := sharedDev(t)
+	name := t.Name() + "/job"
+	holder := startDlock(t, dev.env(), "run", name, "--", "sleep", "120") // no --note
+	waitHeld(t, dev.env(), name, holder.pid())
+	decode := func(args ...string) map[string]any {
+		t.Helper()
+		r := runDlock(t, dev.env(), args...)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &m); r.code != 0 || err != nil {
+			t.Fatalf("dlock %s: %v\n%s", strings.Join(args, " "), err, r)
+		}
+		if m["schema"] != float64(jsonSchema) {
+			t.Errorf("dlock %s: schema = %v, want %d", strings.Join(args, " "), m["schema"], jsonSchema)
+		}
+		return m
+	}
+	// has checks that m has every key, and that those in nulls are null.
+	has := func(what string, m map[string]any, keys []string, nulls ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s lacks the key %q: %v", what, k, m)
+			}
+		}
+		for _, k := range nulls {
+			if v, ok := m[k]; !ok || v != nil {
+				t.Errorf("%s: %q = %v, want null", what, k, v)
+			}
+		}
+	}
+	lockKeys := []string{"name", "held", "token", "holder", "expires_in_seconds", "waiters"}
+	holderKeys := []string{"host", "pid", "note", "acquired_at"}
+
+	list := decode("list", "--json", t.Name()+"/")
+	locks, _ := list["locks"].([]any)
+	if len(locks) != 1 {
+		t.Fatalf("list --json: locks = %v, want the one held", list["locks"])
+	}
+	held, _ := locks[0].(map[string]any)
+	has("a held lock in list --json", held, lockKeys)
+	h, _ := held["holder"].(map[string]any)
+	has("its holder", h, holderKeys, "note")
+
+	free := decode("inspect", "--json", t.Name()+"/free")
+	has("inspect --json of a free lock", free, lockKeys, "token", "holder", "expires_in_seconds")
+	if w, ok := free["waiters"].([]any); !ok || len(w) != 0 {
+		t.Errorf("inspect --json of a free lock: waiters = %v, want []", free["waiters"])
+	}
+	empty := decode("list", "--json", t.Name()+"/none/")
+	if l, ok := empty["locks"].([]any); !ok || len(l) != 0 {
+		t.Errorf("list --json with no match: locks = %v, want []", empty["locks"])
+	}
+
+	if r := runDlock(t, dev.env(), "break", name); r.code != 0 {
+		t.Fatalf("break: %s", r)
+	}
+	holder.wait(t)
 }
 
 func TestDevAnnouncesItselfAndKeepsTokensAcrossRestart(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 const backendHelp = `
-Choosing the backend (every command):
+Choosing the backend (every command but dev, which is one):
   1. --backend URL, given before or after the command name; else
   2. the environment variable DLOCK_BACKEND; else
   3. run, inspect, list, break: the "dlock dev" server running on this machine,

@@ -44,6 +44,16 @@ Flags:
 {{flags}}` + backendHelp + `
 The throwaway etcd runs inside the bench process and shares its CPU.
 
+With --json: {"schema": 1, "backend", "workers", "hold_ms",
+"duration_per_phase", "phases": [...]}; a figure that was not measured (the
+hand-off latency of the uncontended phase, a first error when there was
+none) is null, never left out.
+
+Exit status: 0 when no exclusion was violated, 1 when one was (and only
+then), 64 for a usage error, 69 when the backend cannot be reached or
+failed, 70 when the run itself failed before a verdict (interrupted, for
+one).
+
 Example:
   dlock bench
   dlock bench --workers 16 --keys 4 --duration 10s --json
@@ -61,12 +71,13 @@ type benchFlags struct {
 	yes      bool
 }
 
-// latency is a distribution summary, in milliseconds in JSON.
+// latency is a distribution summary, in milliseconds in JSON; with no
+// samples the figures are null.
 type latency struct {
-	Samples int     `json:"samples"`
-	P50     float64 `json:"p50_ms"`
-	P99     float64 `json:"p99_ms"`
-	Max     float64 `json:"max_ms"`
+	Samples int      `json:"samples"`
+	P50     *float64 `json:"p50_ms"`
+	P99     *float64 `json:"p99_ms"`
+	Max     *float64 `json:"max_ms"`
 }
 
 type phaseResult struct {
@@ -80,10 +91,11 @@ type phaseResult struct {
 	MaxGrants    int     `json:"max_grants_per_worker"`
 	Violations   int     `json:"exclusion_violations"`
 	Errors       int     `json:"errors"`
-	FirstError   string  `json:"first_error,omitempty"`
+	FirstError   *string `json:"first_error"` // null without errors
 }
 
 type benchReport struct {
+	Schema   int           `json:"schema"`
 	Backend  string        `json:"backend"`
 	Workers  int           `json:"workers"`
 	HoldMS   float64       `json:"hold_ms"`
@@ -91,7 +103,13 @@ type benchReport struct {
 	Phases   []phaseResult `json:"phases"`
 }
 
+// benchCmd is dlock bench: status 1 for an exclusion violation only, 70
+// when the run itself failed.
 func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
+	return checkerStatus(benchRun(ctx, env, args))
+}
+
+func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	var f benchFlags
 	fs := newFlagSet("dlock bench", benchUsage, env.stdout)
 	f.register(fs)
@@ -144,7 +162,7 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		progress = env.stderr
 	}
 	defer f.breakLeftovers(ctx, env, clients[0], b, prefix+"/")
-	rep := benchReport{Backend: b.String(), Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
+	rep := benchReport{Schema: jsonSchema, Backend: b.String(), Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
 	for _, phase := range []struct {
 		name string
 		keys int
@@ -165,7 +183,7 @@ func benchCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	for _, p := range rep.Phases {
 		if p.Violations > 0 {
-			return fmt.Errorf("%d exclusion violations in the %s phase", p.Violations, p.Phase)
+			return withStatus(exitViolation, fmt.Errorf("%d exclusion violations in the %s phase", p.Violations, p.Phase))
 		}
 	}
 	return nil
@@ -256,8 +274,9 @@ func (f *benchFlags) runPhase(ctx context.Context, clients []*dlock.Client, phas
 		r.Grants += s.grants
 		r.Violations += s.violations
 		r.Errors += s.errors
-		if s.firstErr != nil && r.FirstError == "" {
-			r.FirstError = oneLine(s.firstErr)
+		if s.firstErr != nil && r.FirstError == nil {
+			msg := oneLine(s.firstErr)
+			r.FirstError = &msg
 		}
 		if r.MinGrants < 0 || s.grants < r.MinGrants {
 			r.MinGrants = s.grants
@@ -329,7 +348,8 @@ func summarize(ds []time.Duration) latency {
 	}
 	slices.Sort(ds)
 	at := func(p int) time.Duration { return ds[min(len(ds)-1, len(ds)*p/100)] }
-	return latency{Samples: len(ds), P50: ms(at(50)), P99: ms(at(99)), Max: ms(ds[len(ds)-1])}
+	p50, p99, top := ms(at(50)), ms(at(99)), ms(ds[len(ds)-1])
+	return latency{Samples: len(ds), P50: &p50, P99: &p99, Max: &top}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -362,24 +382,29 @@ func (f *benchFlags) printTable(w io.Writer, rep benchReport) error {
 	t := newTable(w)
 	fmt.Fprintln(t, "PHASE\tKEYS\tGRANTS\tGRANTS/S\tACQUIRE p50\tp99\tmax\tHAND-OFF p50\tp99\tmax\tGRANTS/WORKER min-max\tVIOLATIONS\tERRORS")
 	for _, p := range rep.Phases {
-		hand := [3]string{"-", "-", "-"}
-		if p.Handoff.Samples > 0 {
-			hand = [3]string{fmtMS(p.Handoff.P50), fmtMS(p.Handoff.P99), fmtMS(p.Handoff.Max)}
-		}
+		acq, hand := p.Acquire.columns(), p.Handoff.columns()
 		fmt.Fprintf(t, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%d-%d\t%d\t%d\n",
 			p.Phase, p.Keys, p.Grants, p.GrantsPerSec,
-			fmtMS(p.Acquire.P50), fmtMS(p.Acquire.P99), fmtMS(p.Acquire.Max),
+			acq[0], acq[1], acq[2],
 			hand[0], hand[1], hand[2], p.MinGrants, p.MaxGrants, p.Violations, p.Errors)
 	}
 	if err := t.Flush(); err != nil {
 		return err
 	}
 	for _, p := range rep.Phases {
-		if p.FirstError != "" {
-			fmt.Fprintf(w, "%s: first error: %s\n", p.Phase, p.FirstError)
+		if p.FirstError != nil {
+			fmt.Fprintf(w, "%s: first error: %s\n", p.Phase, *p.FirstError)
 		}
 	}
 	return nil
+}
+
+// columns are p50, p99 and max for the table: "-" without samples.
+func (l latency) columns() [3]string {
+	if l.Samples == 0 {
+		return [3]string{"-", "-", "-"}
+	}
+	return [3]string{fmtMS(*l.P50), fmtMS(*l.P99), fmtMS(*l.Max)}
 }
 
 func fmtMS(v float64) string {

@@ -49,6 +49,12 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"bad worker count", dev.env(), []string{"demo", "seckill", "--workers", "0"}, exitUsage, "--workers"},
 		{"bad key count", dev.env(), []string{"bench", "--keys", "9", "--workers", "2"}, exitUsage, "--keys"},
 		{"extra argument", dev.env(), []string{"inspect", "a", "b"}, exitUsage, "NAME"},
+		{"unreachable backend, verify", noDev, []string{"verify", "--timeout", "3s", "--yes", "--backend", "etcd://" + closed}, exitUnavailable, closed},
+		{"unknown flag, verify", noDev, []string{"verify", "--frobnicate"}, exitUsage, "--frobnicate"},
+		{"unknown flag, bench", noDev, []string{"bench", "--frobnicate"}, exitUsage, "--frobnicate"},
+		{"dev given --backend", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--backend", "etcd://" + closed}, exitUsage, "dev runs its own etcd server"},
+		{"dev given --backend=URL", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "-backend=etcd://" + closed}, exitUsage, "dev runs its own etcd server"},
+		{"--backend before dev", noDev, []string{"--backend", "etcd://" + closed, "dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, exitUsage, "dev runs its own etcd server"},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			t.Parallel()
@@ -77,7 +83,7 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"help"}, {"run", "--help"}, {"inspect", "--help"}, {"list", "--help"}, {"break", "--help"},
 		{"dev", "--help"}, {"demo", "--help"}, {"demo", "seckill", "--help"}, {"demo", "fencing", "--help"},
-		{"bench", "--help"}, {"help", "run"}, {"run", "-h"},
+		{"bench", "--help"}, {"verify", "--help"}, {"completion", "--help"}, {"help", "run"}, {"run", "-h"},
 	} {
 		code, out, errs := help(args...)
 		if code != 0 || !strings.Contains(out, "Example") || !strings.Contains(out, "Usage:") || errs != "" {

@@ -24,6 +24,14 @@ Example:
   dlock demo fencing
 `
 
+// demos are the subcommands of dlock demo.
+func demos() []command {
+	return []command{
+		{name: "seckill", summary: "N worker processes race to buy K items; without the lock they oversell", run: seckillCmd},
+		{name: "fencing", summary: "a holder paused past its TTL; its late write is refused by the fencing token", run: fencingCmd},
+	}
+}
+
 func demoCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(env.stderr, demoUsage)
@@ -33,12 +41,12 @@ func demoCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(env.stdout, demoUsage)
 		return nil
-	case "seckill":
-		env.name = "dlock demo seckill"
-		return seckillCmd(ctx, env, args[1:])
-	case "fencing":
-		env.name = "dlock demo fencing"
-		return fencingCmd(ctx, env, args[1:])
+	}
+	for _, d := range demos() {
+		if d.name == args[0] {
+			env.name = "dlock demo " + d.name
+			return d.run(ctx, env, args[1:])
+		}
 	}
 	return usageErrorf("unknown demo %q; the demos are seckill and fencing", args[0])
 }

@@ -85,6 +85,20 @@ func TestBenchReportsThroughputLatencyAndNoViolations(t *testing.T) {
 	if rep.Phases[1].Handoff.Samples == 0 {
 		t.Errorf("the contended phase measured no hand-off: %+v", rep.Phases[1])
 	}
+	// A schema version, and null (not a missing key) for what was not
+	// measured: no error, so first_error is null in each phase.
+	var raw struct {
+		Schema *int
+		Phases []map[string]any
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil || raw.Schema == nil || *raw.Schema != jsonSchema {
+		t.Errorf("bench --json: want \"schema\": %d: %v\n%s", jsonSchema, err, r.stdout)
+	}
+	for _, p := range raw.Phases {
+		if v, ok := p["first_error"]; !ok || v != nil {
+			t.Errorf("bench --json phase %v: first_error = %v (present %v), want null", p["phase"], v, ok)
+		}
+	}
 
 	r = runDlock(t, cleanEnv(), "bench", "--workers", "2", "--duration", "500ms")
 	if r.code != 0 || !regexp.MustCompile(`(?m)^PHASE\s+KEYS\s+GRANTS`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^contended\s+1\s+\d+`).MatchString(r.stdout) {

@@ -55,6 +55,22 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	dataDir := fs.String("data-dir", "", "keep etcd's data in `DIR` (default $XDG_DATA_HOME/dlock/dev or ~/.local/share/dlock/dev)")
 	listen := fs.String("listen", "127.0.0.1:2379", "serve clients on `host:port` (port 0: a free port); a loopback address unless --allow-remote")
 	allowRemote := fs.Bool("allow-remote", false, "let --listen name an address other machines can reach")
+	// dev is the one command without --backend: it is the backend. Given
+	// after "dev" the flag package would only say it is not defined; given
+	// before, it would be ignored while a server starts. Either is a
+	// usage error that says why.
+	given := env.backend != ""
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if n := strings.TrimLeft(a, "-"); n != a && (n == "backend" || strings.HasPrefix(n, "backend=")) {
+			given = true
+		}
+	}
+	if given {
+		return usageErrorf("--backend: dev runs its own etcd server and connects to no backend; --listen chooses where it serves, and the other commands find it or take --backend with its URL")
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ func newFlagSet(name, usage string, stdout io.Writer) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {} // Parse calls it on errors too; help is printed by parseFlags
+	if c, ok := stdout.(*flagCollector); ok {
+		c.sets = append(c.sets, fs) // dlock completion asks for the flags
+	}
 	return &flagSet{fs, func() {
 		fmt.Fprint(stdout, strings.Replace(usage, "{{flags}}", flagList(fs), 1))
 	}}
@@ -35,10 +38,7 @@ func flagList(fs *flag.FlagSet) string {
 	width := 0
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, usage := flag.UnquoteUsage(f)
-		left := "--" + f.Name
-		if len(f.Name) == 1 {
-			left = "-" + f.Name // a short flag: -v, not --v
-		}
+		left := flagWord(f.Name)
 		if kind != "" {
 			left += " " + kind
 		}
@@ -53,6 +53,15 @@ func flagList(fs *flag.FlagSet) string {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, r.left, r.right)
 	}
 	return b.String()
+}
+
+// flagWord is a flag as help shows and completion offers it: --name, or
+// -v for a one-letter flag (not --v).
+func flagWord(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 // parseFlags parses args into fs. --help prints the usage and ends the

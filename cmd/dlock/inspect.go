@@ -16,6 +16,12 @@ token, host and process ID, note, when it was acquired (by the holder's
 clock), how long its lease has left (by the backend's clock, where the
 backend says), and the waiters in order (on backends with a queue).
 
+With --json: {"schema": 1, "name", "held", "token", "holder": HOLDER,
+"expires_in_seconds", "waiters": [HOLDER, …]}, a HOLDER being {"host",
+"pid", "note", "acquired_at"}. No key is ever left out: a value that is
+unknown or does not apply (a free lock's token and holder, a missing note)
+is null. "schema" changes only when a field is removed or changes meaning.
+
 Flags:
 {{flags}}` + backendHelp + `
 Example:
@@ -45,7 +51,7 @@ func inspectCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(env.stdout, toJSON(info))
+		return writeJSON(env.stdout, inspectJSON{jsonSchema, toJSON(info)})
 	}
 	now := time.Now()
 	t := newTable(env.stdout)

@@ -13,6 +13,9 @@ Lists the locks whose names begin with PREFIX (all when it is left out)
 that are held or waited on: name, token, holder, when acquired, how long
 the lease has left, and how many wait.
 
+With --json: {"schema": 1, "locks": [LOCK, …]}, each LOCK as "dlock
+inspect --json" prints it, without its "schema".
+
 Flags:
 {{flags}}` + backendHelp + `
 Example:
@@ -43,9 +46,9 @@ func listCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return b.failed(err)
 	}
 	if *asJSON {
-		out := make([]lockJSON, 0, len(infos))
+		out := listJSON{Schema: jsonSchema, Locks: make([]lockJSON, 0, len(infos))}
 		for _, in := range infos {
-			out = append(out, toJSON(in))
+			out.Locks = append(out.Locks, toJSON(in))
 		}
 		return writeJSON(env.stdout, out)
 	}

@@ -9,8 +9,10 @@
 //	dlock dev                                 a local etcd that dlock commands share
 //	dlock demo seckill | dlock demo fencing   the flash-sale race; Kleppmann's paused holder
 //	dlock bench                               throughput, latency and fairness of a backend
+//	dlock verify                              a backend's guarantees under client-side faults
+//	dlock completion bash|zsh|fish            a shell completion script
 //
-// Every command takes --backend URL (or the environment variable
+// Every command but dev takes --backend URL (or the environment variable
 // DLOCK_BACKEND); see "dlock help" for how the default is chosen.
 package main
 
@@ -59,6 +61,7 @@ func commands() []command {
 		{name: "bench", summary: "measure a backend: throughput, acquire and hand-off latency, fairness", run: benchCmd},
 		{name: "verify", summary: "check a backend's guarantees under client-side faults (workload, history, checkers)", run: verifyCmd},
 		{name: "help", summary: "show help for a command", run: helpCmd},
+		{name: "completion", summary: "print a shell completion script: dlock completion bash|zsh|fish", run: completionCmd},
 		{name: superviseCmd, run: supervise, hidden: true},
 		{name: seckillWorkerCmd, run: seckillWorker, hidden: true},
 		{name: fencingHolderCmd, run: fencingHolder, hidden: true},
@@ -77,7 +80,8 @@ Run "dlock COMMAND --help" for a command's flags and an example, and
 "dlock --version" for the version.
 ` + backendHelp + `
 Exit status: 0 on success, 64 for a usage error (bad flag, name or URL),
-69 when the backend cannot be reached; "dlock run --help" lists the others.
+69 when the backend cannot be reached; verify and bench: 1 when a violation
+was found, 70 when the run itself failed; "dlock run --help" lists the others.
 
 Example:
   dlock dev &                                  # a local etcd, found by the other commands
@@ -87,9 +91,15 @@ Example:
 
 func printMainUsage(w io.Writer) {
 	var b strings.Builder
+	width := 0
 	for _, c := range commands() {
 		if !c.hidden {
-			fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+			width = max(width, len(c.name))
+		}
+	}
+	for _, c := range commands() {
+		if !c.hidden {
+			fmt.Fprintf(&b, "  %-*s  %s\n", width, c.name, c.summary)
 		}
 	}
 	fmt.Fprintf(w, mainUsage, b.String())
@@ -117,7 +127,7 @@ func dlockMain(args []string, stdout, stderr io.Writer) int {
 // It does no I/O beyond printing help; an error (a usage error, or --help's
 // exitStatus(0)) is for report.
 func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
-	fs := newFlagSet("dlock", "", nil)
+	fs := newFlagSet("dlock", "", env.stdout)
 	fs.help = func() { printMainUsage(env.stdout) }
 	fs.StringVar(&env.backend, "backend", "", "backend URL")
 	showVersion := fs.Bool("version", false, "print the version")
@@ -147,7 +157,13 @@ func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
 	if guess != "" {
 		return command{}, nil, usageErrorf("unknown command %q; did you mean %q? (see dlock --help)", args[0], guess)
 	}
-	return command{}, nil, usageErrorf("unknown command %q; the commands are: run, inspect, list, break, dev, demo, bench, verify (see dlock --help)", args[0])
+	var names []string
+	for _, c := range commands() {
+		if !c.hidden && c.name != "help" {
+			names = append(names, c.name)
+		}
+	}
+	return command{}, nil, usageErrorf("unknown command %q; the commands are: %s (see dlock --help)", args[0], strings.Join(names, ", "))
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/internal/procfs"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -297,14 +298,26 @@ func stopSharedDev() {
 	}
 }
 
+// lockView is the output of "dlock inspect --json", decoded for tests:
+// a null becomes the zero value (a nil Holder when free).
+type lockView struct {
+	Schema           int
+	Name             string
+	Held             bool
+	Token            uint64
+	Holder           *dlock.Holder
+	ExpiresInSeconds *float64 `json:"expires_in_seconds"`
+	Waiters          []dlock.Holder
+}
+
 // lockState is "dlock inspect --json NAME".
-func lockState(t *testing.T, env []string, name string) lockJSON {
+func lockState(t *testing.T, env []string, name string) lockView {
 	t.Helper()
 	r := runDlock(t, env, "inspect", "--json", name)
 	if r.code != 0 {
 		t.Fatalf("inspect %s: %s", name, r)
 	}
-	var j lockJSON
+	var j lockView
 	if err := json.Unmarshal([]byte(r.stdout), &j); err != nil {
 		t.Fatalf("inspect --json output: %v\n%s", err, r.stdout)
 	}
@@ -312,7 +325,7 @@ func lockState(t *testing.T, env []string, name string) lockJSON {
 }
 
 // waitHeld waits until name is held (by the holder with pid, if not 0).
-func waitHeld(t *testing.T, env []string, name string, pid int) lockJSON {
+func waitHeld(t *testing.T, env []string, name string, pid int) lockView {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
@@ -323,7 +336,7 @@ func waitHeld(t *testing.T, env []string, name string, pid int) lockJSON {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%q was not held (by pid %d) within a minute", name, pid)
-	return lockJSON{}
+	return lockView{}
 }
 
 // waitWaiters waits until name has n waiters.

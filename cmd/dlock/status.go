@@ -14,7 +14,14 @@ import (
 // 128+N (killed by signal N). 64, 69 and 75 are EX_USAGE, EX_UNAVAILABLE and
 // EX_TEMPFAIL of BSD's sysexits.h, which say the same things; sysexits has
 // nothing for a lost lease, so it gets 79, the first value past its range.
+//
+// verify and bench have no CMD: for them 1 means only "a violation was
+// found", and a failure of the tool itself that no other status names
+// (interrupted, a file it could not write, a worker that broke) is 70,
+// EX_SOFTWARE, so that a script never reads a broken run as a verdict.
 const (
+	exitViolation   = 1  // verify, bench: a property was violated (checked, and failed)
+	exitToolFailed  = 70 // verify, bench: the run itself failed before a verdict (EX_SOFTWARE)
 	exitUsage       = 64 // a bad flag, argument, lock name or backend URL
 	exitUnavailable = 69 // the backend could not be reached or failed
 	exitNotAcquired = 75 // the lock was held: --no-wait, or --wait ran out
@@ -47,6 +54,17 @@ func withStatus(status int, err error) error {
 		return nil
 	}
 	return &statusError{status, err}
+}
+
+// checkerStatus is the error of verify and bench: a violation (already
+// reported with exitViolation) stays as it is; any other failure that would
+// be status 1 becomes exitToolFailed.
+func checkerStatus(err error) error {
+	var st exitStatus
+	if err == nil || errors.As(err, &st) || statusOf(err) != 1 {
+		return err
+	}
+	return withStatus(exitToolFailed, err)
 }
 
 // statusOf maps an error to the exit status documented in "dlock run --help".

@@ -45,23 +45,53 @@ func round(d time.Duration) time.Duration {
 	return d.Round(time.Microsecond)
 }
 
+// jsonSchema is the version of the JSON that inspect, list and bench print,
+// in their top-level "schema" field. It changes when a field is removed or
+// changes meaning; adding a field keeps it.
+const jsonSchema = 1
+
+// The JSON forms have no optional keys: a value that is unknown or does not
+// apply (a free lock's token, a holder's missing note) is null, so that a
+// consumer can tell "not there" from a key it misspelt.
+
 // lockJSON is the JSON form of a lock's state (inspect --json, list --json).
 type lockJSON struct {
-	Name             string         `json:"name"`
-	Held             bool           `json:"held"`
-	Token            uint64         `json:"token,omitempty"`
-	Holder           *dlock.Holder  `json:"holder,omitempty"`
-	ExpiresInSeconds *float64       `json:"expires_in_seconds,omitempty"`
-	Waiters          []dlock.Holder `json:"waiters"`
+	Name             string       `json:"name"`
+	Held             bool         `json:"held"`
+	Token            *uint64      `json:"token"`              // null when free
+	Holder           *holderJSON  `json:"holder"`             // null when free
+	ExpiresInSeconds *float64     `json:"expires_in_seconds"` // null when free or when the backend does not say
+	Waiters          []holderJSON `json:"waiters"`
+}
+
+// holderJSON is a holder or waiter; each field is null when not recorded.
+type holderJSON struct {
+	Host       *string    `json:"host"`
+	PID        *int       `json:"pid"`
+	Note       *string    `json:"note"`
+	AcquiredAt *time.Time `json:"acquired_at"`
+}
+
+// inspectJSON is the output of inspect --json.
+type inspectJSON struct {
+	Schema int `json:"schema"`
+	lockJSON
+}
+
+// listJSON is the output of list --json.
+type listJSON struct {
+	Schema int        `json:"schema"`
+	Locks  []lockJSON `json:"locks"`
 }
 
 func toJSON(in dlock.Info) lockJSON {
-	j := lockJSON{Name: in.Name, Held: in.Held, Token: in.Token, Waiters: in.Waiters}
-	if j.Waiters == nil {
-		j.Waiters = []dlock.Holder{}
+	j := lockJSON{Name: in.Name, Held: in.Held, Waiters: make([]holderJSON, 0, len(in.Waiters))}
+	for _, w := range in.Waiters {
+		j.Waiters = append(j.Waiters, toHolderJSON(w))
 	}
 	if in.Held {
-		h := in.Holder
+		j.Token = &in.Token
+		h := toHolderJSON(in.Holder)
 		j.Holder = &h
 		if in.ExpiresIn > 0 {
 			s := in.ExpiresIn.Seconds()
@@ -69,6 +99,23 @@ func toJSON(in dlock.Info) lockJSON {
 		}
 	}
 	return j
+}
+
+func toHolderJSON(h dlock.Holder) holderJSON {
+	j := holderJSON{Host: orNull(h.Host), PID: orNull(h.PID), Note: orNull(h.Note)}
+	if !h.AcquiredAt.IsZero() {
+		j.AcquiredAt = &h.AcquiredAt
+	}
+	return j
+}
+
+// orNull is v, or nil (JSON null) when v is its type's zero value.
+func orNull[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
 }
 
 // holderText is the short description of a holder in tables and messages.

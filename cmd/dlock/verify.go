@@ -53,8 +53,10 @@ failed. Before writing to a backend that is not this user's "dlock dev", it
 asks on a terminal; without a terminal it refuses (status 64) unless --yes
 is given.
 
-Exit status: 0 when every run passed, 1 when a property was violated, 64 for
-a usage error, 69 when the backend cannot be reached.
+Exit status: 0 when every run passed, 1 when a property was violated (and
+only then), 64 for a usage error, 69 when the backend cannot be reached or
+failed, 70 when the run itself failed before a verdict (interrupted, a
+history it could not write, a client process that could not start).
 
 Example:
   dlock verify --backend redis://127.0.0.1:6379/0 --faults client --duration 30s --yes
@@ -116,7 +118,13 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 	return a, nil
 }
 
+// verifyCmd is dlock verify: status 1 for a violation only, 70 when the
+// run itself failed.
 func verifyCmd(ctx context.Context, env *cmdEnv, args []string) error {
+	return checkerStatus(verifyRun(ctx, env, args))
+}
+
+func verifyRun(ctx context.Context, env *cmdEnv, args []string) error {
 	a, err := parseVerifyArgs(env, args)
 	if err != nil {
 		return err
@@ -233,7 +241,7 @@ func printVerdicts(env *cmdEnv, results []*verify.Result) error {
 	}
 	if failed {
 		fmt.Fprintln(w, "verdict: FAIL — see the violations above")
-		return exitStatus(1)
+		return exitStatus(exitViolation)
 	}
 	fmt.Fprintln(w, "verdict: PASS — no violation found")
 	return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +64,7 @@ func evict(ctx context.Context, rdb *redis.Client) {
 func TestVerifyCatchesARedisThatLosesLocks(t *testing.T) {
 	r := verifyRedis(t, evict)
 	t.Logf("with the keys deleted:\n%s", r.stdout)
-	if r.code != 1 || !strings.Contains(r.stdout, "verdict: FAIL") || !strings.Contains(r.stdout, "exclusion: ") {
+	if r.code != exitViolation || !strings.Contains(r.stdout, "verdict: FAIL") || !strings.Contains(r.stdout, "exclusion: ") {
 		t.Fatalf("dlock verify passed a Redis that loses its locks:\n%s", r)
 	}
 	if !strings.Contains(r.stdout, "Done closed late") && !strings.Contains(r.stdout, "only when its release was refused") {
@@ -70,5 +72,27 @@ func TestVerifyCatchesARedisThatLosesLocks(t *testing.T) {
 	}
 	if r = verifyRedis(t, nil); r.code != 0 || !strings.Contains(r.stdout, "verdict: PASS") {
 		t.Fatalf("dlock verify failed a healthy Redis:\n%s", r)
+	}
+}
+
+// TestVerifyThatFailsItselfIsNotAViolation: a verify run that breaks
+// (here: the history cannot be written) exits 70, not 1, which a script
+// would read as "the backend violated its guarantees"; bench against an
+// unreachable backend exits 69. (Bad flags, and verify against an unreachable
+// backend, are in TestBadInputGivesOneLineErrorAndStatus.)
+func TestVerifyThatFailsItselfIsNotAViolation(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "history.jsonl")
+	r := runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0", "--faults", "none",
+		"--clients", "2", "--ttl", "200ms", "--bound", "1s", "--duration", "1s", "--history", missing, "--yes")
+	if r.code != exitToolFailed || !strings.Contains(r.stderr, "write the history") {
+		t.Errorf("verify that could not write its history: %s; want status %d and the reason", r, exitToolFailed)
+	}
+	// bench says what it will write before it connects: not one line, so
+	// not in that table.
+	closed := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	r = runDlock(t, cleanEnv(), "bench", "--timeout", "3s", "--yes", "--workers", "1", "--backend", "etcd://"+closed)
+	if r.code != exitUnavailable || !strings.Contains(r.stderr, closed) {
+		t.Errorf("bench against an unreachable backend: %s; want status %d", r, exitUnavailable)
 	}
 }
