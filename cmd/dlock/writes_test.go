@@ -39,8 +39,8 @@ func TestBenchWithYesLeavesNoLockBehind(t *testing.T) {
 		t.Fatalf("bench should say which locks it writes: %s", r)
 	}
 	l := runDlock(t, dev.env(), "list", "--json", m[1])
-	var locks []json.RawMessage
-	if l.code != 0 || json.Unmarshal([]byte(l.stdout), &locks) != nil || len(locks) != 0 {
+	var list struct{ Locks []json.RawMessage }
+	if l.code != 0 || json.Unmarshal([]byte(l.stdout), &list) != nil || list.Locks == nil || len(list.Locks) != 0 {
 		t.Errorf("list %s after the bench: %s; want no lock left", m[1], l)
 	}
 }
