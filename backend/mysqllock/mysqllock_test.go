@@ -756,25 +756,16 @@ func (s server) testFrozenUnavailable(t *testing.T) {
 	}()
 	s.Pause()
 	defer s.Resume()
-	unavailable := func(what string, err error) {
-		t.Helper()
-		if ctx.Err() != nil {
-			t.Fatalf("%s returned only when the caller's context ended: %v", what, err)
-		}
-		if !errors.Is(err, dlock.ErrUnavailable) {
-			t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
-		}
-	}
 	_, err = c.Mutex("frozen/other").TryLock(ctx)
-	unavailable("TryLock", err)
+	testenv.WantUnavailable(t, ctx, "TryLock", err)
 	_, err = c.Mutex("frozen/other").Lock(ctx)
-	unavailable("Lock", err)
+	testenv.WantUnavailable(t, ctx, "Lock", err)
 	_, err = c.Inspect(ctx, "frozen/held")
-	unavailable("Inspect", err)
+	testenv.WantUnavailable(t, ctx, "Inspect", err)
 	_, err = d.Acquire(ctx, driver.Request{Name: "frozen/other", Owner: "o", TTL: time.Minute})
-	unavailable("driver Acquire", err)
-	unavailable("Unlock", l.Unlock(ctx))
-	unavailable("a waiting Lock", <-waiting)
+	testenv.WantUnavailable(t, ctx, "driver Acquire", err)
+	testenv.WantUnavailable(t, ctx, "Unlock", l.Unlock(ctx))
+	testenv.WantUnavailable(t, ctx, "a waiting Lock", <-waiting)
 	s.Resume()
 	for range 50 { // the pool replaces the connections the timeouts closed
 		var l *dlock.Lease

@@ -245,26 +245,17 @@ func TestFrozenServerIsUnavailableNotAHang(t *testing.T) {
 	}
 	srv.Pause()
 	defer srv.Resume()
-	unavailable := func(what string, err error) {
-		t.Helper()
-		if ctx.Err() != nil {
-			t.Fatalf("%s returned only when the caller's context ended: %v", what, err)
-		}
-		if !errors.Is(err, dlock.ErrUnavailable) {
-			t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
-		}
-	}
 	for _, x := range clients {
 		_, err := x.c.Mutex("other").TryLock(ctx)
-		unavailable(x.mode+": TryLock", err)
+		testenv.WantUnavailable(t, ctx, x.mode+": TryLock", err)
 		_, err = x.c.Mutex("other").Lock(ctx)
-		unavailable(x.mode+": Lock", err)
+		testenv.WantUnavailable(t, ctx, x.mode+": Lock", err)
 		_, err = x.c.Inspect(ctx, "held")
-		unavailable(x.mode+": Inspect", err)
+		testenv.WantUnavailable(t, ctx, x.mode+": Inspect", err)
 		_, err = x.c.Driver().Acquire(ctx, driver.Request{Name: "other", Owner: "o", TTL: time.Minute})
-		unavailable(x.mode+": driver Acquire", err)
-		unavailable(x.mode+": Unlock", x.l.Unlock(ctx))
-		unavailable(x.mode+": a waiting Lock", <-x.waiting)
+		testenv.WantUnavailable(t, ctx, x.mode+": driver Acquire", err)
+		testenv.WantUnavailable(t, ctx, x.mode+": Unlock", x.l.Unlock(ctx))
+		testenv.WantUnavailable(t, ctx, x.mode+": a waiting Lock", <-x.waiting)
 	}
 	srv.Resume()
 	for _, x := range clients {

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/procfs"
 )
 
@@ -280,4 +282,18 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// WantUnavailable checks the error a call to a frozen backend returned:
+// the call must have come back while ctx, the caller's context, was still
+// live (the backend's own bound ended it, not the caller), with an error
+// wrapping driver.ErrUnavailable.
+func WantUnavailable(t testing.TB, ctx context.Context, what string, err error) {
+	t.Helper()
+	if ctx.Err() != nil {
+		t.Fatalf("%s returned only when the caller's context ended: %v", what, err)
+	}
+	if !errors.Is(err, driver.ErrUnavailable) {
+		t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
+	}
 }
