@@ -25,16 +25,7 @@ import (
 // rather than after the TTL of a grant nobody will ever see.
 func testCancelledLockThenExit(t *testing.T, srv server) {
 	name := "cancelled-then-exit/" + t.Name()
-	a := srv.client(t)
-	la, err := a.Mutex(name).Lock(testenv.Context(t, 60*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, srv.Addr)
-	b := dlock.New(srv.open(t, proxy.Addr()), dlock.WithTTL(testTTL))
-	bctx, cancel := context.WithCancel(testenv.Context(t, 120*time.Second))
-	bch := lockAsync(bctx, b.Mutex(name))
-	waitWaiters(t, a, name, 1)
+	a, la, proxy, cancel, bch := queueBehindHolder(t, srv, name)
 	cancel()
 	r := recv2(t, bch, "cancelled waiter")
 	proxy.Block() // the process exits: nothing more arrives from it
@@ -50,17 +41,7 @@ func testCancelledLockThenExit(t *testing.T, srv server) {
 	if len(in.Waiters) != 0 {
 		t.Fatalf("after the cancelled Lock returned and its process went away: %d waiters queued, want none", len(in.Waiters))
 	}
-	if err := la.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	c := srv.client(t)
-	lc, err := c.Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
-	if err != nil {
-		t.Fatalf("TryLock after the holder released: %v (the lock went to the cancelled waiter)", err)
-	}
-	if err := lc.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
+	releaseFreesLock(t, srv, la, name)
 }
 
 // recv2 is recv that returns the result, error included.
@@ -225,6 +206,23 @@ func testWaiterOutlivesSlowAnswers(t *testing.T, srv server) {
 // the lock.
 func testCancelledLockCutOffExpires(t *testing.T, srv server) {
 	name := "cancelled-cut-off/" + t.Name()
+	a, la, proxy, cancel, bch := queueBehindHolder(t, srv, name)
+	proxy.Block()
+	t.Cleanup(proxy.Unblock)
+	cancel()
+	if r := recv2(t, bch, "cut-off waiter"); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled Lock: got %v, %v; want context.Canceled", r.l, r.err)
+	}
+	waitWaiters(t, a, name, 0)
+	releaseFreesLock(t, srv, la, name)
+}
+
+// queueBehindHolder has a client of srv take name, and queues behind it a
+// second client that reaches the server through a proxy the test can
+// freeze. It returns the holder's client and lease, the proxy, the cancel
+// of the waiter's Lock, and where that Lock's result arrives.
+func queueBehindHolder(t *testing.T, srv server, name string) (*dlock.Client, *dlock.Lease, *testenv.Proxy, context.CancelFunc, <-chan lockResult) {
+	t.Helper()
 	a := srv.client(t)
 	la, err := a.Mutex(name).Lock(testenv.Context(t, 60*time.Second))
 	if err != nil {
@@ -235,19 +233,19 @@ func testCancelledLockCutOffExpires(t *testing.T, srv server) {
 	bctx, cancel := context.WithCancel(testenv.Context(t, 120*time.Second))
 	bch := lockAsync(bctx, b.Mutex(name))
 	waitWaiters(t, a, name, 1)
-	proxy.Block()
-	t.Cleanup(proxy.Unblock)
-	cancel()
-	if r := recv2(t, bch, "cut-off waiter"); !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("cancelled Lock: got %v, %v; want context.Canceled", r.l, r.err)
-	}
-	waitWaiters(t, a, name, 0)
+	return a, la, proxy, cancel, bch
+}
+
+// releaseFreesLock releases the holder's lease la and checks that another
+// client gets name at once: it did not go to the waiter that gave up.
+func releaseFreesLock(t *testing.T, srv server, la *dlock.Lease, name string) {
+	t.Helper()
 	if err := la.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	lc, err := srv.client(t).Mutex(name).TryLock(testenv.Context(t, 30*time.Second))
 	if err != nil {
-		t.Fatalf("TryLock after the holder released: %v", err)
+		t.Fatalf("TryLock after the holder released: %v (the lock went to the waiter that gave up)", err)
 	}
 	if err := lc.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
