@@ -122,8 +122,7 @@
 // user and password are etcd's authentication (etcdctl user add); they are
 // never printed: errors show the URL with the password replaced.
 //
-// # Embedded server
-//
-// StartEmbedded runs an etcd server in the calling process, quiet by
-// default; StartEmbeddedCluster runs several as one cluster, for tests.
+// This package is etcd's client side only: its module requires etcd's
+// client, not its server. The etcd server that "dlock dev" runs, and the
+// CLI's demo and bench by default, lives in the CLI's module.
 package etcdlock
