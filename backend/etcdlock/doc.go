@@ -1,5 +1,4 @@
-// Package etcdlock is dlock's etcd backend, and the embedded etcd server
-// that dlock uses when no backend is given.
+// Package etcdlock is dlock's etcd backend.
 //
 //	import _ "github.com/dlock/dlock/backend/etcdlock"
 //	c, err := dlock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
