@@ -5,6 +5,13 @@
 # make bench  dlock side by side with the incumbent libraries: bench/RESULTS.md and bench/curves-*.svg
 GO ?= go
 
+# Every package of every module that go.work lists: the repository is one
+# module per backend plus the portable layer, the CLI, the verification,
+# the etcd server and bench (README, "Modules"); in workspace mode ./...
+# stops at the module of the current directory, and this pattern does not.
+# go.work is the one list of modules.
+PKGS = github.com/dlock/dlock/...
+
 .PHONY: demo test check install bench verify
 
 demo:
@@ -17,17 +24,21 @@ install:
 # is a claim about the backends, not about a machine that is also running
 # every other package's servers. It runs whether or not they passed.
 test: install
-	$(GO) vet ./...
-	cd bench && $(GO) vet ./...
+	$(GO) vet $(PKGS)
 	status=0; \
-	$(GO) test -race -count=1 -timeout 25m $$($(GO) list ./... | grep -v '/verify$$') || status=1; \
+	$(GO) test -race -count=1 -timeout 25m $$($(GO) list $(PKGS) | grep -v -e '/verify$$' -e '/bench$$') || status=1; \
 	$(GO) test -race -count=1 -timeout 25m ./verify/ || status=1; \
 	exit $$status
 
+# Each module also builds and vets on its own, outside the workspace, with
+# a tidy go.mod: what a user who requires it gets.
 check:
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
-	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+	$(GO) vet $(PKGS)
+	for d in $$($(GO) list -m -f '{{.Dir}}'); do \
+		(cd $$d && GOWORK=off $(GO) mod tidy -diff && GOWORK=off $(GO) vet ./...) || exit 1; \
+	done
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest $(PKGS)
 
 VERIFY_OUT ?= $(CURDIR)/verify-out
 verify: install

@@ -2,11 +2,26 @@ module github.com/dlock/dlock/bench
 
 go 1.26.0
 
-replace github.com/dlock/dlock => ../
+replace (
+	github.com/dlock/dlock => ..
+	github.com/dlock/dlock/backend/etcdlock => ../backend/etcdlock
+	github.com/dlock/dlock/backend/internal/redisscript => ../backend/internal/redisscript
+	github.com/dlock/dlock/backend/mysqllock => ../backend/mysqllock
+	github.com/dlock/dlock/backend/pglock => ../backend/pglock
+	github.com/dlock/dlock/backend/redislock => ../backend/redislock
+	github.com/dlock/dlock/backend/zklock => ../backend/zklock
+	github.com/dlock/dlock/internal/etcdserver => ../internal/etcdserver
+)
 
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlock/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/etcdlock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/mysqllock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/pglock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/redislock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/zklock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/internal/etcdserver v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-sql-driver/mysql v1.9.1
 	github.com/go-zookeeper/zk v1.0.4
@@ -24,6 +39,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/dlock/dlock/backend/internal/redisscript v0.0.0-00010101000000-000000000000 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect

@@ -22,7 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock/dlock/backend/etcdlock"
+	_ "github.com/dlock/dlock/backend/etcdlock"
+	"github.com/dlock/dlock/internal/etcdserver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -74,7 +75,7 @@ func serveEtcd(v string) int {
 	dir, addr := v[:i], v[i+1:]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir, ClientAddr: addr}); err != nil {
+	if _, err := etcdserver.Start(ctx, etcdserver.Config{Dir: dir, ClientAddr: addr}); err != nil {
 		fmt.Fprintln(os.Stderr, "etcd:", err)
 		return 1
 	}

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock/dlock/backend/etcdlock"
+	_ "github.com/dlock/dlock/backend/etcdlock"
 	_ "github.com/dlock/dlock/backend/mysqllock"
 	_ "github.com/dlock/dlock/backend/pglock"
 	_ "github.com/dlock/dlock/backend/redislock"
 	_ "github.com/dlock/dlock/backend/redlock"
 	_ "github.com/dlock/dlock/backend/temporallock"
 	_ "github.com/dlock/dlock/backend/zklock"
+	"github.com/dlock/dlock/internal/etcdserver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -47,7 +48,7 @@ var backends = []backend{
 		faults: []Fault{None, Pause, Kill, Net, Restart},
 		start: func(t testing.TB) Deployment {
 			ctx, dir := context.Background(), t.TempDir()
-			srv, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir})
+			srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: dir})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +58,7 @@ var backends = []backend{
 				URL:       joined("etcd", ""),
 				Restart: func() {
 					srv.Close()
-					if srv, err = etcdlock.StartEmbedded(ctx, srv.Config()); err != nil {
+					if srv, err = etcdserver.Start(ctx, srv.Config()); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -69,7 +70,7 @@ var backends = []backend{
 		faults: []Fault{Member},
 		start: func(t testing.TB) Deployment {
 			ctx := context.Background()
-			members, err := etcdlock.StartEmbeddedCluster(ctx, t.TempDir(), 3, nil)
+			members, err := etcdserver.StartCluster(ctx, t.TempDir(), 3, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +88,7 @@ var backends = []backend{
 				StopMember: func(i int) { members[i].Close() },
 				StartMember: func(i int) {
 					// A member rejoins while the other two serve: it starts at once.
-					if members[i], err = etcdlock.StartEmbedded(ctx, members[i].Config()); err != nil {
+					if members[i], err = etcdserver.Start(ctx, members[i].Config()); err != nil {
 						t.Fatal(err)
 					}
 				},

@@ -12,11 +12,11 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlock/dlock"
-	"github.com/dlock/dlock/backend/etcdlock"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // The benchmarks run dlock over etcdlock next to etcd's own
-// concurrency.Mutex, on one embedded server, so their ratio is measured
+// concurrency.Mutex, on one etcd server, so their ratio is measured
 // side by side:
 //
 //	go test -run '^$' -bench . -benchtime 3s ./backend/etcdlock/
@@ -27,7 +27,8 @@ import (
 // one name, holding it 1 ms each time; grants/s is the hand-off rate.
 // Ratio: both, in alternating rounds of a second; contended-x and
 // uncontended-x are dlock's rate over concurrency.Mutex's, and cpu-µs/grant
-// the process's CPU time per contended grant:
+// the test process's CPU time per contended grant (the clients': the
+// server runs in a process of its own):
 //
 //	go test -run '^$' -bench Etcd/Ratio -benchtime 8x ./backend/etcdlock/
 //
@@ -43,10 +44,10 @@ const (
 	benchTTL     = 10 * time.Second
 )
 
-// benchServer starts the embedded server for the benchmarks, with its data
-// in DLOCK_BENCH_DIR if set, else on /dev/shm if it is a directory (a tmpfs:
-// no sync latency), else in a temporary directory.
-func benchServer(b *testing.B) *etcdlock.Embedded {
+// benchServer starts the etcd server for the benchmarks, in a process of
+// its own, with its data in DLOCK_BENCH_DIR if set, else on /dev/shm if it
+// is a directory (a tmpfs: no sync latency), else in a temporary directory.
+func benchServer(b *testing.B) *testenv.Etcd {
 	parent := os.Getenv("DLOCK_BENCH_DIR")
 	if parent == "" {
 		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
@@ -61,12 +62,7 @@ func benchServer(b *testing.B) *etcdlock.Embedded {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = os.RemoveAll(dir) })
-	srv, err := etcdlock.StartEmbedded(context.Background(), etcdlock.EmbedConfig{Dir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = srv.Close() })
-	return srv
+	return testenv.StartEtcd(b, testenv.EtcdConfig{Dir: dir})
 }
 
 // locker takes the lock and returns the function that releases it.

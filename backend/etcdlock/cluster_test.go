@@ -11,20 +11,7 @@ import (
 // leader returns the index of the raft leader, waiting for one.
 func (d *deployment) leader(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		d.mu.Lock()
-		for i, m := range d.members {
-			if m.IsLeader() {
-				d.mu.Unlock()
-				return i
-			}
-		}
-		d.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no leader within 30s")
-	return -1
+	return leaderOf(t, d.members)
 }
 
 // TestClusterMemberStopKeepsLocksAndQueues stops the leader of a 3-member

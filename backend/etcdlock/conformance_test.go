@@ -2,26 +2,23 @@ package etcdlock_test
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock/backend/etcdlock"
 	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
-// deployment is a set of embedded etcd members that a test can restart.
+// deployment is a set of etcd members, each in a process of its own, that
+// a test can stop and start again.
 type deployment struct {
-	mu      sync.Mutex
-	members []*etcdlock.Embedded
+	members []*testenv.Etcd
 }
 
 func (d *deployment) endpoints() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var eps []string
 	for _, m := range d.members {
 		eps = append(eps, m.Endpoints()...)
@@ -39,42 +36,21 @@ func (d *deployment) open(ctx context.Context, addrs []string) (driver.Driver, e
 	return etcdlock.Connect(ctx, etcdlock.Config{Endpoints: addrs, Prefix: etcdlock.DefaultPrefix, DialTimeout: 10 * time.Second})
 }
 
-// stop stops member i.
+// stop stops member i (SIGTERM); its data stays.
 func (d *deployment) stop(t testing.TB, i int) {
 	t.Helper()
-	d.mu.Lock()
-	m := d.members[i]
-	d.mu.Unlock()
-	_ = m.Close()
+	d.members[i].Stop()
 }
 
 // start starts the given (stopped) members again, on their directories and
 // ports, concurrently: a cluster member waits for a quorum.
 func (d *deployment) start(t testing.TB, which ...int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	errs := make([]error, len(which))
-	var wg sync.WaitGroup
-	for j, i := range which {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.mu.Lock()
-			cfg := d.members[i].Config()
-			d.mu.Unlock()
-			m, err := etcdlock.StartEmbedded(ctx, cfg)
-			if err != nil {
-				errs[j] = err
-				return
-			}
-			d.mu.Lock()
-			d.members[i] = m
-			d.mu.Unlock()
-		}()
+	var ms []*testenv.Etcd
+	for _, i := range which {
+		ms = append(ms, d.members[i])
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := testenv.StartEtcdAgain(ms...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,38 +66,14 @@ func (d *deployment) restart(t testing.TB) {
 	d.start(t, all...)
 }
 
-func (d *deployment) close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, m := range d.members {
-		_ = m.Close()
-	}
-}
-
 func singleNode(t testing.TB) *deployment {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	m, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &deployment{members: []*etcdlock.Embedded{m}}
-	t.Cleanup(d.close)
-	return d
+	return &deployment{members: []*testenv.Etcd{startServer(t)}}
 }
 
 func threeMembers(t testing.TB) *deployment {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	ms, err := etcdlock.StartEmbeddedCluster(ctx, t.TempDir(), 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &deployment{members: ms}
-	t.Cleanup(d.close)
-	return d
+	return &deployment{members: testenv.StartEtcdCluster(t, 3)}
 }
 
 func harness(d *deployment) dlocktest.Harness {

@@ -1,5 +1,4 @@
-// Package etcdlock is dlock's etcd backend, and the embedded etcd server
-// that dlock uses when no backend is given.
+// Package etcdlock is dlock's etcd backend.
 //
 //	import _ "github.com/dlock/dlock/backend/etcdlock"
 //	c, err := dlock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
@@ -122,8 +121,7 @@
 // user and password are etcd's authentication (etcdctl user add); they are
 // never printed: errors show the URL with the password replaced.
 //
-// # Embedded server
-//
-// StartEmbedded runs an etcd server in the calling process, quiet by
-// default; StartEmbeddedCluster runs several as one cluster, for tests.
+// This package is etcd's client side only: its module requires etcd's
+// client, not its server. The etcd server that "dlock dev" runs, and the
+// CLI's demo and bench by default, lives in the CLI's module.
 package etcdlock

@@ -11,21 +11,16 @@ import (
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/etcdlock"
 	"github.com/dlock/dlock/dlocktest"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 func TestMain(m *testing.M) { dlocktest.Main(m) }
 
-// startServer starts a single-member embedded etcd for one test.
-func startServer(t testing.TB) *etcdlock.Embedded {
+// startServer starts a single-member etcd, in a process of its own, for
+// one test.
+func startServer(t testing.TB) *testenv.Etcd {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	e, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e
+	return testenv.StartEtcd(t, testenv.EtcdConfig{})
 }
 
 // newClient returns a raw etcd client of its own for endpoints.
@@ -45,6 +40,41 @@ func newLocker(t testing.TB, endpoints []string, opts ...dlock.Option) *dlock.Cl
 	c := dlock.New(etcdlock.New(newClient(t, endpoints)), opts...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// memberStatus returns the ID of the member serving endpoint and the ID of
+// the leader it knows of (0 for none).
+func memberStatus(t testing.TB, cli *clientv3.Client, endpoint string) (id, leader uint64, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, endpoint)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Header.MemberId, st.Leader, nil
+}
+
+// leaderOf returns the index of the raft leader among members, waiting
+// for one.
+func leaderOf(t testing.TB, members []*testenv.Etcd) int {
+	t.Helper()
+	var eps []string
+	for _, m := range members {
+		eps = append(eps, m.Endpoints()...)
+	}
+	cli := newClient(t, eps)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, ep := range eps {
+			if id, leader, err := memberStatus(t, cli, ep); err == nil && id == leader {
+				return i
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no leader within 30s")
+	return -1
 }
 
 func testContext(t testing.TB) context.Context {

@@ -1,57 +1,52 @@
 package etcdlock_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
-	"github.com/dlock/dlock/backend/etcdlock"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
-// peerCluster is a 3-member embedded cluster whose members reach each
-// other only through testenv.EtcdPeers, so that a test can cut one member
-// off from the two others while its clients still reach it.
+// peerCluster is a 3-member cluster, each member in a process of its own,
+// whose members reach each other only through testenv.EtcdPeers, so that a
+// test can cut one member off from the two others while its clients still
+// reach it.
 type peerCluster struct {
-	members []*etcdlock.Embedded
+	members []*testenv.Etcd
 	peers   *testenv.EtcdPeers
 }
+
+// peerClusterToken is the cluster's initial token: with the advertised peer
+// addresses, it determines the member IDs that EtcdPeers tells apart.
+const peerClusterToken = "dlock-partition-test"
 
 func startPeerCluster(t *testing.T) *peerCluster {
 	t.Helper()
 	const n = 3
-	peers := testenv.NewEtcdPeers(t, n, etcdlock.EmbeddedClusterToken)
+	peers := testenv.NewEtcdPeers(t, n, peerClusterToken)
 	cluster := map[string]string{}
-	cfgs := make([]etcdlock.EmbedConfig, n)
-	dir := t.TempDir()
+	cfgs := make([]testenv.EtcdConfig, n)
 	for i := range cfgs {
 		name := fmt.Sprintf("member%d", i)
 		cluster[name] = peers.AdvertiseAddr(i)
-		cfgs[i] = etcdlock.EmbedConfig{
-			Dir: filepath.Join(dir, name), Name: name, Cluster: cluster,
+		cfgs[i] = testenv.EtcdConfig{
+			Name: name, Cluster: cluster, ClusterToken: peerClusterToken,
 			PeerAddr: peers.AdvertiseAddr(i), PeerListenAddr: peers.ListenAddr(i),
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	ms, err := etcdlock.StartEmbeddedMembers(ctx, cfgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &peerCluster{members: ms, peers: peers}
-	t.Cleanup(func() {
-		for _, m := range ms {
-			_ = m.Close()
-		}
-	})
+	c := &peerCluster{members: testenv.StartEtcdMembers(t, cfgs), peers: peers}
 	// The peer network tells members apart by ID: it must know them.
+	cli := newClient(t, c.endpointsBut(-1))
 	for i, m := range c.members {
-		if m.MemberID() != peers.MemberID(i) {
-			t.Fatalf("member %d has ID %x, the peer network expects %x", i, m.MemberID(), peers.MemberID(i))
+		id, _, err := memberStatus(t, cli, m.Endpoints()[0])
+		if err != nil {
+			t.Fatalf("status of member %d: %v", i, err)
+		}
+		if id != peers.MemberID(i) {
+			t.Fatalf("member %d has ID %x, the peer network expects %x", i, id, peers.MemberID(i))
 		}
 	}
 	return c
@@ -60,20 +55,11 @@ func startPeerCluster(t *testing.T) *peerCluster {
 // leader returns the index of the raft leader, waiting for one.
 func (c *peerCluster) leader(t *testing.T) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, m := range c.members {
-			if m.IsLeader() {
-				return i
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no leader within 30s")
-	return -1
+	return leaderOf(t, c.members)
 }
 
-// endpoints returns the client addresses of the members other than cut.
+// endpointsBut returns the client addresses of the members other than
+// cut.
 func (c *peerCluster) endpointsBut(cut int) []string {
 	var eps []string
 	for i, m := range c.members {

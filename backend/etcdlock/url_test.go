@@ -92,7 +92,7 @@ func TestOpenUnreachableIsUnavailableWithoutPassword(t *testing.T) {
 	// A port nobody listens on: a free one, closed again.
 	e := startServer(t)
 	addr := e.Endpoints()[0]
-	_ = e.Close()
+	e.Stop()
 	_, err := dlock.Open(ctx, "etcd://user:hunter2@"+addr+"?dial-timeout=300ms")
 	if !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("Open of a stopped server: %v, want ErrUnavailable", err)

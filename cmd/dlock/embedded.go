@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"github.com/dlock/dlock/backend/etcdlock"
+	"github.com/dlock/dlock/internal/etcdserver"
 )
 
 // embeddedNode is a single-node etcd server inside this process: what
@@ -19,5 +19,5 @@ type embeddedNode interface {
 // refuses clients that do not log in as root with it, and URL carries the
 // credential. Its log is discarded.
 func startEmbedded(ctx context.Context, dir, listen, password string) (embeddedNode, error) {
-	return etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir, ClientAddr: listen, RootPassword: password})
+	return etcdserver.Start(ctx, etcdserver.Config{Dir: dir, ClientAddr: listen, RootPassword: password})
 }

@@ -3,13 +3,23 @@ package testenv
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -222,4 +232,254 @@ func (p *EtcdPeers) close() {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// EtcdInstall is what makes the etcd server command buildable: the Go
+// modules it needs, fetched by the Go toolchain.
+const EtcdInstall = "scripts/install-etcd.sh"
+
+// EtcdConfig configures an etcd server started by StartEtcd: the flags of
+// internal/etcdserver/cmd/etcdserver.
+type EtcdConfig struct {
+	// Dir holds the server's data; "" is a temporary directory of the
+	// test. A server started again on the same Dir keeps its revisions.
+	Dir string
+	// Name is the member's name; "" is etcd's default.
+	Name string
+	// ClientAddr and PeerAddr are the host:port clients and other members
+	// connect to; "" picks a free loopback port.
+	ClientAddr, PeerAddr string
+	// PeerListenAddr is where the member listens for its peers when a
+	// proxy stands in front of PeerAddr (see EtcdPeers); "" is PeerAddr.
+	PeerListenAddr string
+	// Cluster maps every member's name to its PeerAddr; nil starts a
+	// single node.
+	Cluster map[string]string
+	// ClusterToken is the initial cluster token; "" is etcdserver's.
+	ClusterToken string
+	// Heartbeat and ElectionTimeout are raft's; 0 keeps etcd's defaults.
+	Heartbeat, ElectionTimeout time.Duration
+}
+
+func (c EtcdConfig) args() []string {
+	a := []string{"-dir", c.Dir, "-client", c.ClientAddr, "-peer", c.PeerAddr}
+	if c.Name != "" {
+		a = append(a, "-name", c.Name)
+	}
+	if c.PeerListenAddr != "" {
+		a = append(a, "-peer-listen", c.PeerListenAddr)
+	}
+	if c.Cluster != nil {
+		var ms []string
+		for name, addr := range c.Cluster {
+			ms = append(ms, name+"="+addr)
+		}
+		sort.Strings(ms)
+		a = append(a, "-cluster", strings.Join(ms, ","))
+	}
+	if c.ClusterToken != "" {
+		a = append(a, "-cluster-token", c.ClusterToken)
+	}
+	if c.Heartbeat > 0 {
+		a = append(a, "-heartbeat", c.Heartbeat.String())
+	}
+	if c.ElectionTimeout > 0 {
+		a = append(a, "-election-timeout", c.ElectionTimeout.String())
+	}
+	return a
+}
+
+// Etcd is an etcd server (a single node or one member of a cluster)
+// running in a process of its own, started for a test and killed when it
+// ends.
+type Etcd struct {
+	cfg  EtcdConfig
+	bin  string
+	logs string // a directory for the logs of its runs
+
+	mu   sync.Mutex
+	proc *Process
+	runs int
+}
+
+// StartEtcd starts an etcd server and returns when it serves clients.
+func StartEtcd(t testing.TB, cfg EtcdConfig) *Etcd {
+	t.Helper()
+	return StartEtcdMembers(t, []EtcdConfig{cfg})[0]
+}
+
+// StartEtcdMembers starts the members of one cluster concurrently (a
+// member serves only once a quorum has started) and returns when all
+// serve.
+func StartEtcdMembers(t testing.TB, cfgs []EtcdConfig) []*Etcd {
+	t.Helper()
+	bin := etcdBinary(t)
+	es := make([]*Etcd, len(cfgs))
+	for i, cfg := range cfgs {
+		if cfg.Dir == "" {
+			cfg.Dir = t.TempDir()
+		}
+		if cfg.ClientAddr == "" {
+			cfg.ClientAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		}
+		if cfg.PeerAddr == "" {
+			cfg.PeerAddr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		}
+		es[i] = &Etcd{cfg: cfg, bin: bin, logs: t.TempDir()}
+		t.Cleanup(es[i].Kill)
+	}
+	if err := StartEtcdAgain(es...); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return es
+}
+
+// StartEtcdCluster starts an n-member cluster on free loopback ports.
+func StartEtcdCluster(t testing.TB, n int) []*Etcd {
+	t.Helper()
+	cfgs := make([]EtcdConfig, n)
+	cluster := map[string]string{}
+	for i := range cfgs {
+		name := fmt.Sprintf("member%d", i)
+		peer := "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		cfgs[i] = EtcdConfig{Name: name, PeerAddr: peer, Cluster: cluster}
+		cluster[name] = peer
+	}
+	return StartEtcdMembers(t, cfgs)
+}
+
+// StartEtcdAgain starts stopped servers again, on their directories and
+// ports, concurrently, and returns when all serve.
+func StartEtcdAgain(es ...*Etcd) error {
+	errs := make([]error, len(es))
+	var wg sync.WaitGroup
+	for i, e := range es {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.start()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (e *Etcd) start() error {
+	e.mu.Lock()
+	if e.proc != nil {
+		select {
+		case <-e.proc.Exited():
+		default:
+			e.mu.Unlock()
+			return fmt.Errorf("etcd %s is still running", e.cfg.ClientAddr)
+		}
+	}
+	e.runs++ // a fresh log per run, so that WaitLog sees this run's lines
+	p, err := StartProcess(fmt.Sprintf("etcd-%d", e.runs), exec.Command(e.bin, e.cfg.args()...), e.logs)
+	if err != nil {
+		e.mu.Unlock()
+		return fmt.Errorf("start etcd: %w", err)
+	}
+	e.proc = p
+	e.mu.Unlock()
+	if err := p.WaitLog("ready member-id=", 2*time.Minute); err != nil {
+		p.Kill()
+		return err
+	}
+	return nil
+}
+
+func (e *Etcd) process() *Process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.proc
+}
+
+// Endpoints returns the host:port clients connect to.
+func (e *Etcd) Endpoints() []string { return []string{e.cfg.ClientAddr} }
+
+// URL returns the server's etcd:// URL, for dlock.Open.
+func (e *Etcd) URL() string { return "etcd://" + e.cfg.ClientAddr }
+
+// Config returns the server's configuration, its ports and Dir filled in.
+func (e *Etcd) Config() EtcdConfig { return e.cfg }
+
+// Stop stops the server as an operator would (SIGTERM), waiting for it to
+// exit. Its data stays in Dir.
+func (e *Etcd) Stop() { e.process().Stop(30 * time.Second) }
+
+// Kill stops the server at once (SIGKILL); what etcd had acknowledged is
+// on disk already.
+func (e *Etcd) Kill() {
+	if p := e.process(); p != nil {
+		p.Kill()
+	}
+}
+
+// Pause freezes the server (SIGSTOP): it keeps its connections and answers
+// nothing. Resume thaws it.
+func (e *Etcd) Pause() { e.process().Pause() }
+
+// Resume thaws a paused server (SIGCONT).
+func (e *Etcd) Resume() { e.process().Resume() }
+
+var etcdBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// etcdBinary builds internal/etcdserver/cmd/etcdserver, once per test
+// binary, and returns its path. The test binary's package lies in this
+// repository: the command's module is found from the working directory up.
+// The binary goes to a directory of the temp dir named for the checkout,
+// so that test binaries of one checkout share it (go build leaves an
+// up-to-date binary as it is) and those of another do not.
+func etcdBinary(t testing.TB) string {
+	t.Helper()
+	etcdBuild.once.Do(func() { etcdBuild.bin, etcdBuild.err = buildEtcd() })
+	if etcdBuild.err != nil {
+		Missing(t, "etcd", EtcdInstall, etcdBuild.err)
+	}
+	return etcdBuild.bin
+}
+
+func buildEtcd() (string, error) {
+	const cmdDir = "internal/etcdserver/cmd/etcdserver"
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if fi, err := os.Stat(filepath.Join(dir, cmdDir)); err == nil && fi.IsDir() {
+			break
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("no %s above the working directory", cmdDir)
+		}
+		dir = up
+	}
+	sum := sha256.Sum256([]byte(dir))
+	out := filepath.Join(os.TempDir(), fmt.Sprintf("dlock-etcdserver-%d-%x", os.Getuid(), sum[:6]))
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", err
+	}
+	// One build at a time per checkout: test binaries run in parallel.
+	lock, err := os.OpenFile(filepath.Join(out, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(out, "etcdserver")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(ctx, "go", "build", "-C", filepath.Join(dir, "internal/etcdserver"), "-o", bin, "./cmd/etcdserver")
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", cmdDir, err, b)
+	}
+	return bin, nil
 }

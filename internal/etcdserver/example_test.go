@@ -1,4 +1,4 @@
-package etcdlock_test
+package etcdserver_test
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"os"
 
 	"github.com/dlock/dlock"
-	"github.com/dlock/dlock/backend/etcdlock"
+	_ "github.com/dlock/dlock/backend/etcdlock"
+	"github.com/dlock/dlock/internal/etcdserver"
 )
 
 // An etcd server inside the program, and a lock taken on it through its URL.
-func ExampleStartEmbedded() {
+func ExampleStart() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "etcd")
 	if err != nil {
@@ -19,7 +20,7 @@ func ExampleStartEmbedded() {
 	}
 	defer os.RemoveAll(dir)
 
-	srv, err := etcdlock.StartEmbedded(ctx, etcdlock.EmbedConfig{Dir: dir})
+	srv, err := etcdserver.Start(ctx, etcdserver.Config{Dir: dir})
 	if err != nil {
 		log.Fatal(err)
 	}

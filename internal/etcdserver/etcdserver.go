@@ -1,6 +1,15 @@
-package etcdlock
+// Package etcdserver runs an etcd server inside the calling process: the
+// single node behind "dlock dev", the throwaway backend of "dlock demo" and
+// "dlock bench", and the servers of the fault verification and the
+// benchmarks. It is a module of its own so that etcd's server (and the
+// gRPC, OpenTelemetry and protobuf versions it requires) stays out of the
+// module graph of programs that only use the etcd client backend,
+// github.com/dlock/dlock/backend/etcdlock. Its command, cmd/etcdserver,
+// runs one in a process of its own, as the etcdlock tests do.
+package etcdserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,8 +27,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// EmbedConfig configures an etcd server run inside this process.
-type EmbedConfig struct {
+// Config configures an etcd server run inside this process.
+type Config struct {
 	// Dir holds the server's data (write-ahead log and database). A server
 	// started again on the same Dir continues where it stopped, with the
 	// same revisions, so fencing tokens keep increasing.
@@ -53,24 +62,27 @@ type EmbedConfig struct {
 	Name string
 	// Cluster maps the name of every member of a multi-member cluster
 	// (this one included) to its PeerAddr. nil starts a single-member
-	// cluster. See StartEmbeddedCluster.
+	// cluster. See StartCluster.
 	Cluster map[string]string
+	// ClusterToken is the initial cluster token of a multi-member
+	// cluster; "" means the package's ClusterToken. With the peer URLs it
+	// determines the members' IDs.
+	ClusterToken string
 }
 
-// EmbeddedClusterToken is the initial cluster token of the multi-member
-// clusters StartEmbedded creates; with the peer URLs it determines the
-// members' IDs.
-const EmbeddedClusterToken = "dlock-embedded"
+// ClusterToken is the default initial cluster token of the multi-member
+// clusters Start creates.
+const ClusterToken = "dlock-embedded"
 
-// Embedded is an etcd server running inside this process.
-type Embedded struct {
-	cfg  EmbedConfig
+// Server is an etcd server running inside this process.
+type Server struct {
+	cfg  Config
 	etcd *embed.Etcd
 
 	closeOnce sync.Once
 }
 
-// StartEmbedded starts an etcd server in this process and returns when it
+// Start starts an etcd server in this process and returns when it
 // serves clients (for a member of a multi-member cluster: when a quorum of
 // members has started, so start them concurrently), or with an error when
 // ctx ends first.
@@ -78,9 +90,9 @@ type Embedded struct {
 // The server keeps etcd's default timing (100 ms heartbeat, 1 s election
 // timeout; the shortest lease is then 2 s), compacts history older than an
 // hour, and logs nothing unless cfg.Logger is set.
-func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
+func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
-		return nil, errors.New("etcdlock: EmbedConfig.Dir is empty")
+		return nil, errors.New("etcdserver: Config.Dir is empty")
 	}
 	var err error
 	if cfg.ClientAddr, err = addrOrFree(cfg.ClientAddr); err != nil {
@@ -135,12 +147,12 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 			parts = append(parts, n+"=http://"+cfg.Cluster[n])
 		}
 		ec.InitialCluster = strings.Join(parts, ",")
-		ec.InitialClusterToken = EmbeddedClusterToken
+		ec.InitialClusterToken = cmp.Or(cfg.ClusterToken, ClusterToken)
 	}
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: start embedded etcd in %s: %w", cfg.Dir, err)
+		return nil, fmt.Errorf("etcdserver: start etcd in %s: %w", cfg.Dir, err)
 	}
 	select {
 	case <-e.Server.ReadyNotify():
@@ -150,26 +162,26 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 				return nil, err
 			}
 		}
-		return &Embedded{cfg: cfg, etcd: e}, nil
+		return &Server{cfg: cfg, etcd: e}, nil
 	case err := <-e.Err():
 		e.Close()
-		return nil, fmt.Errorf("etcdlock: embedded etcd in %s: %w", cfg.Dir, err)
+		return nil, fmt.Errorf("etcdserver: etcd in %s: %w", cfg.Dir, err)
 	case <-e.Server.StopNotify():
 		e.Close()
-		return nil, fmt.Errorf("etcdlock: embedded etcd in %s stopped while starting", cfg.Dir)
+		return nil, fmt.Errorf("etcdserver: etcd in %s stopped while starting", cfg.Dir)
 	case <-ctx.Done():
 		e.Close()
-		return nil, fmt.Errorf("etcdlock: embedded etcd in %s did not start: %w", cfg.Dir, ctx.Err())
+		return nil, fmt.Errorf("etcdserver: etcd in %s did not start: %w", cfg.Dir, ctx.Err())
 	}
 }
 
-// StartEmbeddedCluster starts an n-member cluster in this process, on free
+// StartCluster starts an n-member cluster in this process, on free
 // loopback ports, with member i's data in dir/member<i>.
-func StartEmbeddedCluster(ctx context.Context, dir string, n int, logger *zap.Logger) ([]*Embedded, error) {
+func StartCluster(ctx context.Context, dir string, n int, logger *zap.Logger) ([]*Server, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("etcdlock: a cluster needs at least one member, not %d", n)
+		return nil, fmt.Errorf("etcdserver: a cluster needs at least one member, not %d", n)
 	}
-	cfgs := make([]EmbedConfig, n)
+	cfgs := make([]Config, n)
 	cluster := map[string]string{}
 	for i := range cfgs {
 		peer, err := addrOrFree("")
@@ -181,24 +193,24 @@ func StartEmbeddedCluster(ctx context.Context, dir string, n int, logger *zap.Lo
 			return nil, err
 		}
 		name := fmt.Sprintf("member%d", i)
-		cfgs[i] = EmbedConfig{Dir: filepath.Join(dir, name), ClientAddr: client, PeerAddr: peer, Logger: logger, Name: name, Cluster: cluster}
+		cfgs[i] = Config{Dir: filepath.Join(dir, name), ClientAddr: client, PeerAddr: peer, Logger: logger, Name: name, Cluster: cluster}
 		cluster[name] = peer
 	}
-	return StartEmbeddedMembers(ctx, cfgs)
+	return StartMembers(ctx, cfgs)
 }
 
-// StartEmbeddedMembers starts the members of one cluster, each with its
+// StartMembers starts the members of one cluster, each with its
 // own configuration, concurrently (a member waits for a quorum to start),
 // and returns when all serve; if any fails to start, it stops the others.
-func StartEmbeddedMembers(ctx context.Context, cfgs []EmbedConfig) ([]*Embedded, error) {
-	members := make([]*Embedded, len(cfgs))
+func StartMembers(ctx context.Context, cfgs []Config) ([]*Server, error) {
+	members := make([]*Server, len(cfgs))
 	errs := make([]error, len(cfgs))
 	var wg sync.WaitGroup
 	for i := range cfgs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			members[i], errs[i] = StartEmbedded(ctx, cfgs[i])
+			members[i], errs[i] = Start(ctx, cfgs[i])
 		}()
 	}
 	wg.Wait()
@@ -220,7 +232,7 @@ func addrOrFree(addr string) (string, error) {
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", fmt.Errorf("etcdlock: no free port: %w", err)
+		return "", fmt.Errorf("etcdserver: no free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
@@ -229,15 +241,15 @@ func addrOrFree(addr string) (string, error) {
 // enableAuth makes root's password cfg.RootPassword and enables
 // authentication, unless it is enabled already; then it checks that root
 // logs in with that password.
-func enableAuth(ctx context.Context, cfg EmbedConfig) error {
+func enableAuth(ctx context.Context, cfg Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	fail := func(err error) error {
-		return fmt.Errorf("etcdlock: enable authentication of the embedded etcd in %s: %w", cfg.Dir, err)
+		return fmt.Errorf("etcdserver: enable authentication of the etcd in %s: %w", cfg.Dir, err)
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{cfg.ClientAddr}, Username: "root", Password: cfg.RootPassword,
-		DialTimeout: DefaultDialTimeout, Context: ctx, Logger: zap.NewNop(),
+		DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrAuthFailed) {
@@ -272,7 +284,7 @@ func enableAuth(ctx context.Context, cfg EmbedConfig) error {
 
 // URL returns the etcd:// URL of this server, for dlock.Open; with
 // RootPassword set, it holds root's credential.
-func (e *Embedded) URL() string {
+func (e *Server) URL() string {
 	if e.cfg.RootPassword != "" {
 		return "etcd://" + url.UserPassword("root", e.cfg.RootPassword).String() + "@" + e.cfg.ClientAddr
 	}
@@ -280,23 +292,23 @@ func (e *Embedded) URL() string {
 }
 
 // Endpoints returns the host:port clients connect to.
-func (e *Embedded) Endpoints() []string { return []string{e.cfg.ClientAddr} }
+func (e *Server) Endpoints() []string { return []string{e.cfg.ClientAddr} }
 
 // Config returns the configuration the server runs with, its ports
-// filled in: StartEmbedded(ctx, e.Config()) restarts it after Close.
-func (e *Embedded) Config() EmbedConfig { return e.cfg }
+// filled in: Start(ctx, e.Config()) restarts it after Close.
+func (e *Server) Config() Config { return e.cfg }
 
 // IsLeader reports whether this member is the raft leader of its cluster.
-func (e *Embedded) IsLeader() bool {
+func (e *Server) IsLeader() bool {
 	return e.etcd.Server.Leader() == e.etcd.Server.MemberID()
 }
 
 // MemberID returns this member's ID in its cluster.
-func (e *Embedded) MemberID() uint64 { return uint64(e.etcd.Server.MemberID()) }
+func (e *Server) MemberID() uint64 { return uint64(e.etcd.Server.MemberID()) }
 
 // Close stops the server and waits until it has stopped. Its data stays in
 // Dir.
-func (e *Embedded) Close() error {
+func (e *Server) Close() error {
 	e.closeOnce.Do(e.etcd.Close)
 	return nil
 }

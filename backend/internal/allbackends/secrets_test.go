@@ -1,6 +1,6 @@
-// Package backend_test checks what every backend shares: that no secret
+// Package allbackends_test checks what every backend shares: that no secret
 // of a backend URL reaches the caller in an error.
-package backend_test
+package allbackends_test
 
 import (
 	"context"

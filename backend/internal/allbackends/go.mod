@@ -1,0 +1,75 @@
+module github.com/dlock/dlock/backend/internal/allbackends
+
+go 1.26.0
+
+replace (
+	github.com/dlock/dlock => ../../..
+	github.com/dlock/dlock/backend/etcdlock => ../../etcdlock
+	github.com/dlock/dlock/backend/internal/redisscript => ../redisscript
+	github.com/dlock/dlock/backend/mysqllock => ../../mysqllock
+	github.com/dlock/dlock/backend/pglock => ../../pglock
+	github.com/dlock/dlock/backend/redislock => ../../redislock
+	github.com/dlock/dlock/backend/redlock => ../../redlock
+	github.com/dlock/dlock/backend/temporallock => ../../temporallock
+	github.com/dlock/dlock/backend/zklock => ../../zklock
+)
+
+require (
+	github.com/dlock/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/etcdlock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/mysqllock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/pglock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/redislock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/redlock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/temporallock v0.0.0-00010101000000-000000000000
+	github.com/dlock/dlock/backend/zklock v0.0.0-00010101000000-000000000000
+)
+
+require (
+	filippo.io/edwards25519 v1.1.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coreos/go-semver v0.3.1 // indirect
+	github.com/coreos/go-systemd/v22 v22.5.0 // indirect
+	github.com/dlock/dlock/backend/internal/redisscript v0.0.0-00010101000000-000000000000 // indirect
+	github.com/facebookgo/clock v0.0.0-20150410010913-600d898af40a // indirect
+	github.com/go-sql-driver/mysql v1.9.1 // indirect
+	github.com/go-zookeeper/zk v1.0.4 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/mock v1.6.0 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.2 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.7.4 // indirect
+	github.com/jackc/puddle/v2 v2.2.2 // indirect
+	github.com/nexus-rpc/nexus-proto-annotations v0.1.0 // indirect
+	github.com/nexus-rpc/sdk-go v0.7.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/robfig/cron v1.2.0 // indirect
+	github.com/stretchr/objx v0.5.3 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
+	go.etcd.io/etcd/client/v3 v3.6.16 // indirect
+	go.opentelemetry.io/otel/metric v1.45.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.45.0 // indirect
+	go.opentelemetry.io/otel/trace v1.45.0 // indirect
+	go.temporal.io/api v1.64.3 // indirect
+	go.temporal.io/sdk v1.51.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.9.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
+	google.golang.org/grpc v1.83.2 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
+)

@@ -1,0 +1,16 @@
+module github.com/dlock/dlock/backend/internal/redisscript
+
+go 1.26.0
+
+replace github.com/dlock/dlock => ../../..
+
+require (
+	github.com/dlock/dlock v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

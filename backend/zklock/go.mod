@@ -1,0 +1,10 @@
+module github.com/dlock/dlock/backend/zklock
+
+go 1.26.0
+
+replace github.com/dlock/dlock => ../..
+
+require (
+	github.com/dlock/dlock v0.0.0-00010101000000-000000000000
+	github.com/go-zookeeper/zk v1.0.4
+)

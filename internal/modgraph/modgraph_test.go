@@ -1,0 +1,144 @@
+package modgraph_test
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const (
+	etcdServer = "go.etcd.io/etcd/server/v3"
+	grpc       = "google.golang.org/grpc"
+	porcupine  = "github.com/anishathalye/porcupine"
+)
+
+// clients are the engines' client modules: a program that uses one backend
+// gets its engine's client and no other.
+var clients = []string{
+	"go.etcd.io/etcd/client/v3",
+	"github.com/redis/go-redis/v9",
+	"github.com/go-zookeeper/zk",
+	"github.com/jackc/pgx/v5",
+	"github.com/go-sql-driver/mysql",
+	"go.temporal.io/sdk",
+}
+
+// consumers are the programs in testdata: the directory, and the engine
+// client the backend it imports is built on ("" for none).
+var consumers = []struct {
+	dir    string
+	client string
+}{
+	{"portable", ""},
+	{"etcdlock", "go.etcd.io/etcd/client/v3"},
+	{"redislock", "github.com/redis/go-redis/v9"},
+	{"redlock", "github.com/redis/go-redis/v9"},
+	{"zklock", "github.com/go-zookeeper/zk"},
+	{"pglock", "github.com/jackc/pgx/v5"},
+	{"mysqllock", "github.com/go-sql-driver/mysql"},
+	{"temporallock", "go.temporal.io/sdk"},
+}
+
+// TestBackendModuleGraphs builds each consumer program as a module of its
+// own (outside the workspace, through its replace directives, as a user's
+// module would resolve published versions) and checks its module graph:
+// no etcd server, no Temporal SDK unless it is the backend's client, no
+// engine client but its own, nothing from the verification, and gRPC only
+// for the backends whose client speaks it. The consumer's go.mod is
+// copied, not edited: a backend whose requirements grew shows here, with
+// the module that came in.
+func TestBackendModuleGraphs(t *testing.T) {
+	for _, c := range consumers {
+		t.Run(c.dir, func(t *testing.T) {
+			mods := moduleGraph(t, filepath.Join("testdata", c.dir))
+			t.Logf("%s: %d modules in go list -m all", c.dir, len(mods))
+			if !slices.Contains(mods, "github.com/dlock/dlock") {
+				t.Fatalf("the graph lacks dlock itself: %v", mods)
+			}
+			if c.client != "" && !slices.Contains(mods, c.client) {
+				t.Errorf("the graph lacks the backend's own client %s: %v", c.client, mods)
+			}
+			unwanted := []string{etcdServer, porcupine}
+			for _, cl := range clients {
+				if cl != c.client {
+					unwanted = append(unwanted, cl)
+				}
+			}
+			if c.client != "go.etcd.io/etcd/client/v3" && c.client != "go.temporal.io/sdk" {
+				unwanted = append(unwanted, grpc)
+			}
+			for _, m := range unwanted {
+				if slices.Contains(mods, m) {
+					t.Errorf("a program importing only dlock and %s gets %s in its module graph", c.dir, m)
+				}
+			}
+		})
+	}
+}
+
+// TestPortableLayerNeedsNothing: dlock, driver, dlocktest and memlock need
+// nothing outside the standard library.
+func TestPortableLayerNeedsNothing(t *testing.T) {
+	mods := moduleGraph(t, filepath.Join("testdata", "portable"))
+	if want := []string{"example.com/consumer/portable", "github.com/dlock/dlock"}; !slices.Equal(mods, want) {
+		t.Errorf("the portable layer's module graph is %v, want %v", mods, want)
+	}
+}
+
+// moduleGraph builds the consumer module in dir, with a copy of its go.mod
+// and go.sum that go may complete, and returns the paths of go list -m
+// all, in order.
+func moduleGraph(t *testing.T, dir string) []string {
+	t.Helper()
+	tmp := t.TempDir()
+	for _, f := range []string{"go.mod", "go.sum"} {
+		copyFile(t, filepath.Join(dir, f), filepath.Join(tmp, f))
+	}
+	modfile := "-modfile=" + filepath.Join(tmp, "go.mod")
+	run(t, dir, "build", "-mod=mod", modfile, "-o", os.DevNull, ".")
+	var mods []string
+	for _, l := range strings.Split(strings.TrimSpace(run(t, dir, "list", "-mod=mod", modfile, "-m", "all")), "\n") {
+		mods = append(mods, strings.Fields(l)[0])
+	}
+	return mods
+}
+
+// run runs the go command in dir, outside the workspace.
+func run(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
+	out, err := cmd.Output()
+	if err != nil {
+		msg := err.Error()
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg = string(ee.Stderr)
+		}
+		t.Fatalf("go %s in %s: %s", strings.Join(args, " "), dir, msg)
+	}
+	return string(out)
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,10 @@
+// Command zklock links dlock and its zklock backend, and nothing else: its module graph (go list -m all) is the one a
+// user's program gets. See the modgraph test.
+package main
+
+import (
+	"github.com/dlock/dlock"
+	_ "github.com/dlock/dlock/backend/zklock"
+)
+
+func main() { _ = dlock.Open }
