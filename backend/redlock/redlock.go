@@ -47,13 +47,15 @@
 //
 // Every node has a key <prefix>:fence-state (no TTL) that says whether its
 // fence counters are complete. A node that restarts without persistence
-// comes back without it. Such a node
-// takes part in round 1 (its lock counts toward the lock's majority) and
-// round 2 (its counter is raised), but a token is issued only if a
-// majority of all N nodes answering round 1 are complete; otherwise the
-// attempt fails with ErrUnavailable saying so, e.g. "2 of 3 nodes
-// reachable but only 1 holds its fence counters (h3:6379 has no fence
-// state: restarted empty, or never seeded)".
+// comes back without it. Such a node takes part in round 1 (its lock
+// counts toward the lock's majority) and round 2 (its counter is raised),
+// but a token is issued only if a majority of all N nodes answered round 1
+// with a complete state; otherwise the attempt fails with ErrUnavailable
+// saying so, e.g. "2 of 3 nodes reachable but only 1 holds its fence
+// counters (h3:6379 has no fence state: restarted empty, or never
+// seeded)". Round 1 reads this key in the same script as a lock's keys,
+// which are in another hash slot: each node must be a standalone server,
+// not a Redis Cluster.
 //
 // A grant that sees a complete majority and a node without complete
 // counters re-seeds that node in the background: it marks the node as
@@ -76,8 +78,11 @@
 // A deployment where no node has a fence state (a new one, or counters
 // left by an earlier version of dlock) is seeded at its first acquire,
 // which needs every node to answer: each node gets the largest of every
-// counter found on all of them and is marked complete. A first seeding
-// that stops half-way is finished by the next acquire.
+// counter found on all of them and is marked complete (a seeding that
+// outlasts the acquire goes on in the background, and acquires fail with
+// ErrUnavailable until it is done). A first seeding that stopped half-way,
+// with some nodes complete and the others still new, is finished by the
+// next acquire.
 //
 // # What the fencing token guarantees
 //
@@ -114,7 +119,8 @@
 // (with three nodes), and acquiring is refused from then on
 // (TestMajorityLosingCountersRefuses), where tokens would otherwise
 // restart at 1. Restart nodes one at a time, each after the previous one
-// is complete again (GET <prefix>:fence-state). To accept that tokens
+// is complete again (GET <prefix>:fence-state; its re-seed starts at the
+// first acquire that reaches it). To accept that tokens
 // issued only on the lost nodes may repeat, DEL <prefix>:fence-state on
 // every node: the next acquire that reaches every node then seeds them
 // all from the largest counters left (TestFirstUseSeedsEveryNode).
@@ -243,12 +249,14 @@ type Driver struct {
 	// evict keys.
 	evictionAllowed bool
 
-	// Background re-seeds (seed.go): bgCtx ends at Close, which waits
-	// for them; bgMu orders their start with Close.
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-	bgMu     sync.Mutex
-	bg       sync.WaitGroup
+	// Background seedings (seed.go): bgCtx ends at Close, which waits
+	// for them; bgMu orders their start with Close, and guards firstSeed,
+	// the first seeding under way.
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	bgMu      sync.Mutex
+	bg        sync.WaitGroup
+	firstSeed *seedJob
 }
 
 type node struct {
@@ -419,7 +427,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 			}
 			// A fresh deployment: seed every node, then try again.
 			if !seeded && len(states) == len(d.nodes) && freshStates(states) {
-				if err := d.seedAll(ctx); err != nil && !errors.Is(err, errNotFresh) {
+				if err := d.seedAllShared(ctx); err != nil && !errors.Is(err, errNotFresh) {
 					return driver.Grant{}, 0, err
 				} else if err == nil {
 					continue

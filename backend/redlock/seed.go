@@ -72,6 +72,8 @@ func describeState(s string) string {
 		return "is being seeded for the first time"
 	case strings.HasPrefix(s, stateSeeding):
 		return "restarted empty and is being re-seeded"
+	case s == stateComplete:
+		return "holds complete fence counters"
 	}
 	return fmt.Sprintf("has an unknown fence state %q", s)
 }
@@ -121,6 +123,14 @@ func (d *Driver) seedAll(ctx context.Context) error {
 		return fmt.Errorf("%w: redlock: seeding the nodes' fence counters needs every node: %w", driver.ErrUnavailable, errors.Join(t.errs...))
 	}
 	if !freshStates(states) {
+		// Some node is complete and another lost its counters: the nodes
+		// this call marked new must not pass for nodes that never lost
+		// theirs.
+		for i, s := range states {
+			if s == "" {
+				_, _ = d.setState(ctx, i, "unnew", "")
+			}
+		}
 		return errNotFresh
 	}
 	all := make([]int, len(d.nodes))
@@ -138,6 +148,47 @@ func (d *Driver) seedAll(ctx context.Context) error {
 		}
 	}
 	return d.copyCounters(ctx, targets, counters, stateNew)
+}
+
+// seedJob is a first seeding under way.
+type seedJob struct {
+	done chan struct{}
+	err  error
+}
+
+// seedAllShared runs seedAll in the background, one at a time per driver,
+// and waits for it as long as ctx allows: a first seeding of many counters
+// (an upgrade) may take longer than one acquire attempt, and then goes on
+// for the next attempt to find done.
+func (d *Driver) seedAllShared(ctx context.Context) error {
+	d.bgMu.Lock()
+	job := d.firstSeed
+	if job == nil {
+		if d.bgCtx.Err() != nil {
+			d.bgMu.Unlock()
+			return fmt.Errorf("%w: redlock: the driver is closed", driver.ErrUnavailable)
+		}
+		job = &seedJob{done: make(chan struct{})}
+		d.firstSeed = job
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			sctx, cancel := context.WithTimeout(d.bgCtx, reseedTimeout)
+			job.err = d.seedAll(sctx)
+			cancel()
+			d.bgMu.Lock()
+			d.firstSeed = nil
+			d.bgMu.Unlock()
+			close(job.done)
+		}()
+	}
+	d.bgMu.Unlock()
+	select {
+	case <-job.done:
+		return job.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: redlock: the nodes' fence counters are being seeded for the first time; try again: %w", driver.ErrUnavailable, ctx.Err())
+	}
 }
 
 var errNotFresh = fmt.Errorf("%w: redlock: the nodes' fence states do not allow a first seeding", driver.ErrUnavailable)
@@ -304,7 +355,7 @@ func (d *Driver) copyCounters(ctx context.Context, targets []int, counters map[s
 			}
 		}
 		s, err := d.setState(ctx, n.idx, "complete", from)
-		if err == nil && s != from {
+		if err == nil && s != from && s != stateComplete { // complete: another client's seeding finished first
 			err = fmt.Errorf("its fence state changed during the seeding (it %s)", describeState(s))
 		}
 		return reply{ok: err == nil, err: err}
