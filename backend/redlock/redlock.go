@@ -425,12 +425,17 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 			if len(t1.errs) > len(d.nodes)-d.quorum {
 				return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t1)
 			}
-			// A fresh deployment: seed every node, then try again.
+			// A fresh deployment: seed every node, then try again. (A node
+			// whose state another client changed meanwhile, e.g. by a
+			// re-seed once the others were complete, is left to it: the
+			// next round 1 reads the states as they are.)
 			if !seeded && len(states) == len(d.nodes) && freshStates(states) {
-				if err := d.seedAllShared(ctx); err != nil && !errors.Is(err, errNotFresh) {
-					return driver.Grant{}, 0, err
-				} else if err == nil {
+				err := d.seedAllShared(ctx)
+				if err == nil || errors.Is(err, errStateChanged) {
 					continue
+				}
+				if !errors.Is(err, errNotFresh) {
+					return driver.Grant{}, 0, err
 				}
 			}
 			return driver.Grant{}, 0, d.unseeded(ctx, req.Name, r1, round1, complete)

@@ -191,6 +191,11 @@ func (d *Driver) seedAllShared(ctx context.Context) error {
 	}
 }
 
+// errStateChanged: a node's fence state changed during a seeding of it
+// (it restarted, or another client began a re-seed), and the node was
+// left as it was.
+var errStateChanged = errors.New("its fence state changed during the seeding")
+
 var errNotFresh = fmt.Errorf("%w: redlock: the nodes' fence states do not allow a first seeding", driver.ErrUnavailable)
 
 // reseed copies the counters into node x, which lost them: from a
@@ -356,7 +361,7 @@ func (d *Driver) copyCounters(ctx context.Context, targets []int, counters map[s
 		}
 		s, err := d.setState(ctx, n.idx, "complete", from)
 		if err == nil && s != from && s != stateComplete { // complete: another client's seeding finished first
-			err = fmt.Errorf("its fence state changed during the seeding (it %s)", describeState(s))
+			err = fmt.Errorf("%w (it %s)", errStateChanged, describeState(s))
 		}
 		return reply{ok: err == nil, err: err}
 	})

@@ -262,3 +262,26 @@ func TestReseedDoesNotCompleteAChangedState(t *testing.T) {
 		}
 	}
 }
+
+// Clients that use fresh nodes for the first time at once each seed
+// them, or find them seeded by another, and each is granted its lock.
+func TestConcurrentFirstUseAllGranted(t *testing.T) {
+	nodes := startNodes(t, 5)
+	ctx := testenv.Context(t, time.Minute)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		c := dlock.New(newDriver(addrs(nodes)))
+		t.Cleanup(func() { c.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Mutex(fmt.Sprintf("first-%d", i)).TryLock(ctx)
+			if err != nil {
+				t.Errorf("client %d, first use: %v", i, err)
+				return
+			}
+			_ = l.Unlock(ctx)
+		}()
+	}
+	wg.Wait()
+}
