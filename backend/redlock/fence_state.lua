@@ -7,13 +7,21 @@
 --         becomes 'new' (a marked one is left alone);
 --         'unnew': that first seeding found it may not run; a node it
 --         marked 'new' is unmarked again;
---         'seeding': a re-seed begins; unless the node is 'complete', it
---         becomes 'seeding <ARGV[2]>', which a concurrent re-seed, or a
---         restart, replaces;
+--         'seeding': a re-seed by ARGV[2] begins, unless the node is
+--         'complete' or another client's re-seed of it is under way (its
+--         claim has not run out): the node becomes 'seeding <ARGV[2]>
+--         <until>', a claim for ARGV[3] ms on the server's clock, which
+--         a restart drops, and another client may take over once it has
+--         run out;
 --         'complete': the counters have been copied; the node becomes
 --         'complete' if its state is still ARGV[2], the one the copy began
 --         with.
--- Returns the state before ("" if none).
+-- Returns the state before ("" if none); 'seeding' returns the state
+-- after.
+
+-- Redis 5 and 6 need this before a script may call TIME and then write.
+if redis.replicate_commands then redis.replicate_commands() end
+
 local s = redis.call('GET', KEYS[1]) or ''
 local op = ARGV[1]
 if op == 'new' then
@@ -21,7 +29,12 @@ if op == 'new' then
 elseif op == 'unnew' then
   if s == 'new' then redis.call('DEL', KEYS[1]) end
 elseif op == 'seeding' then
-  if s ~= 'complete' then redis.call('SET', KEYS[1], 'seeding ' .. ARGV[2]) end
+  if s == 'complete' then return s end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if tonumber(string.match(s, '^seeding %S+ (%d+)$') or '0') > now then return s end
+  s = 'seeding ' .. ARGV[2] .. ' ' .. string.format('%d', now + tonumber(ARGV[3]))
+  redis.call('SET', KEYS[1], s)
 elseif op == 'complete' then
   if s == ARGV[2] then redis.call('SET', KEYS[1], 'complete') end
 end

@@ -58,22 +58,23 @@
 // not a Redis Cluster.
 //
 // A grant that sees a complete majority and a node without complete
-// counters re-seeds that node in the background: it marks the node as
-// being seeded (with an id of its own), finds every lock's keys on the
-// other nodes by SCAN, reads each counter on a majority of complete nodes
-// (in the same step as their fence state), raises the node's counters to
-// the largest values read (a Lua script that only ever raises a counter,
-// so that a copy of an older value cannot undo a grant's round 2 made
-// meanwhile), and marks it complete only if its state is still the one
-// the copy began with: a restart during the copy (which drops the state)
-// or another client's re-seed (which replaces the id) leaves it
-// incomplete, to be re-seeded again. A grant between its two rounds has
-// its lock, with token 0, on every node whose counter its round 2 will
-// raise; the re-seed finds that lock and reads that counter again until
-// the round is done, so the copy includes the grant's token even when a
-// node that confirmed it loses it. Until the copy is complete, grants go
-// on with the complete majority. A re-seed takes one SCAN of each node
-// and a few round trips per 200 locks.
+// counters re-seeds that node in the background: it marks the node as being
+// seeded (with an id of its own, and a claim of two minutes on the node's
+// clock, during which other clients leave the node to it), finds every
+// lock's keys on the other nodes by SCAN, reads each counter on a majority
+// of complete nodes (in the same step as their fence state), raises the
+// node's counters to the largest values read (a Lua script that only ever
+// raises a counter, so that a copy of an older value cannot undo a grant's
+// round 2 made meanwhile), and marks it complete only if its state is still
+// the one the copy began with: a restart during the copy (which drops the
+// state) or another client's re-seed (which replaces the claim once it ran
+// out) leaves it incomplete, to be re-seeded again. A grant between its two
+// rounds has its lock, with token 0, on every node whose counter its round
+// 2 will raise; the re-seed finds that lock and reads that counter again
+// until the round is done, so the copy includes the grant's token even when
+// a node that confirmed it loses it. Until the copy is complete, grants go
+// on with the complete majority. A re-seed takes one SCAN of each node and
+// a few round trips per 200 locks.
 //
 // A deployment where no node has a fence state (a new one, or counters
 // left by an earlier version of dlock) is seeded at its first acquire,

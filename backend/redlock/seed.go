@@ -29,8 +29,9 @@ const (
 	// complete nodes), and the node has not restarted since (it would
 	// have lost the key).
 	stateNew = "new"
-	// stateSeeding, followed by a random id: a client is copying counters
-	// into this node, which had lost them.
+	// stateSeeding, followed by a random id and the time its claim runs
+	// out: a client is copying counters into this node, which had lost
+	// them.
 	stateSeeding = "seeding "
 )
 
@@ -102,9 +103,9 @@ func freshStates(states []string) bool {
 	return !complete || !none
 }
 
-// setState runs fence_state.lua on node i and returns the state before.
-func (d *Driver) setState(ctx context.Context, i int, op, arg string) (string, error) {
-	return fenceState.Run(ctx, d.nodes[i].rdb, []string{d.stateKey()}, op, arg).Text()
+// setState runs fence_state.lua on node i; see there for what it returns.
+func (d *Driver) setState(ctx context.Context, i int, op string, args ...any) (string, error) {
+	return fenceState.Run(ctx, d.nodes[i].rdb, []string{d.stateKey()}, append([]any{op}, args...)...).Text()
 }
 
 // seedAll is the first seeding: with every node answering, and their
@@ -115,7 +116,7 @@ func (d *Driver) setState(ctx context.Context, i int, op, arg string) (string, e
 func (d *Driver) seedAll(ctx context.Context) error {
 	states := make([]string, len(d.nodes))
 	rs := d.each(ctx, nil, seedCallTimeout, func(ctx context.Context, n *node) reply {
-		s, err := d.setState(ctx, n.idx, "new", "")
+		s, err := d.setState(ctx, n.idx, "new")
 		states[n.idx] = s
 		return reply{ok: true, err: err}
 	})
@@ -128,7 +129,7 @@ func (d *Driver) seedAll(ctx context.Context) error {
 		// theirs.
 		for i, s := range states {
 			if s == "" {
-				_, _ = d.setState(ctx, i, "unnew", "")
+				_, _ = d.setState(ctx, i, "unnew")
 			}
 		}
 		return errNotFresh
@@ -200,23 +201,24 @@ var errNotFresh = fmt.Errorf("%w: redlock: the nodes' fence states do not allow 
 
 // reseed copies the counters into node x, which lost them: from a
 // majority of complete nodes, the largest value of each; then marks x
-// complete, unless it restarted again or another client began a re-seed
-// of it meanwhile.
+// complete, unless it restarted again or another client took the re-seed
+// over meanwhile. It does nothing while another client's re-seed of x is
+// under way: the claim keeps many clients from copying at once.
 func (d *Driver) reseed(ctx context.Context, x int) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	var before string
+	var claimed string
 	rs := d.each(ctx, []int{x}, seedCallTimeout, func(ctx context.Context, n *node) reply {
-		s, err := d.setState(ctx, x, "seeding", id)
-		before = s
+		s, err := d.setState(ctx, x, "seeding", id, reseedTimeout.Milliseconds())
+		claimed = s
 		return reply{ok: true, err: err}
 	})
 	if err := rs[x].err; err != nil {
 		return err
 	}
-	if before == stateComplete {
-		return nil // another client finished it
+	if !strings.HasPrefix(claimed, stateSeeding+id+" ") {
+		return nil // complete, or another client's re-seed is under way
 	}
 	var sources []int
 	for i := range d.nodes {
@@ -228,7 +230,7 @@ func (d *Driver) reseed(ctx context.Context, x int) error {
 	if err != nil {
 		return err
 	}
-	return d.copyCounters(ctx, []int{x}, counters, stateSeeding+id)
+	return d.copyCounters(ctx, []int{x}, counters, claimed)
 }
 
 // readCounters returns, for every lock that has a fence counter or a lock

@@ -285,3 +285,32 @@ func TestConcurrentFirstUseAllGranted(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A node that another client is re-seeding (its claim has not run out)
+// is left to that client; once the claim has run out, a grant takes the
+// re-seed over and completes it.
+func TestReseedLeavesNodeToAnotherClientsClaim(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	c := open(t, nodes)
+	lockUnlock(t, c, "k")
+	rdb := redis.NewClient(&redis.Options{Addr: nodes[2].Addr})
+	defer rdb.Close()
+
+	claim := "seeding other 99999999999999" // runs out in the year 5138
+	if err := rdb.Set(ctx, "dlock:fence-state", claim, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		lockUnlock(t, c, "k") // each sees n2 incomplete
+		if s := fenceState(t, ctx, nodes[2].Addr); s != claim {
+			t.Fatalf("n2 under another client's claim became %q", s)
+		}
+	}
+
+	if err := rdb.Set(ctx, "dlock:fence-state", "seeding other 1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lockUnlock(t, c, "k")
+	waitSeeded(t, nodes[2].Addr)
+}
