@@ -208,6 +208,20 @@ func fenceState(t *testing.T, ctx context.Context, addr string) string {
 	return s
 }
 
+// setFenceState sets a node's fence-state key to s, or deletes it if s is "".
+func setFenceState(t *testing.T, ctx context.Context, addr, s string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	err := rdb.Del(ctx, "dlock:fence-state").Err()
+	if err == nil && s != "" {
+		err = rdb.Set(ctx, "dlock:fence-state", s, 0).Err()
+	}
+	if err != nil {
+		t.Fatalf("set the fence state of %s: %v", addr, err)
+	}
+}
+
 // waitSeeded waits until the node at addr holds complete fence counters
 // (a grant that saw it without them re-seeds it in the background).
 func waitSeeded(t *testing.T, addr string) {

@@ -213,13 +213,7 @@ func TestFirstSeedingStoppedHalfWayIsFinished(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	set := func(states ...string) {
 		for i, n := range nodes {
-			rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
-			if states[i] == "" {
-				_ = rdb.Del(ctx, "dlock:fence-state").Err()
-			} else if err := rdb.Set(ctx, "dlock:fence-state", states[i], 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			rdb.Close()
+			setFenceState(t, ctx, n.Addr, states[i])
 		}
 	}
 	c := open(t, nodes)
@@ -250,10 +244,7 @@ func TestReseedDoesNotCompleteAChangedState(t *testing.T) {
 		{"seeding a", ""},
 		{"seeding a", "seeding b"},
 	} {
-		_ = rdb.Del(ctx, "dlock:fence-state").Err()
-		if tc.now != "" {
-			rdb.Set(ctx, "dlock:fence-state", tc.now, 0)
-		}
+		setFenceState(t, ctx, nodes[2].Addr, tc.now)
 		if err := redlock.CompleteSeeding(ctx, rdb, "dlock", tc.before); err == nil {
 			t.Errorf("a seeding that began as %q completed the node whose state is now %q", tc.before, tc.now)
 		}
@@ -294,13 +285,9 @@ func TestReseedLeavesNodeToAnotherClientsClaim(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	c := open(t, nodes)
 	lockUnlock(t, c, "k")
-	rdb := redis.NewClient(&redis.Options{Addr: nodes[2].Addr})
-	defer rdb.Close()
 
 	claim := "seeding other 99999999999999" // runs out in the year 5138
-	if err := rdb.Set(ctx, "dlock:fence-state", claim, 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setFenceState(t, ctx, nodes[2].Addr, claim)
 	for range 20 {
 		lockUnlock(t, c, "k") // each sees n2 incomplete
 		if s := fenceState(t, ctx, nodes[2].Addr); s != claim {
@@ -308,9 +295,7 @@ func TestReseedLeavesNodeToAnotherClientsClaim(t *testing.T) {
 		}
 	}
 
-	if err := rdb.Set(ctx, "dlock:fence-state", "seeding other 1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setFenceState(t, ctx, nodes[2].Addr, "seeding other 1")
 	lockUnlock(t, c, "k")
 	waitSeeded(t, nodes[2].Addr)
 }
