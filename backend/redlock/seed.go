@@ -120,17 +120,18 @@ func (d *Driver) seedAll(ctx context.Context) error {
 		states[n.idx] = s
 		return reply{ok: true, err: err}
 	})
-	if t := count(rs); len(t.errs) > 0 {
-		return fmt.Errorf("%w: redlock: seeding the nodes' fence counters needs every node: %w", driver.ErrUnavailable, errors.Join(t.errs...))
-	}
-	if !freshStates(states) {
-		// Some node is complete and another lost its counters: the nodes
-		// this call marked new must not pass for nodes that never lost
-		// theirs.
+	t := count(rs)
+	if len(t.errs) > 0 || !freshStates(states) {
+		// A node did not answer, or some node is complete and another lost
+		// its counters: the nodes this call marked new must not pass for
+		// nodes that never lost theirs.
 		for i, s := range states {
-			if s == "" {
+			if s == "" && rs[i].err == nil {
 				_, _ = d.setState(ctx, i, "unnew")
 			}
+		}
+		if len(t.errs) > 0 {
+			return fmt.Errorf("%w: redlock: seeding the nodes' fence counters needs every node: %w", driver.ErrUnavailable, errors.Join(t.errs...))
 		}
 		return errNotFresh
 	}
