@@ -184,7 +184,7 @@ func TestDoubleFaultRefusesThenRecoversHigher(t *testing.T) {
 	nodes := startNodes(t, 3)
 	ctx := testenv.Context(t, time.Minute)
 	ps := []*testenv.Proxy{testenv.NewProxy(t, nodes[0].Addr), testenv.NewProxy(t, nodes[1].Addr), testenv.NewProxy(t, nodes[2].Addr)}
-	c := dlock.New(newDriver([]string{ps[0].Addr(), ps[1].Addr(), ps[2].Addr()}))
+	c := dlock.New(newDriverWithDeadlines([]string{ps[0].Addr(), ps[1].Addr(), ps[2].Addr()}))
 	t.Cleanup(func() { c.Close() })
 	lockUnlock(t, c, "k")
 	lockUnlock(t, c, "b")

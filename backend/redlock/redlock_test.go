@@ -34,13 +34,24 @@ func addrs(nodes []*testenv.Redis) []string {
 	return out
 }
 
-// newDriver is a driver with clients of its own over addrs. Their calls
-// end with the driver's per-call deadline (ContextTimeoutEnabled), so that
-// a node behind a blocked proxy costs that, not go-redis's read timeout.
+// newDriver is a driver with clients of its own over addrs.
 func newDriver(addrs []string) *redlock.Driver {
+	return driverOver(addrs, redis.Options{MaxRetries: -1})
+}
+
+// newDriverWithDeadlines is newDriver with clients whose calls end at the
+// driver's per-call deadline (ContextTimeoutEnabled), so that a node
+// behind a blocked proxy costs that, not go-redis's 3 s read timeout.
+func newDriverWithDeadlines(addrs []string) *redlock.Driver {
+	return driverOver(addrs, redis.Options{MaxRetries: -1, ContextTimeoutEnabled: true})
+}
+
+func driverOver(addrs []string, opt redis.Options) *redlock.Driver {
 	var clients []redis.UniversalClient
 	for _, a := range addrs {
-		clients = append(clients, redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, ContextTimeoutEnabled: true}))
+		o := opt
+		o.Addr = a
+		clients = append(clients, redis.NewClient(&o))
 	}
 	return redlock.New(clients)
 }
