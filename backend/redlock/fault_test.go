@@ -1,12 +1,16 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -85,9 +89,8 @@ func TestBreakWithOneNodeDownFreesTheLock(t *testing.T) {
 
 // A grant raises the fence counter on every node that answers, also on a
 // node whose lock is someone else's (here a stale lock that a release did
-// not reach). Then that node carries the latest counter, and a later
-// majority made of it and a node restarted empty still reads it: the token
-// increases.
+// not reach), so that the latest counter is on as many nodes as can be
+// reached.
 func TestGrantRaisesCounterOnRefusingNode(t *testing.T) {
 	nodes := startNodes(t, 3)
 	ctx := testenv.Context(t, time.Minute)
@@ -112,25 +115,32 @@ func TestGrantRaisesCounterOnRefusingNode(t *testing.T) {
 	if tb <= la.Token() || la.Token() <= before {
 		t.Fatalf("tokens %d, %d, %d: want increasing", before, la.Token(), tb)
 	}
-	nodes[2].Restart() // empty
-	// Break removes A's stale lock from n0.
-	if err := c.Break(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
-	nodes[1].Kill()
-	// The next majority is {n0, n2}: n0 refused B's grant, n2 forgot it.
-	if next := lockUnlock(t, c, "k"); next <= tb {
-		t.Errorf("token %d on {n0, n2 restarted empty} after token %d: the counter was not raised on n0", next, tb)
+	if got := fenceCounter(t, ctx, nodes[0].Addr, "k"); got != tb {
+		t.Errorf("fence counter of k on the refusing node: %d, want %d", got, tb)
 	}
 }
 
-// The limit the package documents: a node that misses a grant (cut off)
-// and a node of that grant restarted empty form a majority that has not
-// seen the grant's counter, and its token is issued again. This is the
-// exact sequence: n0 cut off, a grant on {n1, n2} gets t; n2 restarts
-// empty; n0 is back and n1 down: the grant on {n0, n2} reads t-1 and 0.
-func TestTokenRepeatsAfterPartitionThenEmptyRestart(t *testing.T) {
-	nodes := startNodes(t, 3)
+// fenceCounter reads the fence counter of lock name on the node at addr.
+func fenceCounter(t *testing.T, ctx context.Context, addr, name string) uint64 {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	n, err := rdb.Get(ctx, redisscript.KeysFor("dlock", name).Fence).Uint64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("read the fence counter of %q on %s: %v", name, addr, err)
+	}
+	return n
+}
+
+// The sequence of issue 17 item 4: n0 is cut off, a grant on {n1, n2}
+// gets token t; n2 restarts empty; n1 goes down. The nodes that answer,
+// {n0, n2}, have not both seen t (n0 missed it, n2 forgot it): without
+// fence states the grant on them read t-1 and 0 and issued t again. Now
+// n2 does not count until re-seeded, so that grant is refused, and once
+// n1 is back (with its data: AOF) the tokens go on increasing.
+func TestNoTokenRepeatAfterPartitionThenEmptyRestart(t *testing.T) {
+	nodes := []*testenv.Redis{testenv.StartRedis(t), testenv.StartRedis(t, testenv.RedisAOF()), testenv.StartRedis(t)}
+	ctx := testenv.Context(t, time.Minute)
 	c := open(t, nodes)
 	var last uint64
 	for range 3 {
@@ -141,13 +151,75 @@ func TestTokenRepeatsAfterPartitionThenEmptyRestart(t *testing.T) {
 	t.Cleanup(func() { cutOff.Close() })
 	p0.Close()
 	tok := lockUnlock(t, cutOff, "k")
-	if tok != last+1 {
-		t.Fatalf("grant on {n1, n2}: token %d, want %d", tok, last+1)
+	if tok <= last {
+		t.Fatalf("grant on {n1, n2}: token %d, want > %d", tok, last)
 	}
 	nodes[2].Restart()
 	nodes[1].Kill()
-	if again := lockUnlock(t, c, "k"); again != tok {
-		t.Errorf("grant on {n0, n2 restarted empty}: token %d; the package documents that it repeats %d", again, tok)
+
+	l, err := c.Mutex("k", dlock.WithTTL(2*time.Second)).TryLock(ctx)
+	if err == nil {
+		_ = l.Unlock(ctx)
+		t.Fatalf("grant on {n0, n2 restarted empty} after token %d: token %d", tok, l.Token())
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "only 1 holds its fence counters") ||
+		!strings.Contains(err.Error(), nodes[2].Addr+" has no fence state: restarted empty") {
+		t.Fatalf("TryLock on {n0, n2 restarted empty} = %v; want ErrUnavailable naming %s, restarted empty", err, nodes[2].Addr)
+	}
+	t.Log(err)
+
+	nodes[1].Start()
+	if next := lockUnlock(t, c, "k"); next <= tok {
+		t.Fatalf("grant with n1 back: token %d, want > %d", next, tok)
+	}
+}
+
+// The double fault with only one node of complete counters reachable: n0
+// is cut off while lock b is granted on {n1, n2}; n2 restarts empty; then
+// the client reaches n0 and n2 only. It must refuse (ErrUnavailable
+// naming n2), not issue b's token again. Once the partition heals, a grant
+// re-seeds n2 from n0 and n1: n2 learns b's counter from n1, and with n1
+// cut off in turn, b's next token on {n0, n2} is higher.
+func TestDoubleFaultRefusesThenRecoversHigher(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	ps := []*testenv.Proxy{testenv.NewProxy(t, nodes[0].Addr), testenv.NewProxy(t, nodes[1].Addr), testenv.NewProxy(t, nodes[2].Addr)}
+	c := dlock.New(newDriverWithDeadlines([]string{ps[0].Addr(), ps[1].Addr(), ps[2].Addr()}))
+	t.Cleanup(func() { c.Close() })
+	lockUnlock(t, c, "k")
+	lockUnlock(t, c, "b")
+
+	// A partition: Block holds back what is sent; heal drops it (the
+	// client gave up on it) and lets traffic through again.
+	heal := func(p *testenv.Proxy) { p.Cut(); p.Unblock() }
+	ps[0].Block()
+	tb := lockUnlock(t, c, "b")
+	nodes[2].Restart()
+	ps[1].Block()
+	heal(ps[0])
+	l, err := c.Mutex("b", dlock.WithTTL(2*time.Second)).TryLock(ctx)
+	if err == nil {
+		_ = l.Unlock(ctx)
+		t.Fatalf("grant of b on {n0, n2 restarted empty} after token %d: token %d", tb, l.Token())
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "2 of 3 nodes reachable but only 1 holds its fence counters") ||
+		!strings.Contains(err.Error(), ps[2].Addr()+" has no fence state: restarted empty") {
+		t.Fatalf("TryLock on {n0, n2 restarted empty} = %v; want ErrUnavailable naming %s, restarted empty", err, ps[2].Addr())
+	}
+	t.Log(err)
+
+	heal(ps[1])
+	tk := lockUnlock(t, c, "k") // sees n2 without counters, and re-seeds it
+	waitSeeded(t, nodes[2].Addr)
+	if got := fenceCounter(t, ctx, nodes[2].Addr, "b"); got < tb {
+		t.Errorf("re-seeded n2's counter of b: %d, want >= %d", got, tb)
+	}
+	ps[1].Block()
+	if next := lockUnlock(t, c, "b"); next <= tb {
+		t.Errorf("grant of b on {n0, n2 re-seeded}: token %d, want > %d", next, tb)
+	}
+	if next := lockUnlock(t, c, "k"); next <= tk {
+		t.Errorf("grant of k on {n0, n2 re-seeded}: token %d, want > %d", next, tk)
 	}
 }
 

@@ -12,14 +12,17 @@
 // It runs the Redis backend's scripts (backend/internal/redisscript) on
 // every node in parallel. An acquire is two rounds:
 //
-//  1. On every node: if the lock key is absent, set it with PX = TTL and
-//     report the node's fence counter. The lock is won if a majority
-//     granted it.
-//  2. The token is one more than the largest counter those nodes reported;
-//     on each of them, store it in the lock and raise the fence counter to
-//     it (owner-checked). A majority must confirm. The counter alone is
-//     raised on the nodes that answered round 1 but refused (the lock there
-//     is another's, e.g. a stale one a release did not reach).
+//  1. On every node: if the lock key is absent, set it with PX = TTL (and
+//     token 0); report the node's fence counter and its fence state (below),
+//     read in the same step. The lock is won if a majority granted it.
+//  2. The token is one more than the largest counter reported, which must
+//     include a majority of nodes whose fence state is complete; on every
+//     node that answered round 1, raise the fence counter to it (never
+//     lowering it), and where the lock is the owner's, store the token in
+//     it. A majority must confirm the lock. The counter is raised on the
+//     nodes that refused too (the lock there is another's, e.g. a stale
+//     one a release did not reach), so that the latest counter is on as
+//     many nodes as can be reached.
 //
 // The grant is valid for TTL − elapsed − drift, where elapsed is the time
 // since round 1 was sent and drift = TTL/100 + 2ms allows for the nodes'
@@ -40,43 +43,122 @@
 // reaches fewer nodes returns ErrUnavailable naming the nodes that did not
 // answer: the holder may still renew on a majority.
 //
+// # Fence states: a node that lost its counters does not count
+//
+// Every node has a key <prefix>:fence-state (no TTL) that says whether its
+// fence counters are complete. A node that restarts without persistence
+// comes back without it. Such a node takes part in round 1 (its lock
+// counts toward the lock's majority) and round 2 (its counter is raised),
+// but a token is issued only if a majority of all N nodes answered round 1
+// with a complete state; otherwise the attempt fails with ErrUnavailable
+// saying so, e.g. "2 of 3 nodes reachable but only 1 holds its fence
+// counters (h3:6379 has no fence state: restarted empty, or never
+// seeded)". Round 1 reads this key in the same script as a lock's keys,
+// which are in another hash slot: each node must be a standalone server,
+// not a Redis Cluster.
+//
+// A grant that sees a complete majority and a node without complete
+// counters re-seeds that node in the background: it marks the node as being
+// seeded (with an id of its own, and a claim of two minutes on the node's
+// clock, during which other clients leave the node to it), finds every
+// lock's keys on the other nodes by SCAN, reads each counter on a majority
+// of complete nodes (in the same step as their fence state), raises the
+// node's counters to the largest values read (a Lua script that only ever
+// raises a counter, so that a copy of an older value cannot undo a grant's
+// round 2 made meanwhile), and marks it complete only if its state is still
+// the one the copy began with: a restart during the copy (which drops the
+// state) or another client's re-seed (which replaces the claim once it ran
+// out) leaves it incomplete, to be re-seeded again. A grant between its two
+// rounds has its lock, with token 0, on every node whose counter its round
+// 2 will raise; the re-seed finds that lock and reads that counter again
+// until the round is done, so the copy includes the grant's token even when
+// a node that confirmed it loses it. Until the copy is complete, grants go
+// on with the complete majority. A re-seed takes one SCAN of each node and
+// a few round trips per 200 locks.
+//
+// A deployment where no node has a fence state (a new one, or counters
+// left by an earlier version of dlock) is seeded at its first acquire,
+// which needs every node to answer: each node gets the largest of every
+// counter found on all of them and is marked complete (a seeding that
+// outlasts the acquire goes on in the background, and acquires fail with
+// ErrUnavailable until it is done). A first seeding that stopped half-way,
+// with some nodes complete and the others still new, is finished by the
+// next acquire.
+//
 // # What the fencing token guarantees
 //
 // The token is strictly greater than that of every earlier grant whose
-// round 2 completed, as long as no node loses its data: a grant's round 2
-// wrote its token into the counters of a majority W, the next grant's
-// round 1 reads the counters of a majority R, and W and R share at least
-// one node. On that node the order is fixed by the lock itself: round 2
-// of the earlier grant ran while its lock was there (it is owner-checked),
-// and the later grant could only set its lock after that lock was gone. So
+// round 2 completed, provided that each node either keeps every write it
+// acknowledged or comes back without its fence state (see Persistence),
+// and that no majority of the nodes loses its counters. A grant's round 2
+// wrote its token into the counters of a majority W; the next grant reads
+// the counters of a majority R of complete nodes; W and R share a node.
+// That node either kept the token, or lost it and has been re-seeded
+// since, from a majority that shares a node with W (which had the token,
+// or was re-seeded in turn), reading it after the grant's round 2 there.
+// On each node the order is fixed by the lock itself: round 2 of the
+// earlier grant ran while its lock was there (it is owner-checked), and
+// the later grant could only set its lock after that lock was gone. So
 // the token order does not depend on any clock: a node whose clock jumps,
 // or a holder paused by GC past its TTL, can break mutual exclusion but
 // not the order of tokens.
 //
-// What breaks it: a node that restarts without persistence (or fails over
-// to a replica that had not yet received the counter) forgets both its
-// locks and its counters. Since round 2 raises the counter on every node
-// that answered round 1, a grant made while all nodes answered leaves its
-// counter on all of them, and then any one node may restart empty: the
-// next majority still includes a node with the counter (the tests restart
-// each node of three in turn, with grants in between, and check that
-// tokens increase). It is not
-// harmless in general: combined with a node that missed grants, a node
-// restarted empty makes tokens repeat. For example, with n1 cut off, a
-// grant on {n2, n3} gets token 11 (n1 still has 10); n3 restarts empty;
-// with n2 now down, a grant on {n1, n3} reads 10 and 0 and issues 11
-// again (TestTokenRepeatsAfterPartitionThenEmptyRestart). A majority of
-// nodes restarted empty restarts tokens at 1. A node restarted empty can
-// also break mutual exclusion: its lock is gone, so another client can win
-// it plus one more node whose lock expired or was lost. Run nodes with
-// appendonly yes and appendfsync always, and maxmemory-policy noeviction:
-// a node that evicts a held lock, or (allkeys-*) a counter, is a node that
-// lost data in the sense above, so Open refuses nodes with an evicting
-// policy unless allow_eviction=true (as the Redis backend does; where
-// CONFIG is disabled it logs a warning). Restarting an empty node only
-// after the longest TTL in use has passed (antirez's "delayed restart")
-// protects the locks, not the counters. Capabilities().DurableFencing is
-// false, since dlock cannot see how the nodes persist.
+// So a node that restarts empty costs nothing but its vote on the token
+// until it is re-seeded (TestTokensIncreaseAcrossOneNodeRestartedEmpty
+// restarts each node of three in turn), even combined with a partition:
+// with n1 cut off, a grant on {n2, n3} gets token 11 (n1 has 10); n3
+// restarts empty; a grant that reaches only {n1, n3} is refused rather
+// than issue 11 again (TestNoTokenRepeatAfterPartitionThenEmptyRestart,
+// TestDoubleFaultRefusesThenRecoversHigher), and once a complete
+// majority answers, n3 is re-seeded and tokens go on increasing. A
+// re-seed running during grants never lowers a counter
+// (TestReseedConcurrentWithGrantsNeverLowersCounter), and waits for a
+// grant between its rounds (TestReseedWaitsForGrantBetweenRounds).
+//
+// The price is availability: a second node that loses its counters
+// before the first is re-seeded leaves fewer than a majority complete
+// (with three nodes), and acquiring is refused from then on
+// (TestMajorityLosingCountersRefuses), where tokens would otherwise
+// restart at 1. Restart nodes one at a time, each after the previous one
+// is complete again (GET <prefix>:fence-state; its re-seed starts at the
+// first acquire that reaches it). To accept that tokens
+// issued only on the lost nodes may repeat, DEL <prefix>:fence-state on
+// every node: the next acquire that reaches every node then seeds them
+// all from the largest counters left (TestFirstUseSeedsEveryNode).
+//
+// A node restarted empty can still break mutual exclusion: its locks are
+// gone, so another client can win a lock it held plus one more node whose
+// copy expired or was lost. Restarting an empty node only after the
+// longest TTL in use has passed (antirez's "delayed restart") protects the
+// locks; fence states protect the tokens.
+//
+// # Persistence and eviction
+//
+// Fence states detect a node that lost everything, not one that lost only
+// its last writes. Run every node either without persistence (it restarts
+// empty, which is detected) or with appendonly yes and appendfsync
+// always (it restarts with every write it acknowledged). With appendfsync
+// everysec (Redis's default for AOF), a node that crashes comes back with
+// its fence state, written long before, but without up to the last second
+// of writes: counters raised in that second by grants are lower again,
+// while the node counts as complete; if a grant's majority W was that
+// node and one other, and the next grant reads that node and a node that
+// missed the grant (cut off), the token repeats. RDB snapshots lose
+// everything since the last snapshot, in the same way, and so does a
+// failover to a replica that had not received the last writes. With such
+// persistence, DEL the node's <prefix>:fence-state before clients reach
+// it after a crash, so that it is re-seeded.
+//
+// A node that evicts keys is a node that loses data: under volatile-*
+// policies it may evict held locks (two holders; counters and the fence
+// state have no TTL and stay), and under allkeys-* also counters, while
+// keeping its fence state, so tokens can repeat (evicting the fence state
+// itself is harmless: the node is re-seeded). Open therefore refuses nodes
+// with an evicting maxmemory-policy unless allow_eviction=true (as the
+// Redis backend does; where CONFIG is disabled it logs a warning): with
+// allow_eviction=true and an allkeys-* policy, the token guarantee above
+// does not hold. Capabilities().DurableFencing is false, since dlock
+// cannot see how the nodes persist.
 //
 // # The debate, and what dlock does about it
 //
@@ -132,6 +214,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -166,12 +249,25 @@ type Driver struct {
 	// evictionAllowed: Open accepts nodes whose maxmemory-policy may
 	// evict keys.
 	evictionAllowed bool
+
+	// Background seedings (seed.go): bgCtx ends at Close, which waits
+	// for them; bgMu orders their start with Close, and guards firstSeed,
+	// the first seeding under way.
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	bgMu      sync.Mutex
+	bg        sync.WaitGroup
+	firstSeed *seedJob
 }
 
 type node struct {
+	idx   int
 	rdb   redis.UniversalClient
 	where string
 	hub   *redisscript.Hub
+
+	reseeding   atomic.Bool  // a background re-seed of this node is under way
+	reseedAfter atomic.Int64 // no re-seed before this time (Unix ns), after a failed one
 }
 
 // Option configures a Driver.
@@ -193,6 +289,7 @@ func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed =
 // number, at least 3. Close does not close the clients.
 func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 	d := &Driver{prefix: redisscript.DefaultPrefix, quorum: len(nodes)/2 + 1}
+	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(d)
 	}
@@ -202,7 +299,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 		if c, ok := rdb.(*redis.Client); ok {
 			where = c.Options().Addr
 		}
-		d.nodes = append(d.nodes, &node{rdb: rdb, where: where, hub: redisscript.NewHub(rdb, "")})
+		d.nodes = append(d.nodes, &node{idx: i, rdb: rdb, where: where, hub: redisscript.NewHub(rdb, "")})
 	}
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		d.err = fmt.Errorf("%w: redlock: %v", dlock.ErrInvalidOption, err)
@@ -306,51 +403,115 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	k := d.keys(req.Name)
 	timeout := nodeTimeout(req.TTL)
-	start := clock.Now()
+	for seeded := false; ; seeded = true {
+		start := clock.Now()
+		round1 := make([]redisscript.RoundOne, len(d.nodes))
+		r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
+			r, err := k.AcquireRead(ctx, n.rdb, req.Owner, req.TTL, req.Holder, d.stateKey())
+			round1[n.idx] = r
+			return reply{ok: r.Granted, n: r.PTTL, err: err}
+		})
+		t1 := count(r1)
+		complete, states := 0, make([]string, 0, len(d.nodes))
+		for i, r := range r1 {
+			if r.done && r.err == nil {
+				states = append(states, round1[i].State)
+				if round1[i].State == stateComplete {
+					complete++
+				}
+			}
+		}
+		if complete < d.quorum {
+			d.abandon(ctx, k, req)
+			if len(t1.errs) > len(d.nodes)-d.quorum {
+				return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t1)
+			}
+			// A fresh deployment: seed every node, then try again. (A node
+			// whose state another client changed meanwhile, e.g. by a
+			// re-seed once the others were complete, is left to it: the
+			// next round 1 reads the states as they are.)
+			if !seeded && len(states) == len(d.nodes) && freshStates(states) {
+				err := d.seedAllShared(ctx)
+				if err == nil || errors.Is(err, errStateChanged) {
+					continue
+				}
+				if !errors.Is(err, errNotFresh) {
+					return driver.Grant{}, 0, err
+				}
+			}
+			return driver.Grant{}, 0, d.unseeded(ctx, req.Name, r1, round1, complete)
+		}
+		for i, r := range r1 {
+			if r.done && r.err == nil && round1[i].State != stateComplete {
+				d.reseedLater(i)
+			}
+		}
+		if t1.ok < d.quorum {
+			d.abandon(ctx, k, req)
+			if len(t1.errs) > len(d.nodes)-d.quorum {
+				return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t1)
+			}
+			return driver.Grant{}, retryAfter(r1, t1, d.quorum), driver.ErrNotAcquired
+		}
+		// The token is above every counter read, on a majority of complete
+		// nodes at least (and on the others: higher does no harm).
+		var token uint64
+		for i, r := range r1 {
+			if r.done && r.err == nil {
+				token = max(token, uint64(round1[i].Counter))
+			}
+		}
+		token++
 
-	r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
-		ok, c, err := k.Acquire(ctx, n.rdb, req.Owner, req.TTL, req.Holder, redisscript.Read, redisscript.WakeAny)
-		return reply{ok: ok, n: c, err: err}
-	})
-	t1 := count(r1)
-	if t1.ok < d.quorum {
-		d.abandon(ctx, k, req)
-		if len(t1.errs) > len(d.nodes)-d.quorum {
-			return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t1)
+		// Round 2 goes to every node that answered round 1, those that
+		// refused too (the lock there is another's): their counters are
+		// raised as well, so that the latest counter is on as many nodes as
+		// can be reached.
+		var answered []int
+		for i, r := range r1 {
+			if r.done && r.err == nil {
+				answered = append(answered, i)
+			}
 		}
-		return driver.Grant{}, retryAfter(r1, t1, d.quorum), driver.ErrNotAcquired
+		r2 := d.each(ctx, answered, timeout, func(ctx context.Context, n *node) reply {
+			ok, err := k.SetToken(ctx, n.rdb, req.Owner, token)
+			return reply{ok: ok, err: err}
+		})
+		t2 := count(r2)
+		validity := req.TTL - clock.Since(start) - Drift(req.TTL)
+		if t2.ok < d.quorum || validity <= 0 {
+			d.abandon(ctx, k, req)
+			if t2.ok < d.quorum && len(t2.errs) > 0 {
+				return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t2)
+			}
+			// The lock expired on nodes before the rounds were done: the TTL
+			// is too short for these nodes' latency. Try again.
+			return driver.Grant{}, driver.Jitter(5 * time.Millisecond), driver.ErrNotAcquired
+		}
+		return driver.Grant{Token: token, Since: start, TTL: req.TTL - Drift(req.TTL)}, 0, nil
 	}
-	var token uint64
-	for _, i := range t1.okIdx {
-		token = max(token, uint64(r1[i].n))
-	}
-	token++
+}
 
-	// Round 2 goes to every node that answered round 1, those that refused
-	// too (the lock there is another's): their counters are raised as well,
-	// so that the latest counter is on as many nodes as can be reached.
-	var answered []int
-	for i, r := range r1 {
-		if r.done && r.err == nil {
-			answered = append(answered, i)
+// unseeded is the error when a majority of the nodes answered but fewer
+// than a majority hold complete fence counters: a token read from them
+// could repeat an earlier one.
+func (d *Driver) unseeded(ctx context.Context, name string, rs []reply, round1 []redisscript.RoundOne, complete int) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var why []string
+	for i, r := range rs {
+		if r.done && r.err == nil && round1[i].State != stateComplete {
+			why = append(why, fmt.Sprintf("%s %s", d.nodes[i].where, describeState(round1[i].State)))
 		}
 	}
-	r2 := d.each(ctx, answered, timeout, func(ctx context.Context, n *node) reply {
-		ok, err := k.SetToken(ctx, n.rdb, req.Owner, token)
-		return reply{ok: ok, err: err}
-	})
-	t2 := count(r2)
-	validity := req.TTL - clock.Since(start) - Drift(req.TTL)
-	if t2.ok < d.quorum || validity <= 0 {
-		d.abandon(ctx, k, req)
-		if t2.ok < d.quorum && len(t2.errs) > 0 {
-			return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t2)
-		}
-		// The lock expired on nodes before the rounds were done: the TTL is
-		// too short for these nodes' latency. Try again.
-		return driver.Grant{}, driver.Jitter(5 * time.Millisecond), driver.ErrNotAcquired
+	t := count(rs)
+	err := fmt.Errorf("%w: redlock: acquire %s: %d of %d nodes reachable but only %d holds its fence counters (%s); waiting for a majority (%d) of nodes with complete counters, so that no token repeats",
+		driver.ErrUnavailable, name, len(d.nodes)-len(t.errs), len(d.nodes), complete, strings.Join(why, "; "), d.quorum)
+	if len(t.errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(t.errs...))
 	}
-	return driver.Grant{Token: token, Since: start, TTL: req.TTL - Drift(req.TTL)}, 0, nil
+	return err
 }
 
 // retryAfter is when a failed attempt should look again: when the holder's
@@ -488,7 +649,7 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
 		st, err := k.Read(ctx, n.rdb)
 		if err == nil {
-			states[slices.Index(d.nodes, n)] = st
+			states[n.idx] = st
 		}
 		return reply{ok: true, err: err}
 	})
@@ -591,6 +752,10 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 // Close closes the pub/sub connections, and the clients if the driver was
 // opened from a URL.
 func (d *Driver) Close() error {
+	d.bgMu.Lock()
+	d.bgCancel()
+	d.bgMu.Unlock()
+	d.bg.Wait()
 	var errs []error
 	for _, n := range d.nodes {
 		errs = append(errs, n.hub.Close())

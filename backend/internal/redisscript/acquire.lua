@@ -8,19 +8,22 @@
 -- ARGV[4] absent: the token is the next value of the fence counter (Redis);
 --         "fair": the same, but only if no live waiter is queued;
 --         "read": store token 0 and report the counter, for Redlock, whose
---         token is decided across nodes and stored by set_token.lua.
+--         token is decided across nodes and stored by set_token.lua;
+--         KEYS[3] is then the node's fence-state key (see package redlock),
+--         read in the same step as the counter.
 -- ARGV[5] mode "fair": how the first waiter is woken if the lock is free
 --         and a waiter is first in line (see wake_next)
--- Returns, in "read" mode, {1, counter} when granted and {0, pttl} when
--- not; in the others, as one integer (cheaper to make and to read than a
+-- Returns, in "read" mode, {granted (1 or 0), pttl (0 when granted),
+-- counter, fence state ("" if none)}; in the others, as one integer (cheaper to make and to read than a
 -- table), the token (> 0) when granted and -3 - pttl (< 0) when not.
 local mode = ARGV[4]
 if mode == 'read' then
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl ~= -2 then return {0, pttl} end
   local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local state = redis.call('GET', KEYS[3]) or ''
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl ~= -2 then return {0, pttl, counter, state} end
   redis.call('SET', KEYS[1], lock_value(ARGV[1], 0, ARGV[3]), 'PX', ARGV[2])
-  return {1, counter}
+  return {1, 0, counter, state}
 end
 if mode == 'fair' and redis.call('LINDEX', KEYS[3], 0) then
   --@queue

@@ -14,7 +14,9 @@
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
 //
 // and, not tied to a lock, one channel per driver (process) that fair
-// hand-offs are published on: <prefix>:proc:<random>.
+// hand-offs are published on: <prefix>:proc:<random>; and, on Redlock
+// nodes only, <prefix>:fence-state, which says whether the node's fence
+// counters are complete (see package redlock).
 //
 // tag is driver.NameHash(name): the first 128 bits of SHA-256(name) in hex. A lock name is any
 // UTF-8 string of up to 1024 bytes, including "{", "}" and NUL, none of
@@ -148,28 +150,20 @@ const (
 	Incr TokenMode = "incr"
 	// Fair: as Incr, but only if no live waiter is queued.
 	Fair TokenMode = "fair"
-	// Read: the lock is stored with token 0 and the counter is reported;
-	// SetToken stores the token later (Redlock).
-	Read TokenMode = "read"
 )
 
 // Acquire makes one attempt to take the lock, without queueing. When
-// granted, n is the token (Incr, Fair) or the fence counter (Read);
-// otherwise n is the holder's remaining PTTL in ms (-1 if it has none, -2
-// if the lock is free but a waiter is first in line: Fair). wake says how
-// a Fair attempt that finds the lock free and a waiter first wakes it.
+// granted, n is the token; otherwise n is the holder's remaining PTTL in
+// ms (-1 if it has none, -2 if the lock is free but a waiter is first in
+// line: Fair). wake says how a Fair attempt that finds the lock free and a
+// waiter first wakes it.
 func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
 	var cmd *redis.Cmd
 	switch tail := k.tail(holder); mode {
 	case Incr: // the default: no mode argument, and two keys, the lock and the fence
 		cmd = acquire.Run(ctx, rdb, k.queueKeys()[:2], owner, ms(ttl), tail)
-	case Read:
-		cmd = acquire.Run(ctx, rdb, k.queueKeys()[:2], owner, ms(ttl), tail, string(mode))
 	default:
 		cmd = acquire.Run(ctx, rdb, k.queueKeys(), owner, ms(ttl), tail, string(mode), string(wake))
-	}
-	if mode == Read {
-		return pair(cmd.Slice())
 	}
 	n, err = cmd.Int64()
 	if err != nil {
@@ -179,6 +173,35 @@ func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl
 		return true, n, nil
 	}
 	return false, -3 - n, nil
+}
+
+// RoundOne is a node's answer to AcquireRead.
+type RoundOne struct {
+	Granted bool
+	PTTL    int64  // when not granted: the holder's remaining PTTL in ms (-1 if it has none)
+	Counter int64  // the node's fence counter for the lock
+	State   string // the value of the node's fence-state key ("" if absent)
+}
+
+// AcquireRead is Redlock's first round on one node: take the lock if it
+// is free, storing token 0 (SetToken stores the token decided across the
+// nodes), and report, read in the same step, the node's fence counter and
+// the value of stateKey, which says whether the node's counters can be
+// trusted (see package redlock).
+func (k Keys) AcquireRead(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, stateKey string) (RoundOne, error) {
+	v, err := acquire.Run(ctx, rdb, []string{k.Lock, k.Fence, stateKey}, owner, ms(ttl), k.tail(holder), "read").Slice()
+	if err != nil {
+		return RoundOne{}, err
+	}
+	if len(v) != 4 {
+		return RoundOne{}, fmt.Errorf("unexpected script reply %v", v)
+	}
+	granted, _ := v[0].(int64)
+	r := RoundOne{Granted: granted == 1}
+	r.PTTL, _ = v[1].(int64)
+	r.Counter, _ = v[2].(int64)
+	r.State, _ = v[3].(string)
+	return r, nil
 }
 
 // tail is what follows the token in a lock value: " <len(name)> <name><holder>"
@@ -251,18 +274,6 @@ func flag(b bool) string {
 		return "1"
 	}
 	return "0"
-}
-
-func pair(v []any, err error) (bool, int64, error) {
-	if err != nil {
-		return false, 0, err
-	}
-	if len(v) != 2 {
-		return false, 0, fmt.Errorf("unexpected script reply %v", v)
-	}
-	ok, _ := v[0].(int64)
-	n, _ := v[1].(int64)
-	return ok == 1, n, nil
 }
 
 // LeaveQueue removes a fair waiter that gives up, and passes on a lock
