@@ -243,3 +243,36 @@ func TestOpenRefusesEvictingNode(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestOpenBoundsEachNodeCall: a client built by Open bounds each node call
+// by the driver's per-call timeout, so a node that stops answering (its
+// proxy swallows every byte) costs that timeout, not go-redis's 3 s read
+// timeout. With a 2 s TTL, a grant whose round 1 waited 3 s on the silent
+// node would have no validity left: every Lock would fail. With the bound,
+// the two live nodes grant it, and renewal keeps it.
+func TestOpenBoundsEachNodeCall(t *testing.T) {
+	nodes := startNodes(t, 3)
+	p0 := testenv.NewProxy(t, nodes[0].Addr)
+	u := "redlock://" + strings.Join([]string{p0.Addr(), nodes[1].Addr, nodes[2].Addr}, ",")
+	ctx := testenv.Context(t, 60*time.Second)
+	c, err := dlock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	lockUnlock(t, c, "bounded") // a first use seeds every node's fence state
+	p0.Block()
+	const ttl = 2 * time.Second
+	l, err := c.Mutex("bounded", dlock.WithTTL(ttl)).Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock with one silent node of three, TTL %v: %v", ttl, err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost while two of three nodes answer: %v", l.Err())
+	case <-time.After(2 * ttl):
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

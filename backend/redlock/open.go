@@ -64,6 +64,10 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		if err := tlsParams.Apply(u, opt.TLSConfig, "redlocks"); err != nil {
 			return fail(err)
 		}
+		// go-redis ignores a context's deadline unless told: without this a
+		// silent node costs its 3 s read timeout, not the driver's per-call
+		// bound, and a short TTL has no validity left.
+		opt.ContextTimeoutEnabled = true
 		clients = append(clients, redis.NewClient(opt))
 	}
 	d := New(clients, opts...)

@@ -286,7 +286,10 @@ func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed =
 
 // New returns a driver over independent Redis nodes (not replicas of each
 // other). A lock is held when a majority of them hold it; use an odd
-// number, at least 3. Close does not close the clients.
+// number, at least 3. Close does not close the clients. Create them with
+// ContextTimeoutEnabled set, as Open does: go-redis ignores a context's
+// deadline otherwise, and a silent node then costs its read timeout instead
+// of the driver's per-call bound (TestOpenBoundsEachNodeCall).
 func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 	d := &Driver{prefix: redisscript.DefaultPrefix, quorum: len(nodes)/2 + 1}
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
