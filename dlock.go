@@ -56,8 +56,6 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -416,13 +414,6 @@ func classify(ctx context.Context, err error) error {
 	default:
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-}
-
-// newOwner returns an unguessable owner key: 128 random bits in hex.
-func newOwner() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	return hex.EncodeToString(b[:])
 }
 
 var hostname = sync.OnceValue(func() string {

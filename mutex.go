@@ -59,7 +59,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	c := m.c
 	now := clock.Now()
 	holder := encodeHolder(m.o.note, now.UTC().Round(time.Millisecond))
-	req := driver.Request{Name: m.name, Owner: newOwner(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
+	req := driver.Request{Name: m.name, Owner: driver.NewNonce(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
 
 	g, err := c.d.Acquire(ctx, req)
 	if err != nil {

@@ -130,7 +130,7 @@ func compareSeq(a, b int32) int {
 // tells whether the node was its parent's only child: then it holds the
 // lock, and the uncontended case is one round trip.
 func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lockNode, []string, error) {
-	c, err := d.create(ctx, parent, newGUID(), data)
+	c, err := d.create(ctx, parent, driver.NewNonce(), data)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -219,9 +219,7 @@ package zklock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -573,13 +571,6 @@ func (d *Driver) confirmedSince(session int64) time.Time {
 
 // lockPath is the parent node of a lock name's queue.
 func (d *Driver) lockPath(name string) string { return d.root + "/" + escapeName(name) }
-
-// newGUID returns 128 random bits in hex, for a protected node's name.
-func newGUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // call runs a ZooKeeper request, which go-zookeeper cannot cancel, and
 // returns when it completes or ctx ends. A request left behind completes
