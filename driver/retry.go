@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // Retrier is a backend whose engine has no queue: it can only try, and learn
@@ -119,7 +117,7 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 	go func() {
 		actx, cancel := context.WithTimeout(detached, attemptTimeout(req.TTL))
 		defer cancel()
-		sent := clock.Now()
+		sent := Now()
 		g, ra, err := r.TryAcquire(actx, req)
 		if err == nil && g.Since.IsZero() {
 			g.Since = sent

@@ -314,14 +314,14 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 	go func() {
 		failures := 0
 		for {
-			next := time.Until(l.lastConfirmed().Add(l.ttl / 3))
+			next := driver.Until(l.lastConfirmed().Add(l.ttl / 3))
 			if failures > 0 {
 				next = retryDelay(failures)
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(next):
+			case <-driver.NewTimer(next).C:
 			}
 			// Each attempt gets a third of the TTL: a keepalive that goes
 			// to a member while it cannot reach the leader (a leader cut
@@ -337,7 +337,7 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 				failures = 0
 			case ctx.Err() != nil:
 				return
-			case errors.Is(err, driver.ErrLeaseLost) || time.Since(l.lastConfirmed()) >= l.ttl:
+			case errors.Is(err, driver.ErrLeaseLost) || driver.Since(l.lastConfirmed()) >= l.ttl:
 				errc <- fmt.Errorf("%w: the lease of our queue entry ran out while waiting: %w", driver.ErrUnavailable, err)
 				return
 			default:

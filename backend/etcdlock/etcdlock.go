@@ -160,7 +160,7 @@ func (l *lease) lastConfirmed() time.Time {
 
 // keepAlive renews the lease once and records the confirmation.
 func (d *Driver) keepAlive(ctx context.Context, l *lease) error {
-	sent := time.Now()
+	sent := driver.Now()
 	if _, err := d.cli.KeepAliveOnce(ctx, l.id); err != nil {
 		return unavailable(ctx, "keepalive", err)
 	}
@@ -189,7 +189,7 @@ func (d *Driver) getLease(ctx context.Context, sec int64) (*lease, error) {
 		if l == nil {
 			break
 		}
-		age := time.Since(l.lastConfirmed())
+		age := driver.Since(l.lastConfirmed())
 		if age <= l.ttl/3 {
 			return l, nil
 		}
@@ -201,7 +201,7 @@ func (d *Driver) getLease(ctx context.Context, sec int64) (*lease, error) {
 		}
 		// Too old to trust, or gone: forget it; it expires by itself.
 	}
-	sent := time.Now()
+	sent := driver.Now()
 	resp, err := d.cli.Grant(ctx, sec)
 	if err != nil {
 		return nil, unavailable(ctx, "lease grant", err)

@@ -442,7 +442,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	bellArg := d.bellArg(ctx)
 	name, ttl := []byte(req.Name), micros(req.TTL)
-	sent := time.Now()
+	sent := driver.Now()
 	r, err := exec(ctx, d, d.q.acquire, name, req.Owner, req.Holder, bellArg, ttl, req.Owner, req.Holder, bellArg, ttl)
 	if err != nil {
 		return driver.Grant{}, 0, err
@@ -470,7 +470,7 @@ func (d *Driver) bellArg(ctx context.Context) any {
 
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
-	sent := time.Now()
+	sent := driver.Now()
 	r, err := exec(ctx, d, d.q.extend, micros(ttl), d.bellArg(ctx), []byte(h.Name), h.Owner)
 	if err != nil {
 		return err

@@ -139,7 +139,6 @@ import (
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // MinTTL is the shortest lease granted: the lease must outlast two rounds
@@ -306,7 +305,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	k := d.keys(req.Name)
 	timeout := nodeTimeout(req.TTL)
-	start := clock.Now()
+	start := driver.Now()
 
 	r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
 		ok, c, err := k.Acquire(ctx, n.rdb, req.Owner, req.TTL, req.Holder, redisscript.Read, redisscript.WakeAny)
@@ -340,7 +339,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 		return reply{ok: ok, err: err}
 	})
 	t2 := count(r2)
-	validity := req.TTL - clock.Since(start) - Drift(req.TTL)
+	validity := req.TTL - driver.Since(start) - Drift(req.TTL)
 	if t2.ok < d.quorum || validity <= 0 {
 		d.abandon(ctx, k, req)
 		if t2.ok < d.quorum && len(t2.errs) > 0 {

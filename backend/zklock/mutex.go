@@ -267,8 +267,8 @@ func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 	}
 	ttl := d.leaseTTL()
 	since := d.confirmedSince(n.session)
-	if since.IsZero() || time.Since(since) > ttl/4 {
-		sent := time.Now()
+	if since.IsZero() || driver.Since(since) > ttl/4 {
+		sent := driver.Now()
 		if err := d.check(ctx, n); err != nil {
 			n.retire()
 			if errors.Is(err, driver.ErrLeaseLost) {
@@ -322,7 +322,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, _ time.Duration) err
 	if !ok || n.d != d {
 		return fmt.Errorf("%w: %q: not a grant of this driver", driver.ErrLeaseLost, h.Name)
 	}
-	sent := time.Now()
+	sent := driver.Now()
 	if err := d.check(ctx, n); err != nil {
 		return err
 	}
@@ -412,7 +412,7 @@ func (n *lockNode) hold(since time.Time, ttl time.Duration) {
 func (n *lockNode) confirm(sent time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.done || time.Now().After(n.confirmed.Add(n.ttl)) {
+	if n.done || driver.Now().After(n.confirmed.Add(n.ttl)) {
 		return false
 	}
 	if sent.After(n.confirmed) {
@@ -425,7 +425,7 @@ func (n *lockNode) confirm(sent time.Time) bool {
 func (n *lockNode) left() time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return time.Until(n.confirmed.Add(n.ttl))
+	return driver.Until(n.confirmed.Add(n.ttl))
 }
 
 // expire ends the lease if its deadline has passed, so that no renewal
@@ -433,7 +433,7 @@ func (n *lockNode) left() time.Duration {
 func (n *lockNode) expire() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if time.Now().Before(n.confirmed.Add(n.ttl)) {
+	if driver.Now().Before(n.confirmed.Add(n.ttl)) {
 		return false
 	}
 	n.done = true
@@ -541,12 +541,12 @@ func (n *lockNode) keep() {
 			return
 		case <-held:
 			held = nil
-			t := time.NewTimer(n.left())
+			t := driver.NewTimer(n.left())
 			defer t.Stop()
 			expire = t.C
 		case <-expire:
 			if !n.expire() {
-				expire = time.After(n.left())
+				expire = driver.NewTimer(n.left()).C
 				continue
 			}
 			n.vanish()
@@ -655,7 +655,7 @@ func (d *Driver) createOnce(ctx context.Context, prefix string, data []byte, par
 		err error
 	}
 	ch := make(chan result, 1)
-	sent := time.Now()
+	sent := driver.Now()
 	go func() {
 		res, err := d.conn.Multi(
 			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},

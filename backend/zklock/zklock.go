@@ -606,7 +606,7 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // plain read does not, since a follower cut off from the leader still
 // answers it.
 func roundTrip[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
-	sent := time.Now()
+	sent := driver.Now()
 	v, err := call(ctx, f)
 	if err == nil || answered(err) {
 		d.confirm(sent)
