@@ -133,13 +133,9 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 	}
 	select {
 	case res := <-done:
-		if res.err != nil && ctx.Err() == nil && !errors.Is(res.err, ErrUnavailable) &&
-			(errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, context.Canceled)) {
-			// The attempt's own deadline, not the caller's: the backend
-			// did not answer in time.
-			res.err = fmt.Errorf("%w: no answer within %v: %w", ErrUnavailable, attemptTimeout(req.TTL), res.err)
-		}
-		return res.g, res.ra, res.err
+		// The attempt's own deadline, not the caller's, is the backend
+		// not answering in time.
+		return res.g, res.ra, Classify(ctx, fmt.Sprintf("one attempt of at most %v", attemptTimeout(req.TTL)), res.err)
 	case <-ctx.Done():
 	}
 	// The caller gave up while the attempt was in flight: learn its outcome

@@ -114,20 +114,13 @@ func ttlSeconds(ttl time.Duration) int64 {
 	return max(s, 1)
 }
 
-// unavailable classifies an error from the etcd client: the caller's
-// context ending stays a context error, a lost lease is ErrLeaseLost, and
-// anything else is ErrUnavailable.
+// unavailable classifies an error from the etcd client: a lease etcd no
+// longer knows is ErrLeaseLost; the rest is driver.Classify's.
 func unavailable(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("%w: etcd %s: %w", driver.ErrLeaseLost, op, err)
 	}
-	return fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, op, err)
+	return driver.Classify(ctx, "etcd "+op, err)
 }
 
 // cleanupTimeout bounds the work done, detached from the caller's context,

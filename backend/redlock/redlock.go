@@ -280,13 +280,11 @@ func count(rs []reply) tally {
 	return t
 }
 
-// unreachable is the error when too few nodes answered to decide.
+// unreachable is the error when too few nodes answered to decide
+// (driver.Classify: ctx's error if that is why).
 func (d *Driver) unreachable(ctx context.Context, what string, t tally) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("%w: redlock: %s: %d of %d nodes answered, a majority (%d) is needed: %w",
-		driver.ErrUnavailable, what, len(d.nodes)-len(t.errs), len(d.nodes), d.quorum, errors.Join(t.errs...))
+	return driver.Classify(ctx, "", fmt.Errorf("%w: redlock: %s: %d of %d nodes answered, a majority (%d) is needed: %w",
+		driver.ErrUnavailable, what, len(d.nodes)-len(t.errs), len(d.nodes), d.quorum, errors.Join(t.errs...)))
 }
 
 // Acquire takes the lock on a majority, waiting if req.Wait.
@@ -576,11 +574,8 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	t := count(rs)
 	switch {
 	case t.ok+t.refused < d.quorum:
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: redlock: break %s: deleted on %d of %d nodes, free on %d, and %d did not answer: a majority (%d) must answer, so the lock may still be held: %w",
-			driver.ErrUnavailable, name, t.ok, len(d.nodes), t.refused, len(t.errs), d.quorum, errors.Join(t.errs...))
+		return driver.Classify(ctx, "", fmt.Errorf("%w: redlock: break %s: deleted on %d of %d nodes, free on %d, and %d did not answer: a majority (%d) must answer, so the lock may still be held: %w",
+			driver.ErrUnavailable, name, t.ok, len(d.nodes), t.refused, len(t.errs), d.quorum, errors.Join(t.errs...)))
 	case t.ok > 0:
 		return nil
 	}

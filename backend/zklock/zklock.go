@@ -649,16 +649,12 @@ func answered(err error) bool {
 	return false
 }
 
-// fail turns a request's error into the driver's: ctx's own error when ctx
-// ended, ErrUnavailable wrapping ZooKeeper's otherwise.
+// fail turns a request's error into the driver's (driver.Classify).
 func (d *Driver) fail(ctx context.Context, op string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-		return cerr
-	}
 	if d.isClosed() {
-		return fmt.Errorf("%w: zookeeper %s: the driver is closed: %w", driver.ErrUnavailable, op, err)
+		op += ": the driver is closed"
 	}
-	return fmt.Errorf("%w: zookeeper %s: %w", driver.ErrUnavailable, op, err)
+	return driver.Classify(ctx, "zookeeper "+op, err)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
