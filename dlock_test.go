@@ -547,7 +547,9 @@ type rawInspect struct {
 	err error
 }
 
-func (r rawInspect) Inspect(context.Context, string) (driver.Info, error) { return driver.Info{}, r.err }
+func (r rawInspect) Inspect(context.Context, string) (driver.Info, error) {
+	return driver.Info{}, r.err
+}
 
 // The portable layer holds a driver that does not classify its errors to
 // the contract: a raw failure is ErrUnavailable while the caller waits,

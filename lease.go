@@ -354,12 +354,14 @@ func (l *Lease) renew() {
 		driver.ResetTimer(l.renewTimer, max(driver.Until(sent.Add(every)), 0))
 		return
 	}
-	// The backend is unreachable or failing: retry sooner, with back-off,
-	// until the deadline decides.
+	// The backend is unreachable or failing: retry sooner, from TTL/12
+	// backing off to 2·TTL/3, but within a third of the time left before
+	// the deadline (and at least 5ms apart), until the deadline decides.
 	l.failures++
 	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
-	retry := min(every/4<<min(l.failures-1, 3), driver.Until(l.deadline)/3)
-	driver.ResetTimer(l.renewTimer, driver.Jitter(max(retry, 5*time.Millisecond)))
+	const floor = 5 * time.Millisecond
+	retry := driver.Backoff{Base: max(every/4, floor), Cap: max(min(2*every, driver.Until(l.deadline)/3), floor), Jitter: 0.5}
+	driver.ResetTimer(l.renewTimer, retry.Delay(l.failures-1))
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -103,7 +103,7 @@ func (d *Driver) keepWatchStream(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(retryDelay(failures)):
+		case <-time.After(retryBackoff.Delay(failures - 1)):
 		}
 	}
 }

@@ -138,7 +138,7 @@ func (d *Driver) watchKey(key string, rev int64) *keyWatch {
 				failures++
 				select {
 				case <-ctx.Done():
-				case <-time.After(retryDelay(failures)):
+				case <-time.After(retryBackoff.Delay(failures - 1)):
 				}
 			case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev:
 				kw.fire()

@@ -61,7 +61,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 			return g, err
 		}
 		// The session ended while we queued: queue again in the new one.
-		if err := sleep(ctx, driver.Jitter(50*time.Millisecond)); err != nil {
+		if err := requeuePause.Wait(ctx, 0); err != nil {
 			return driver.Grant{}, err
 		}
 	}
@@ -346,7 +346,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	}
 	n.release()
 	retried := false
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for try := 0; ; try++ {
 		_, err := roundTrip(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(n.path, -1) })
 		switch {
 		case err == nil:
@@ -370,7 +370,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 			return d.fail(ctx, "delete "+n.path, err)
 		}
 		retried = true
-		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+		if err := requestRetry.Wait(ctx, try); err != nil {
 			n.retire()
 			return d.fail(ctx, "delete "+n.path, err)
 		}
@@ -566,7 +566,7 @@ func (n *lockNode) keep() {
 // remove deletes a node of ours for as long as its session lives (an
 // ephemeral node goes with its session) and the driver is open.
 func (d *Driver) remove(path string, session int64) {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for try := 0; ; try++ {
 		err := d.conn.Delete(path, -1)
 		if err == nil || !transient(err) || d.conn.SessionID() != session {
 			return
@@ -574,7 +574,7 @@ func (d *Driver) remove(path string, session int64) {
 		select {
 		case <-d.closed:
 			return
-		case <-time.After(driver.Jitter(wait)):
+		case <-time.After(cleanupRetry.Delay(try)):
 		}
 	}
 }
@@ -603,7 +603,7 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 		return created{}, err
 	}
 	give := time.Now().Add(d.session())
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for try := 0; ; try++ {
 		if time.Now().After(give) || d.isClosed() {
 			return fail(fmt.Errorf("%w: zookeeper: create %s: no connection within the session timeout", driver.ErrUnavailable, prefix))
 		}
@@ -636,7 +636,7 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 			}
 			unknown = true
 		}
-		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+		if err := requestRetry.Wait(ctx, try); err != nil {
 			return fail(err)
 		}
 	}
@@ -722,7 +722,7 @@ func (d *Driver) findGUID(ctx context.Context, parent, guid string) (string, err
 // removeGUID deletes the node with guid, if a create of ours made it after
 // all, for as long as its session lives.
 func (d *Driver) removeGUID(parent, guid string, session int64) {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for try := 0; ; try++ {
 		p, err := d.findGUID(context.Background(), parent, guid)
 		if err == nil {
 			if p != "" {
@@ -736,7 +736,7 @@ func (d *Driver) removeGUID(parent, guid string, session int64) {
 		select {
 		case <-d.closed:
 			return
-		case <-time.After(driver.Jitter(wait)):
+		case <-time.After(cleanupRetry.Delay(try)):
 		}
 	}
 }

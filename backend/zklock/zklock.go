@@ -620,12 +620,12 @@ func roundTrip[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, e
 // roundTrip).
 func retry[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
 	give := time.Now().Add(d.session())
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for try := 0; ; try++ {
 		v, err := call(ctx, f)
 		if err == nil || !transient(err) || time.Now().After(give) || d.isClosed() {
 			return v, err
 		}
-		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+		if err := requestRetry.Wait(ctx, try); err != nil {
 			return v, err
 		}
 	}
@@ -657,13 +657,12 @@ func (d *Driver) fail(ctx context.Context, op string, err error) error {
 	return driver.Classify(ctx, "zookeeper "+op, err)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// Pauses between attempts while the connection is down: a caller's request
+// retries promptly; a clean-up in the background, which nobody waits for,
+// backs off further; a Lock whose session ended while queued pauses a
+// moment before queueing again in the new session.
+var (
+	requestRetry = driver.Backoff{Base: 10 * time.Millisecond, Cap: 500 * time.Millisecond, Jitter: 0.5}
+	cleanupRetry = driver.Backoff{Base: 10 * time.Millisecond, Cap: time.Second, Jitter: 0.5}
+	requeuePause = driver.Backoff{Base: 50 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: 0.5}
+)
