@@ -2,29 +2,31 @@ package etcdlock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // leader returns the index of the raft leader, waiting for one.
 func (d *deployment) leader(t testing.TB) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	leader := -1
+	testenv.Eventually(t, 30*time.Second, "a raft leader", func() error {
 		d.mu.Lock()
+		defer d.mu.Unlock()
 		for i, m := range d.members {
 			if m.IsLeader() {
-				d.mu.Unlock()
-				return i
+				leader = i
+				return nil
 			}
 		}
-		d.mu.Unlock()
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no leader within 30s")
-	return -1
+		return errors.New("none")
+	})
+	return leader
 }
 
 // TestClusterMemberStopKeepsLocksAndQueues stops the leader of a 3-member
@@ -134,18 +136,14 @@ func lockUnlockAbove(ctx context.Context, t *testing.T, c *dlock.Client, name st
 // waitWaiters waits until Inspect shows n waiters on name.
 func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d waiters on %q", n, name), func() error {
 		in, err := c.Inspect(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(in.Waiters) >= n {
-			return
+		if len(in.Waiters) < n {
+			return fmt.Errorf("%d waiters", len(in.Waiters))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q: %d waiters after 30s, want %d", name, len(in.Waiters), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

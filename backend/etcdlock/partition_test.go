@@ -60,17 +60,17 @@ func startPeerCluster(t *testing.T) *peerCluster {
 // leader returns the index of the raft leader, waiting for one.
 func (c *peerCluster) leader(t *testing.T) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	leader := -1
+	testenv.Eventually(t, 30*time.Second, "a raft leader", func() error {
 		for i, m := range c.members {
 			if m.IsLeader() {
-				return i
+				leader = i
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no leader within 30s")
-	return -1
+		return errors.New("none")
+	})
+	return leader
 }
 
 // endpoints returns the client addresses of the members other than cut.
