@@ -56,8 +56,6 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -395,34 +393,16 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// classify keeps a backend's sentinel errors and context errors as they are
-// and marks anything else as ErrUnavailable.
+// classify holds a driver's error to the contract for a driver that does
+// not classify its errors itself (a third-party one returning its engine's
+// raw errors): driver.Classify, which changes nothing in an error it made,
+// so the errors of dlock's own backends pass unchanged. ErrInvalidOption,
+// which a driver returns for bad input, is an answer too.
 func classify(ctx context.Context, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrUnavailable) { // the backend classified its own timeout
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrUnavailable, err) // the backend's own timeout
-	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrLeaseLost), errors.Is(err, ErrNotHeld),
-		errors.Is(err, ErrInvalidName), errors.Is(err, ErrUnavailable), errors.Is(err, ErrUnsupported),
-		errors.Is(err, ErrInvalidOption):
+	if errors.Is(err, ErrInvalidOption) {
 		return err
-	default:
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-}
-
-// newOwner returns an unguessable owner key: 128 random bits in hex.
-func newOwner() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	return hex.EncodeToString(b[:])
+	return driver.Classify(ctx, "", err)
 }
 
 var hostname = sync.OnceValue(func() string {

@@ -540,6 +540,45 @@ func TestBackendClassifiedTimeoutIsNotWrappedTwice(t *testing.T) {
 	}
 }
 
+// rawInspect is a third-party backend that returns its engine's errors
+// raw, unclassified.
+type rawInspect struct {
+	*memlock.Driver
+	err error
+}
+
+func (r rawInspect) Inspect(context.Context, string) (driver.Info, error) {
+	return driver.Info{}, r.err
+}
+
+// The portable layer holds a driver that does not classify its errors to
+// the contract: a raw failure is ErrUnavailable while the caller waits,
+// the caller's context error once it has ended; an answer stays.
+func TestRawDriverErrorsAreClassified(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connection refused")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		want    error
+		notWant error
+	}{
+		{"FailureWhileCallerWaits", testenv.Context(t, time.Minute), refused, dlock.ErrUnavailable, context.Canceled},
+		{"FailureAfterCallerGaveUp", cancelled, refused, context.Canceled, dlock.ErrUnavailable},
+		{"Answer", cancelled, fmt.Errorf("%w: gone", driver.ErrNotHeld), dlock.ErrNotHeld, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dlock.New(rawInspect{memlock.New(memlock.NewServer()), tc.err})
+			_, err := c.Inspect(tc.ctx, "x")
+			if !errors.Is(err, tc.want) || errors.Is(err, tc.notWant) {
+				t.Errorf("Inspect: got %v, want %v and not %v", err, tc.want, tc.notWant)
+			}
+		})
+	}
+}
+
 // Unlock of a lease already lost frees the backend's entry as a clean-up;
 // a backend that does not answer cannot make it hang, whatever ctx.
 func TestUnlockOfLostLeaseReturnsWhenReleaseHangs(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // Lease is one grant of a lock: held until Unlock, renewed in the
@@ -161,7 +160,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	case err == nil:
 		l.end(releasedError{l.name})
 		if h := l.o.hooks.Released; h != nil {
-			h(l.name, l.token, clock.Since(l.acquired))
+			h(l.name, l.token, driver.Since(l.acquired))
 		}
 		if l.o.logger.Enabled(ctx, slog.LevelDebug) {
 			l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
@@ -180,9 +179,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	lost := l.lostWhileReleasing
 	if lost == nil && !l.ended {
 		if l.expireTimer == nil {
-			l.expireTimer = clock.AfterFunc(clock.Until(l.deadline), l.expired)
+			l.expireTimer = driver.AfterFunc(driver.Until(l.deadline), l.expired)
 		} else {
-			clock.Reset(l.expireTimer, clock.Until(l.deadline))
+			driver.ResetTimer(l.expireTimer, driver.Until(l.deadline))
 		}
 	}
 	l.mu.Unlock()
@@ -247,7 +246,7 @@ func (l *Lease) lose(cause error) error {
 // sleep waits d while the lease is renewed (the lock-delay); it fails if ctx
 // ends or the lease is lost meanwhile.
 func (l *Lease) sleep(ctx context.Context, d time.Duration) error {
-	t := clock.NewTimer(d)
+	t := driver.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -277,7 +276,7 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	l.mu.Lock()
 	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
 	// begun a while ago), then TTL/3 after each confirmed renewal.
-	l.renewTimer = clock.AfterFunc(max(clock.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
+	l.renewTimer = driver.AfterFunc(max(driver.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
 	l.mu.Unlock()
 	if backendLost != nil {
 		stop := backendLost.AfterFire(func() {
@@ -303,8 +302,8 @@ func (l *Lease) stopTimers() {
 // expired runs when the deadline passes, unless a renewal moved it.
 func (l *Lease) expired() {
 	l.mu.Lock()
-	if left := clock.Until(l.deadline); left > 0 {
-		clock.Reset(l.expireTimer, left) // a renewal confirmed meanwhile
+	if left := driver.Until(l.deadline); left > 0 {
+		driver.ResetTimer(l.expireTimer, left) // a renewal confirmed meanwhile
 		l.mu.Unlock()
 		return
 	}
@@ -322,7 +321,7 @@ func (l *Lease) renew() {
 	}
 	deadline := l.deadline
 	if l.expireTimer == nil {
-		l.expireTimer = clock.AfterFunc(clock.Until(deadline), l.expired)
+		l.expireTimer = driver.AfterFunc(driver.Until(deadline), l.expired)
 	}
 	l.mu.Unlock()
 
@@ -331,8 +330,8 @@ func (l *Lease) renew() {
 	// stuck on one server (a member cut from its cluster, a connection
 	// that went silent) must not use up the whole lease when a retry,
 	// possibly to a healthy server, would be answered.
-	sent := clock.Now()
-	ctx, cancel := clock.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
+	sent := driver.Now()
+	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
 
@@ -350,17 +349,19 @@ func (l *Lease) renew() {
 		l.failures = 0
 		if d := sent.Add(l.ttl - driftMargin(l.ttl)); d.After(l.deadline) {
 			l.deadline = d
-			clock.Reset(l.expireTimer, clock.Until(d))
+			driver.ResetTimer(l.expireTimer, driver.Until(d))
 		}
-		clock.Reset(l.renewTimer, max(clock.Until(sent.Add(every)), 0))
+		driver.ResetTimer(l.renewTimer, max(driver.Until(sent.Add(every)), 0))
 		return
 	}
-	// The backend is unreachable or failing: retry sooner, with back-off,
-	// until the deadline decides.
+	// The backend is unreachable or failing: retry sooner, from TTL/12
+	// backing off to 2·TTL/3, but within a third of the time left before
+	// the deadline (and at least 5ms apart), until the deadline decides.
 	l.failures++
 	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
-	retry := min(every/4<<min(l.failures-1, 3), clock.Until(l.deadline)/3)
-	clock.Reset(l.renewTimer, driver.Jitter(max(retry, 5*time.Millisecond)))
+	const floor = 5 * time.Millisecond
+	retry := driver.Backoff{Base: max(every/4, floor), Cap: max(min(2*every, driver.Until(l.deadline)/3), floor), Jitter: 0.5}
+	driver.ResetTimer(l.renewTimer, retry.Delay(l.failures-1))
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // Mutex is a distributed mutual-exclusion lock named by a string. Unlike
@@ -57,9 +56,9 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, err
 	}
 	c := m.c
-	now := clock.Now()
+	now := driver.Now()
 	holder := encodeHolder(m.o.note, now.UTC().Round(time.Millisecond))
-	req := driver.Request{Name: m.name, Owner: newOwner(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
+	req := driver.Request{Name: m.name, Owner: driver.NewNonce(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
 
 	g, err := c.d.Acquire(ctx, req)
 	if err != nil {
@@ -94,10 +93,10 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		}
 	}
 	if m.o.logger.Enabled(ctx, slog.LevelDebug) {
-		m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", clock.Since(now))
+		m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", driver.Since(now))
 	}
 	if h := m.o.hooks.Acquired; h != nil {
-		h(m.name, g.Token, clock.Since(now))
+		h(m.name, g.Token, driver.Since(now))
 	}
 	return l, nil
 }

@@ -709,20 +709,16 @@ func (s *suite) testCancel(t *testing.T) {
 	}
 	wg.Wait()
 	inspector := s.client(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the cancelled waiters to leave the queue", func() error {
 		in, err := inspector.Inspect(testenv.Context(t, 30*time.Second), name)
 		if err != nil {
 			t.Fatalf("Inspect: %v", err)
 		}
-		if len(in.Waiters) == 0 {
-			break
+		if len(in.Waiters) != 0 {
+			return fmt.Errorf("%d still queued", len(in.Waiters))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d cancelled waiters still queued after 10s", len(in.Waiters))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	mustUnlock(t, l)
 	// The lock must be free at once and stay free: a cancelled Lock has
 	// left nothing behind when it returns, so no waiter that gave up may
@@ -782,18 +778,16 @@ func (s *suite) testInspect(t *testing.T) {
 // them; otherwise it gives the waiter time to queue.
 func (s *suite) waitQueued(t *testing.T, c *dlock.Client, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("waiter %d to show in Inspect", n), func() error {
 		in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
 		if err != nil {
 			t.Fatalf("Inspect: %v", err)
 		}
-		if len(in.Waiters) >= n {
-			return
+		if len(in.Waiters) < n {
+			return fmt.Errorf("%d waiters", len(in.Waiters))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("waiter %d did not show in Inspect within 30s", n)
+		return nil
+	})
 }
 
 func (s *suite) testFIFO(t *testing.T) {
@@ -921,18 +915,20 @@ func (s *suite) staleOwnerIsRefused(t *testing.T, d driver.Driver, stale driver.
 	t.Helper()
 	refused := func(what string, op func(ctx context.Context) error) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		err := testenv.Poll(60*time.Second, func() error {
 			err := op(testenv.Context(t, 30*time.Second))
 			switch {
 			case errors.Is(err, driver.ErrLeaseLost) || errors.Is(err, driver.ErrNotHeld):
-				return
-			case errors.Is(err, driver.ErrUnavailable) && time.Now().Before(deadline):
-				time.Sleep(200 * time.Millisecond) // the driver is reconnecting
-				continue
+				return nil
+			case errors.Is(err, driver.ErrUnavailable):
+				return err // the driver is reconnecting
+			case err == nil:
+				err = errors.New("success")
 			}
+			return testenv.Final(err)
+		})
+		if err != nil {
 			t.Errorf("stale %s: got %v, want ErrLeaseLost or ErrNotHeld", what, err)
-			return
 		}
 	}
 	refused("Extend", func(ctx context.Context) error { return d.Extend(ctx, stale, l.TTL()) })
@@ -1307,17 +1303,12 @@ func (s *suite) testRestart(t *testing.T) {
 	c2 := s.client(t)
 	lockAfter := func(name string) *dlock.Lease {
 		t.Helper()
-		deadline := time.Now().Add(60*time.Second + 2*s.h.ttl())
-		for {
-			l, err := c2.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
-			if err == nil {
-				return l
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Lock(%q) after restart: %v", name, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		var l *dlock.Lease
+		testenv.Eventually(t, 60*time.Second+2*s.h.ttl(), fmt.Sprintf("Lock(%q) to succeed after the restart", name), func() (err error) {
+			l, err = c2.Mutex(name).Lock(testenv.Context(t, 30*time.Second))
+			return err
+		})
+		return l
 	}
 	check := func(what string, after, before uint64) {
 		t.Helper()

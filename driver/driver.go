@@ -9,9 +9,14 @@
 // logging — lives in package dlock and is never repeated in a driver.
 //
 // Errors: return the sentinels below (wrapped with %w when there is more to
-// say) so that the portable layer and users can tell the cases apart. Wrap a
-// network or server failure with ErrUnavailable. Return ctx.Err() (or an
-// error wrapping it) when the caller's context ends.
+// say) so that the portable layer and users can tell the cases apart, and
+// pass every other failure through Classify: the caller's context ending
+// gives its error, a network or server failure ErrUnavailable wrapping it.
+//
+// The rest of this package is what every backend would otherwise write
+// for itself: Classify, the lease clock (Now, Since, NewTimer, …) for
+// Grant.Since and lease deadlines, Backoff for retry schedules, NewNonce
+// for unguessable names, AcquireByRetry for engines without a queue.
 package driver
 
 import (

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
-
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // Retrier is a backend whose engine has no queue: it can only try, and learn
@@ -34,14 +31,13 @@ type Subscriber interface {
 	Subscribe(ctx context.Context, name string) (wake <-chan struct{}, stop func(), err error)
 }
 
-// Fallback polling bounds. With a push wake-up the poll is only a safety net
-// for a lost notification, so it is slow; without one it is the only way to
-// learn of a release, so it starts fast and backs off.
-const (
-	safetyPoll    = 2 * time.Second
-	minPoll       = 2 * time.Millisecond
-	maxPollNoPush = 250 * time.Millisecond
-)
+// Fallback polling. With a push wake-up the poll is only a safety net for
+// a lost notification, so it is slow; without one it is the only way to
+// learn of a release, so it starts fast and backs off. (The jitter is
+// applied after the holder's remaining TTL has bounded the pause.)
+const safetyPoll = 2 * time.Second
+
+var pollNoPush = Backoff{Base: 2 * time.Millisecond, Cap: 250 * time.Millisecond}
 
 // AcquireByRetry implements Driver.Acquire for a Retrier: one attempt when
 // req.Wait is false, otherwise attempts woken by the backend's push
@@ -74,17 +70,14 @@ func AcquireByRetry(ctx context.Context, req Request, r Retrier) (Grant, error) 
 		defer stop()
 		wake = w
 	}
-	poll := minPoll
-	for {
+	for polls := 0; ; polls++ {
 		g, retryAfter, err := attempt(ctx, req, r)
 		if err == nil || !errors.Is(err, ErrNotAcquired) {
 			return g, err
 		}
-		var wait time.Duration
-		if wake != nil {
-			wait = safetyPoll
-		} else {
-			wait, poll = poll, min(2*poll, maxPollNoPush)
+		wait := safetyPoll
+		if wake == nil {
+			wait = pollNoPush.Delay(polls)
 		}
 		if retryAfter > 0 && retryAfter < wait {
 			// The holder's lease runs out before the next poll: look then,
@@ -119,7 +112,7 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 	go func() {
 		actx, cancel := context.WithTimeout(detached, attemptTimeout(req.TTL))
 		defer cancel()
-		sent := clock.Now()
+		sent := Now()
 		g, ra, err := r.TryAcquire(actx, req)
 		if err == nil && g.Since.IsZero() {
 			g.Since = sent
@@ -135,13 +128,9 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 	}
 	select {
 	case res := <-done:
-		if res.err != nil && ctx.Err() == nil && !errors.Is(res.err, ErrUnavailable) &&
-			(errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, context.Canceled)) {
-			// The attempt's own deadline, not the caller's: the backend
-			// did not answer in time.
-			res.err = fmt.Errorf("%w: no answer within %v: %w", ErrUnavailable, attemptTimeout(req.TTL), res.err)
-		}
-		return res.g, res.ra, res.err
+		// The attempt's own deadline, not the caller's, is the backend
+		// not answering in time.
+		return res.g, res.ra, Classify(ctx, fmt.Sprintf("one attempt of at most %v", attemptTimeout(req.TTL)), res.err)
 	case <-ctx.Done():
 	}
 	// The caller gave up while the attempt was in flight: learn its outcome
@@ -162,15 +151,6 @@ func attempt(ctx context.Context, req Request, r Retrier) (Grant, time.Duration,
 // than its own TTL to arrive would be worthless anyway.
 func attemptTimeout(ttl time.Duration) time.Duration {
 	return max(ttl, 5*time.Second)
-}
-
-// Jitter returns a duration uniformly spread over [d/2, d], so that waiters
-// that poll do not do so in lockstep.
-func Jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // CleanupTimeout bounds a clean-up made after the caller's context ended or

@@ -151,7 +151,7 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 				return ctx.Err()
 			case err := <-leaseErr:
 				return err
-			case <-time.After(retryDelay(failures)):
+			case <-time.After(retryBackoff.Delay(failures - 1)):
 			}
 			continue
 		}
@@ -300,10 +300,9 @@ func (d *Driver) readAtLeast(ctx context.Context, atLeast int64, key string, opt
 	return resp, nil
 }
 
-// retryDelay is the pause before the n-th retry after a failure.
-func retryDelay(n int) time.Duration {
-	return driver.Jitter(min(50*time.Millisecond<<min(n, 5), time.Second))
-}
+// retryBackoff paces the retries after failures: after the n-th failure
+// in a row, Delay(n-1).
+var retryBackoff = driver.Backoff{Base: 100 * time.Millisecond, Cap: time.Second, Jitter: 0.5}
 
 // keepQueued keeps a queued waiter's lease alive, renewing it every TTL/3,
 // each attempt bounded by TTL/3.
@@ -314,14 +313,14 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 	go func() {
 		failures := 0
 		for {
-			next := time.Until(l.lastConfirmed().Add(l.ttl / 3))
+			next := driver.Until(l.lastConfirmed().Add(l.ttl / 3))
 			if failures > 0 {
-				next = retryDelay(failures)
+				next = retryBackoff.Delay(failures - 1)
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(next):
+			case <-driver.NewTimer(next).C:
 			}
 			// Each attempt gets a third of the TTL: a keepalive that goes
 			// to a member while it cannot reach the leader (a leader cut
@@ -337,7 +336,7 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 				failures = 0
 			case ctx.Err() != nil:
 				return
-			case errors.Is(err, driver.ErrLeaseLost) || time.Since(l.lastConfirmed()) >= l.ttl:
+			case errors.Is(err, driver.ErrLeaseLost) || driver.Since(l.lastConfirmed()) >= l.ttl:
 				errc <- fmt.Errorf("%w: the lease of our queue entry ran out while waiting: %w", driver.ErrUnavailable, err)
 				return
 			default:

@@ -2,10 +2,12 @@ package etcdlock_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // leader returns the index of the raft leader, waiting for one.
@@ -121,18 +123,14 @@ func lockUnlockAbove(ctx context.Context, t *testing.T, c *dlock.Client, name st
 // waitWaiters waits until Inspect shows n waiters on name.
 func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d waiters on %q", n, name), func() error {
 		in, err := c.Inspect(context.Background(), name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(in.Waiters) >= n {
-			return
+		if len(in.Waiters) < n {
+			return fmt.Errorf("%d waiters", len(in.Waiters))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q: %d waiters after 30s, want %d", name, len(in.Waiters), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -103,7 +103,7 @@ func (d *Driver) keepWatchStream(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(retryDelay(failures)):
+		case <-time.After(retryBackoff.Delay(failures - 1)):
 		}
 	}
 }
@@ -114,20 +114,13 @@ func ttlSeconds(ttl time.Duration) int64 {
 	return max(s, 1)
 }
 
-// unavailable classifies an error from the etcd client: the caller's
-// context ending stays a context error, a lost lease is ErrLeaseLost, and
-// anything else is ErrUnavailable.
+// unavailable classifies an error from the etcd client: a lease etcd no
+// longer knows is ErrLeaseLost; the rest is driver.Classify's.
 func unavailable(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("%w: etcd %s: %w", driver.ErrLeaseLost, op, err)
 	}
-	return fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, op, err)
+	return driver.Classify(ctx, "etcd "+op, err)
 }
 
 // cleanupTimeout bounds the work done, detached from the caller's context,
@@ -160,7 +153,7 @@ func (l *lease) lastConfirmed() time.Time {
 
 // keepAlive renews the lease once and records the confirmation.
 func (d *Driver) keepAlive(ctx context.Context, l *lease) error {
-	sent := time.Now()
+	sent := driver.Now()
 	if _, err := d.cli.KeepAliveOnce(ctx, l.id); err != nil {
 		return unavailable(ctx, "keepalive", err)
 	}
@@ -189,7 +182,7 @@ func (d *Driver) getLease(ctx context.Context, sec int64) (*lease, error) {
 		if l == nil {
 			break
 		}
-		age := time.Since(l.lastConfirmed())
+		age := driver.Since(l.lastConfirmed())
 		if age <= l.ttl/3 {
 			return l, nil
 		}
@@ -201,7 +194,7 @@ func (d *Driver) getLease(ctx context.Context, sec int64) (*lease, error) {
 		}
 		// Too old to trust, or gone: forget it; it expires by itself.
 	}
-	sent := time.Now()
+	sent := driver.Now()
 	resp, err := d.cli.Grant(ctx, sec)
 	if err != nil {
 		return nil, unavailable(ctx, "lease grant", err)

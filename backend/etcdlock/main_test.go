@@ -2,6 +2,7 @@ package etcdlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,17 +65,18 @@ func leaderOf(t testing.TB, members []*testenv.Etcd) int {
 		eps = append(eps, m.Endpoints()...)
 	}
 	cli := newClient(t, eps)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	leader := -1
+	testenv.Eventually(t, 30*time.Second, "a raft leader", func() error {
 		for i, ep := range eps {
-			if id, leader, err := memberStatus(t, cli, ep); err == nil && id == leader {
-				return i
+			id, lead, err := memberStatus(t, cli, ep)
+			if err == nil && id == lead {
+				leader = i
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no leader within 30s")
-	return -1
+		return errors.New("no member reports itself leader")
+	})
+	return leader
 }
 
 func testContext(t testing.TB) context.Context {

@@ -2,7 +2,7 @@ package etcdlock
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 	"time"
 
@@ -48,10 +48,11 @@ func (d *Driver) watchDeletion(ctx context.Context, key string, createRev, seenR
 	case wr, ok := <-w.ch:
 		if !ok || wr.Err() != nil || !wr.Created {
 			cancel()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+			err := wr.Err()
+			if err == nil {
+				err = errors.New("the watch ended before it was created")
 			}
-			return nil, fmt.Errorf("%w: etcd watch: %v", driver.ErrUnavailable, wr.Err())
+			return nil, driver.Classify(ctx, "etcd watch", err)
 		}
 		created = wr
 	case <-ctx.Done():
@@ -137,7 +138,7 @@ func (d *Driver) watchKey(key string, rev int64) *keyWatch {
 				failures++
 				select {
 				case <-ctx.Done():
-				case <-time.After(retryDelay(failures)):
+				case <-time.After(retryBackoff.Delay(failures - 1)):
 				}
 			case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev:
 				kw.fire()

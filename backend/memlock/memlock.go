@@ -123,7 +123,7 @@ func (s *Server) grant(name string, st *lockState, req driver.Request) driver.Gr
 	h := &holding{owner: req.Owner, token: st.token, meta: req.Holder, expires: time.Now().Add(req.TTL), lost: driver.NewSignal()}
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(name, h) })
 	st.holder = h
-	g := driver.Grant{Token: h.token, Since: time.Now(), Lost: h.lost, Recovered: st.recovered}
+	g := driver.Grant{Token: h.token, Since: driver.Now(), Lost: h.lost, Recovered: st.recovered}
 	st.recovered = false
 	return g
 }

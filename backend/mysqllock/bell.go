@@ -29,6 +29,9 @@ const (
 	pendingPolls  = 50                   // then back off as for a holder without a bell
 )
 
+// heldPoll paces a waiter's looks at a lock whose holder has no bell.
+var heldPoll = driver.Backoff{Base: pollMin, Cap: pollMax, Jitter: 0.5}
+
 // bells keeps this driver's bells on one connection: a user lock per held
 // lease, taken after the grant and dropped after the release by a
 // background goroutine, so that neither costs the caller a round trip. The

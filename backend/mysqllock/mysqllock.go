@@ -385,23 +385,16 @@ func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, d.timeout)
 }
 
-// fail turns a statement's error into the driver's: the caller's context
-// error when ctx (the caller's, not the bounded one) has ended, anything
-// else — the driver's own timeout, or the bound of one attempt inside
-// driver.AcquireByRetry, included — ErrUnavailable.
+// fail turns a statement's error into the driver's (driver.Classify). ctx
+// is the caller's, not the bounded one: a deadline that passes while it is
+// live — the driver's own timeout, or the bound of one attempt inside
+// driver.AcquireByRetry — is ErrUnavailable.
 func (d *Driver) fail(ctx context.Context, err error) error {
-	switch {
-	case err == nil, errors.Is(err, driver.ErrUnavailable):
-		return err
-	case ctx.Err() != nil:
-		if errors.Is(err, ctx.Err()) {
-			return err
-		}
-		return fmt.Errorf("mysqllock: %w (%v)", ctx.Err(), err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: mysqllock: the server did not answer in time (%v): %w", driver.ErrUnavailable, d.timeout, err)
+	what := "mysqllock"
+	if errors.Is(err, context.DeadlineExceeded) {
+		what = fmt.Sprintf("mysqllock (op timeout %v)", d.timeout)
 	}
-	return fmt.Errorf("%w: mysqllock: %w", driver.ErrUnavailable, err)
+	return driver.Classify(ctx, what, err)
 }
 
 // exec runs one of the statements. Each is a transaction of its own, which
@@ -442,7 +435,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	bellArg := d.bellArg(ctx)
 	name, ttl := []byte(req.Name), micros(req.TTL)
-	sent := time.Now()
+	sent := driver.Now()
 	r, err := exec(ctx, d, d.q.acquire, name, req.Owner, req.Holder, bellArg, ttl, req.Owner, req.Holder, bellArg, ttl)
 	if err != nil {
 		return driver.Grant{}, 0, err
@@ -470,7 +463,7 @@ func (d *Driver) bellArg(ctx context.Context) any {
 
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
-	sent := time.Now()
+	sent := driver.Now()
 	r, err := exec(ctx, d, d.q.extend, micros(ttl), d.bellArg(ctx), []byte(h.Name), h.Owner)
 	if err != nil {
 		return err

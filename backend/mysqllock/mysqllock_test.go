@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"sort"
@@ -281,13 +282,7 @@ func (s server) testCancelledWaiter(t *testing.T) {
 		done <- err
 	}()
 	// The waiter blocks in GET_LOCK on the server.
-	deadline := time.Now().Add(30 * time.Second)
-	for waitingSessions(t, db) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter never waited in GET_LOCK")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitInGetLock(t, db, "the waiter")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v", err)
@@ -317,13 +312,7 @@ func (s server) testWokenByRelease(t *testing.T) {
 		}
 		got <- l2
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for waitingSessions(t, db) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter never waited in GET_LOCK")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitInGetLock(t, db, "the waiter")
 	select {
 	case <-got:
 		t.Fatal("the waiter got the lock while it was held")
@@ -511,13 +500,23 @@ func bellHeld(t testing.TB, db *sql.DB, name string) bool {
 // waitBellHeld waits until the holder of name has taken its bell.
 func waitBellHeld(t testing.TB, db *sql.DB, name string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !bellHeld(t, db, name) {
-		if time.Now().After(deadline) {
-			t.Fatal("the holder never took its bell")
+	testenv.Eventually(t, 30*time.Second, "the holder to take its bell", func() error {
+		if !bellHeld(t, db, name) {
+			return errors.New("not taken")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+}
+
+// waitInGetLock waits until who (a waiter) blocks in GET_LOCK.
+func waitInGetLock(t testing.TB, db *sql.DB, who string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, who+" to wait in GET_LOCK", func() error {
+		if waitingSessions(t, db) == 0 {
+			return errors.New("no session waits")
+		}
+		return nil
+	})
 }
 
 // testBellKept: a lease renewed for several TTLs keeps its bell, and loses
@@ -543,20 +542,16 @@ func (s server) testBellKept(t *testing.T) {
 	if err := l.Unlock(testenv.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	var used sql.NullInt64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "the bell to be given up after the release", func() error {
+		var used sql.NullInt64
 		if err := db.QueryRow("SELECT IS_USED_LOCK(?)", bellName(DefaultTable, "kept")).Scan(&used); err != nil {
 			t.Fatal(err)
 		}
-		if !used.Valid {
-			break
+		if used.Valid {
+			return fmt.Errorf("held by connection %d", used.Int64)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the bell is still held after the release")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // testBellRings runs a waiter's wait statement by hand against a holder
@@ -576,7 +571,6 @@ func (s server) testBellRings(t *testing.T) {
 			}
 			bell := bellName(d.table, name)
 			waitBellHeld(t, db, name) // taken in the background
-			deadline := time.Now().Add(30 * time.Second)
 			res := make(chan sql.NullInt64, 1)
 			go func() {
 				var st sql.NullInt64
@@ -585,12 +579,7 @@ func (s server) testBellRings(t *testing.T) {
 				}
 				res <- st
 			}()
-			for waitingSessions(t, db) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the wait statement never blocked in GET_LOCK")
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitInGetLock(t, db, "the wait statement")
 			select {
 			case st := <-res:
 				t.Fatalf("the wait returned %v while the lock was held", st)

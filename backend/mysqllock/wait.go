@@ -186,7 +186,7 @@ func (w *waiter) run() {
 	}
 	clean := true
 	defer func() { w.d.putSession(s, clean) }()
-	poll, pending := pollMin, 0
+	polls, pending := 0, 0
 	signalled := false // armed: an attempt has just failed
 	for {
 		w.d.lmu.Lock()
@@ -217,7 +217,7 @@ func (w *waiter) run() {
 			// winner a moment to take its bell, so as to wait on it
 			// rather than poll for it.
 			w.notify()
-			signalled, poll = true, pollMin
+			signalled, polls = true, 0
 			t := time.NewTimer(pollMax)
 			select {
 			case <-failed:
@@ -237,10 +237,10 @@ func (w *waiter) run() {
 			t.Stop()
 			continue
 		case waitHeld:
-			signalled, poll = false, pollMin
+			signalled, polls = false, 0
 			continue
 		case waitOurs: // this driver holds it: its Release wakes us
-			signalled, poll = false, pollMin
+			signalled, polls = false, 0
 			t := time.NewTimer(waitCap * time.Second)
 			select {
 			case <-released:
@@ -270,10 +270,10 @@ func (w *waiter) run() {
 		default: // held without a bell: poll
 			signalled = false
 		}
-		if !w.sleep(poll) {
+		if !w.sleep(heldPoll.Delay(polls)) {
 			return
 		}
-		poll = min(2*poll, pollMax)
+		polls++
 	}
 }
 

@@ -56,15 +56,10 @@ func TestServerCrashWhileLocksAreHeld(t *testing.T) {
 	other := newClient(t, u)
 	// The due lease is granted anew, once the server is back.
 	var got *dlock.Lease
-	for deadline := time.Now().Add(60 * time.Second); got == nil; {
+	testenv.Eventually(t, 60*time.Second, "the due lease to be granted after the restart", func() (err error) {
 		got, err = other.Mutex("due").Lock(testenv.Context(t, 30*time.Second))
-		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("the due lease was not granted after the restart: %v", err)
-		}
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+		return err
+	})
 	if got.Token() <= maxBefore {
 		t.Errorf("token after the crash %d, want above %d", got.Token(), maxBefore)
 	}

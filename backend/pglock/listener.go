@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock/dlock/driver"
 )
 
 // listener is a driver's one LISTEN connection, shared by all its waiters:
@@ -121,11 +123,13 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// reconnectBackoff paces the listener's attempts to reconnect.
+var reconnectBackoff = driver.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, Jitter: 0.5}
+
 // loop receives notifications until the listener is closed, reconnecting
 // when the connection breaks.
 func (l *listener) loop(conn *pgx.Conn) {
 	defer close(l.done)
-	backoff := 50 * time.Millisecond
 	for {
 		for {
 			n, err := conn.WaitForNotification(l.ctx)
@@ -139,18 +143,15 @@ func (l *listener) loop(conn *pgx.Conn) {
 			return
 		}
 		l.wakeAll()
-		for {
-			select {
-			case <-l.ctx.Done():
+		for try := 0; ; try++ {
+			if reconnectBackoff.Wait(l.ctx, try) != nil {
 				return
-			case <-time.After(backoff):
 			}
 			c, err := l.connect(l.ctx)
 			if err == nil {
-				conn, backoff = c, 50*time.Millisecond
+				conn = c
 				break
 			}
-			backoff = min(2*backoff, 2*time.Second)
 		}
 		l.wakeAll()
 	}

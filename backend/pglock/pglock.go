@@ -332,42 +332,21 @@ func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, d.timeout)
 }
 
-// fail turns an error from pgx into the driver's: the caller's context
-// error as it is, a missing privilege explained, anything else — the
-// driver's own timeout included — ErrUnavailable. ctx is the caller's,
-// not the bounded one.
+// fail turns an error from pgx into the driver's (driver.Classify), with a
+// missing privilege explained. ctx is the caller's, not the bounded one: a
+// deadline that passes while it is live — the driver's own timeout, or the
+// bound of one attempt inside driver.AcquireByRetry — is ErrUnavailable.
 func (d *Driver) fail(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		// Whatever the driver saw (a cancelled statement, a closed
-		// connection), the caller's context ended it.
-		return fmt.Errorf("pglock: %w (%v)", ctx.Err(), err)
+	what := "pglock"
+	if errors.Is(err, context.DeadlineExceeded) {
+		what = fmt.Sprintf("pglock (op timeout %v)", d.timeout)
 	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		// A dial that used the deadline as its own can fail a moment
-		// before the context reports it.
-		return fmt.Errorf("pglock: %w (%v)", context.DeadlineExceeded, err)
-	}
+	c := driver.Classify(ctx, what, err)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42501" {
+	if errors.As(err, &pe) && pe.Code == "42501" && errors.Is(c, driver.ErrUnavailable) && !errors.Is(err, driver.ErrUnavailable) {
 		return d.privilegeError(ctx, err, false)
 	}
-	if errors.Is(err, driver.ErrUnavailable) {
-		return err
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: pglock: the server did not answer within %v: %w", driver.ErrUnavailable, d.timeout, err)
-	}
-	return fmt.Errorf("%w: pglock: %w", driver.ErrUnavailable, err)
-}
-
-// liveCtxErr makes a deadline that passed while ctx is live — a bound of
-// one attempt inside driver.AcquireByRetry — ErrUnavailable, as fail does
-// for the driver's own bound.
-func (d *Driver) liveCtxErr(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() != nil || errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return fmt.Errorf("%w: pglock: the server did not answer in time: %w", driver.ErrUnavailable, err)
+	return c
 }
 
 // key is a lock name's 64-bit identity within this table: the advisory
@@ -399,10 +378,10 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	}
 	if d.session {
 		g, err := d.acquireSession(ctx, req)
-		return g, d.liveCtxErr(ctx, err)
+		return g, d.fail(ctx, err)
 	}
 	g, err := driver.AcquireByRetry(ctx, req, d)
-	return g, d.liveCtxErr(ctx, err)
+	return g, d.fail(ctx, err)
 }
 
 // TryAcquire implements driver.Retrier: one statement, which either grants

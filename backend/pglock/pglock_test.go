@@ -224,15 +224,14 @@ func TestWaitersShareOneListenConnection(t *testing.T) {
 		}()
 	}
 	// Let the waiters subscribe, then count listening sessions.
-	deadline := time.Now().Add(30 * time.Second)
 	var count string
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 30*time.Second, "the waiters to listen", func() error {
 		count = strings.TrimSpace(srv.Exec(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'waiters' AND query LIKE 'LISTEN%'`))
-		if count != "0" {
-			break
+		if count == "0" {
+			return errors.New("no LISTEN connection")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if count != "1" {
 		t.Errorf("%d waiters hold %s LISTEN connections, want 1", n, count)
 	}

@@ -290,7 +290,7 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 		x.closeLocked()
 		return driver.Grant{}, 0, d.fail(ctx, err)
 	}
-	sent := time.Now() // the TTL starts with the row, after the wait
+	sent := driver.Now() // the TTL starts with the row, after the wait
 	g, retryAfter, err := d.tryAcquire(ctx, conn, req, &k)
 	if err != nil {
 		x.closeLocked()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // attempt is the outcome of one fair_acquire.lua call.
@@ -56,7 +55,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// reported it in an attempt's reply (the attempt saw the lock as this
 	// owner's); a hand-off learnt from a message is checked first.
 	handedOff := func(token uint64, confirmed bool) (driver.Grant, bool) {
-		if confirmed && clock.Since(notGrantedAt) < req.TTL/2 {
+		if confirmed && driver.Since(notGrantedAt) < req.TTL/2 {
 			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
 		}
 		// A message may have been delayed, and the lock broken and granted
@@ -64,7 +63,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// with its connection open) long enough for most of the lease to
 		// be gone. An owner-checked renewal settles both, and starts the
 		// lease afresh.
-		sent := clock.Now()
+		sent := driver.Now()
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
 		}
@@ -77,7 +76,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// (It runs on this goroutine: a hand-off to another would delay
 		// every grant.)
 		actx, cancel := d.attemptContext(ctx)
-		a := attempt{sent: clock.Now()}
+		a := attempt{sent: driver.Now()}
 		a.outcome, a.n, a.err = k.FairAcquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, d.waiterTTL, d.proc, d.wake, barge)
 		barge = false
 		cancel()
@@ -133,7 +132,7 @@ func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Re
 	if req.Fair {
 		mode = redisscript.Fair
 	}
-	sent := clock.Now()
+	sent := driver.Now()
 	granted, n, err := k.Acquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, mode, d.wake)
 	switch {
 	case err != nil:

@@ -81,17 +81,13 @@ func fairWaiter(u string) int {
 func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d waiters on %q", n, name), func() error {
 		in, err := c.Inspect(ctx, name)
-		if err == nil && len(in.Waiters) == n {
-			return
+		if err == nil && len(in.Waiters) != n {
+			err = fmt.Errorf("%d waiters", len(in.Waiters))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Inspect(%q): %d waiters, %v; want %d", name, len(in.Waiters), err, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // procChannels counts the subscribed process channels of fair waiters'
@@ -153,11 +149,7 @@ func TestKilledFairWaiterDoesNotBlockQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-	for deadline := time.Now().Add(20 * time.Second); procChannels(t, srv.Addr) != procs-1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the server did not notice the waiter process's death")
-		}
-	}
+	waitProcChannels(t, srv.Addr, procs-1) // the server noticed the waiter process's death
 	released := time.Now()
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)

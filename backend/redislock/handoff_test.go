@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,11 +15,12 @@ import (
 // server at addr.
 func waitProcChannels(t *testing.T, addr string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); procChannels(t, addr) != n; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d process channels subscribed, want %d", procChannels(t, addr), n)
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%d process channels subscribed", n), func() error {
+		if got := procChannels(t, addr); got != n {
+			return fmt.Errorf("%d subscribed", got)
 		}
-	}
+		return nil
+	})
 }
 
 // A waiter's attempt that finds the lock free with a dead waiter first in
@@ -138,7 +140,7 @@ func TestLateHandoffAfterBreakIsNotAccepted(t *testing.T) {
 
 	// The waiter either (wrongly) returns a lease, or queues again behind
 	// the new holder.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "the waiter to queue again", func() error {
 		select {
 		case l := <-got:
 			if l != nil {
@@ -147,13 +149,12 @@ func TestLateHandoffAfterBreakIsNotAccepted(t *testing.T) {
 			t.FailNow()
 		default:
 		}
-		if in, err := c.Inspect(ctx, name); err == nil && len(in.Waiters) == 1 {
-			break
+		in, err := c.Inspect(ctx, name)
+		if err == nil && len(in.Waiters) != 1 {
+			err = fmt.Errorf("%d waiters, and the waiter has not returned", len(in.Waiters))
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter neither returned nor queued again")
-		}
-	}
+		return err
+	})
 	if err := other.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -157,8 +157,6 @@ package redislock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -196,12 +194,6 @@ type Driver struct {
 	noHandoff       bool // tests: behave as on a cluster
 	hub             *redisscript.Hub
 	boundedIO       bool // the client's reads and writes time out by themselves
-}
-
-func randomHex() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // Option configures a Driver.
@@ -251,7 +243,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 	if _, single := rdb.(*redis.Client); single && !d.noHandoff {
 		// Hand-offs need PUBLISH to count this process's subscription,
 		// which a cluster node does only for its own clients.
-		d.proc = d.prefix + ":proc:" + randomHex()
+		d.proc = d.prefix + ":proc:" + driver.NewNonce()
 	}
 	d.wake = redisscript.WakeFirst
 	if d.proc != "" {

@@ -222,7 +222,6 @@ import (
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/clock"
 )
 
 // MinTTL is the shortest lease granted: the lease must outlast two rounds
@@ -381,13 +380,11 @@ func count(rs []reply) tally {
 	return t
 }
 
-// unreachable is the error when too few nodes answered to decide.
+// unreachable is the error when too few nodes answered to decide
+// (driver.Classify: ctx's error if that is why).
 func (d *Driver) unreachable(ctx context.Context, what string, t tally) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return fmt.Errorf("%w: redlock: %s: %d of %d nodes answered, a majority (%d) is needed: %w",
-		driver.ErrUnavailable, what, len(d.nodes)-len(t.errs), len(d.nodes), d.quorum, errors.Join(t.errs...))
+	return driver.Classify(ctx, "", fmt.Errorf("%w: redlock: %s: %d of %d nodes answered, a majority (%d) is needed: %w",
+		driver.ErrUnavailable, what, len(d.nodes)-len(t.errs), len(d.nodes), d.quorum, errors.Join(t.errs...)))
 }
 
 // Acquire takes the lock on a majority, waiting if req.Wait.
@@ -407,7 +404,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	k := d.keys(req.Name)
 	timeout := nodeTimeout(req.TTL)
 	for seeded := false; ; seeded = true {
-		start := clock.Now()
+		start := driver.Now()
 		round1 := make([]redisscript.RoundOne, len(d.nodes))
 		r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
 			r, err := k.AcquireRead(ctx, n.rdb, req.Owner, req.TTL, req.Holder, d.stateKey())
@@ -481,7 +478,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 			return reply{ok: ok, err: err}
 		})
 		t2 := count(r2)
-		validity := req.TTL - clock.Since(start) - Drift(req.TTL)
+		validity := req.TTL - driver.Since(start) - Drift(req.TTL)
 		if t2.ok < d.quorum || validity <= 0 {
 			d.abandon(ctx, k, req)
 			if t2.ok < d.quorum && len(t2.errs) > 0 {
@@ -499,9 +496,6 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 // than a majority hold complete fence counters: a token read from them
 // could repeat an earlier one.
 func (d *Driver) unseeded(ctx context.Context, name string, rs []reply, round1 []redisscript.RoundOne, complete int) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	var why []string
 	for i, r := range rs {
 		if r.done && r.err == nil && round1[i].State != stateComplete {
@@ -741,11 +735,8 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	t := count(rs)
 	switch {
 	case t.ok+t.refused < d.quorum:
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: redlock: break %s: deleted on %d of %d nodes, free on %d, and %d did not answer: a majority (%d) must answer, so the lock may still be held: %w",
-			driver.ErrUnavailable, name, t.ok, len(d.nodes), t.refused, len(t.errs), d.quorum, errors.Join(t.errs...))
+		return driver.Classify(ctx, "", fmt.Errorf("%w: redlock: break %s: deleted on %d of %d nodes, free on %d, and %d did not answer: a majority (%d) must answer, so the lock may still be held: %w",
+			driver.ErrUnavailable, name, t.ok, len(d.nodes), t.refused, len(t.errs), d.quorum, errors.Join(t.errs...)))
 	case t.ok > 0:
 		return nil
 	}

@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -206,9 +204,7 @@ var errNotFresh = fmt.Errorf("%w: redlock: the nodes' fence states do not allow 
 // over meanwhile. It does nothing while another client's re-seed of x is
 // under way: the claim keeps many clients from copying at once.
 func (d *Driver) reseed(ctx context.Context, x int) error {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := driver.NewNonce()
 	var claimed string
 	rs := d.each(ctx, []int{x}, seedCallTimeout, func(ctx context.Context, n *node) reply {
 		s, err := d.setState(ctx, x, "seeding", id, reseedTimeout.Milliseconds())

@@ -81,17 +81,7 @@ func testTerminatedWorkflowWaiter(t *testing.T, srv server) {
 	}
 	// lockedWork's lease TTL is 10s: its place must go within a few of
 	// those, while the client keeps holding (and renewing) the lock.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
-		if err == nil && len(in.Waiters) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the terminated workflow is still queued 60s later: %+v (err %v)", in, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	waitWaiters(t, c, name, 0) // the terminated workflow's place is gone
 	select {
 	case <-l.Done():
 		t.Fatalf("the holder lost its lease: %v", l.Err())

@@ -35,7 +35,7 @@ const (
 // nothing behind.
 func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	ar := acquireReq{Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, Wait: req.Wait, Poll: true}
-	sent := time.Now()
+	sent := driver.Now()
 	rep, err := d.acquireDetached(ctx, req, ar)
 	if err != nil {
 		return driver.Grant{}, err
@@ -46,14 +46,14 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 		switch rep.Status {
 		case stGranted:
 			g := driver.Grant{Token: rep.Token, Since: sent.Add(rep.Waited - rep.Age), Recovered: rep.Recovered}
-			if time.Since(g.Since) < req.TTL/3 {
+			if driver.Since(g.Since) < req.TTL/3 {
 				return g, nil
 			}
 			// The answer took long to arrive (the wait sat in the server,
 			// say while no worker ran), so what we know of the lease's
 			// start is too old to be useful: renew it once to start
 			// afresh, or learn that it is gone already.
-			g.Since = time.Now()
+			g.Since = driver.Now()
 			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 			err := d.Extend(ectx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token}, req.TTL)
 			cancel()
@@ -71,7 +71,7 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 		case stGone:
 			// Our place was lost (we could not ask again within the TTL,
 			// say while the server restarted): queue again, at the back.
-			sent = time.Now()
+			sent = driver.Now()
 			if rep, err = d.acquireDetached(ctx, req, ar); err != nil {
 				return driver.Grant{}, err
 			}
@@ -86,7 +86,7 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			return driver.Grant{}, fmt.Errorf("%w: temporal: unexpected reply %q", driver.ErrUnavailable, rep.Status)
 		}
 
-		sent = time.Now()
+		sent = driver.Now()
 		accepted, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
@@ -153,15 +153,15 @@ const placeTimeout = 5 * time.Second
 // tells. If ctx ends first, it leaves the queue and reports false.
 func (d *Driver) pollPlace(ctx context.Context, req driver.Request, rep reply, renewBy time.Time) bool {
 	for {
-		wait := min(rep.RetryAfter, time.Until(renewBy))
+		wait := min(rep.RetryAfter, driver.Until(renewBy))
 		if wait > 0 && !d.pauseQueued(ctx, req, wait) {
 			return false
 		}
-		if !rep.Query || !time.Now().Before(renewBy) {
+		if !rep.Query || !driver.Now().Before(renewBy) {
 			return true
 		}
 		var err error
-		rep, err = d.place(ctx, req, min(placeTimeout, time.Until(renewBy)))
+		rep, err = d.place(ctx, req, min(placeTimeout, driver.Until(renewBy)))
 		if ctx.Err() != nil {
 			d.leaveQueue(req, nil)
 			return false

@@ -39,17 +39,16 @@ func lockAsync(ctx context.Context, m *dlock.Mutex) <-chan lockResult {
 // waitWaiters waits until Inspect shows n waiters on name.
 func waitWaiters(t *testing.T, c *dlock.Client, name string, n int) dlock.Info {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
-		if err == nil && len(in.Waiters) == n {
-			return in
+	var in dlock.Info
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d waiters on %q", n, name), func() error {
+		var err error
+		in, err = c.Inspect(testenv.Context(t, 30*time.Second), name)
+		if err == nil && len(in.Waiters) != n {
+			err = fmt.Errorf("%+v", in)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Inspect(%q): want %d waiters, got %+v (err %v)", name, n, in, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
+	return in
 }
 
 func recv(t *testing.T, ch <-chan lockResult, what string) *dlock.Lease {

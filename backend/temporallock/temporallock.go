@@ -337,20 +337,17 @@ func workflowOptions(name string) workflow.RegisterOptions {
 
 func (d *Driver) workflowID(name string) string { return WorkflowID(d.cfg.mode, name) }
 
-// unavailable wraps a Temporal error as driver.ErrUnavailable, keeping the
-// caller's context errors as they are.
+// unavailable classifies a Temporal error for the caller whose context is
+// ctx (driver.Classify).
 func unavailable(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return asUnavailable(what, err)
+	return driver.Classify(ctx, "temporal "+what, err)
 }
 
-// asUnavailable wraps a Temporal error as driver.ErrUnavailable, context
-// errors included: for calls whose context is one of ours (a per-attempt
-// or per-call bound), whose deadline means the server did not answer.
+// asUnavailable classifies a Temporal error for calls whose context is one
+// of ours (a per-attempt or per-call bound), not the caller's: its
+// deadline means the server did not answer, so it is ErrUnavailable.
 func asUnavailable(what string, err error) error {
-	return fmt.Errorf("%w: temporal %s: %w", driver.ErrUnavailable, what, err)
+	return driver.Classify(context.Background(), "temporal "+what, err)
 }
 
 func isNotFound(err error) bool {

@@ -2,8 +2,6 @@ package temporallock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 )
 
 // WorkflowLockOptions configure Lock.
@@ -108,9 +107,7 @@ func Lock(ctx workflow.Context, name string, opts WorkflowLockOptions) (*Workflo
 	}
 	var owner string
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		return hex.EncodeToString(b[:])
+		return driver.NewNonce()
 	}).Get(&owner); err != nil {
 		return nil, err
 	}

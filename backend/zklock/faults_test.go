@@ -46,16 +46,15 @@ func renewedSince(l *dlock.Lease, t time.Time) bool {
 	return l.Expires().After(t.Add(l.TTL() * 98 / 100))
 }
 
-// waitFor polls cond every 50ms until it holds or timeout passes.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+// waitRenewed waits until l has a renewal confirmed after since.
+func waitRenewed(t *testing.T, l *dlock.Lease, since time.Time, timeout time.Duration, after string) {
+	t.Helper()
+	testenv.Eventually(t, timeout, "a renewal confirmed after "+after, func() error {
+		if !renewedSince(l, since) {
+			return fmt.Errorf("lease expires %v, lost: %v", l.Expires(), l.Err())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
+		return nil
+	})
 }
 
 // testNoHerd queues five waiters and asks the server who watches what:
@@ -80,17 +79,18 @@ func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
 			errs <- err
 		}()
 	}
-	if !waitFor(30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d waiters to queue", waiters), func() error {
 		in, err := inspector.Inspect(testenv.Context(t, 30*time.Second), name)
-		return err == nil && len(in.Waiters) == waiters
-	}) {
-		t.Fatalf("%d waiters did not queue within 30s", waiters)
-	}
+		if err == nil && len(in.Waiters) != waiters {
+			err = fmt.Errorf("%d queued", len(in.Waiters))
+		}
+		return err
+	})
 	parent := d.lockPath(name)
 	// Watches are set right after a waiter shows in the queue: wait until
 	// every node but the last is watched.
 	var watched map[string]int
-	waitFor(10*time.Second, func() bool {
+	_ = testenv.Poll(10*time.Second, func() error {
 		watched = watchesByPath(t, z.Servers[0])
 		n := 0
 		for p, c := range watched {
@@ -98,7 +98,10 @@ func testNoHerd(t *testing.T, z *testenv.ZooKeeper, open opener) {
 				n++
 			}
 		}
-		return n == waiters
+		if n != waiters {
+			return fmt.Errorf("%d nodes watched", n)
+		}
+		return nil
 	})
 	nodes := 0
 	for p, sessions := range watched {
@@ -195,9 +198,12 @@ func hourLeaseDriver(t *testing.T, addr string) *Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if !waitFor(30*time.Second, func() bool { return conn.State() == zk.StateHasSession }) {
-		t.Fatal("no session within 30s")
-	}
+	testenv.Eventually(t, 30*time.Second, "a session", func() error {
+		if s := conn.State(); s != zk.StateHasSession {
+			return fmt.Errorf("state %v", s)
+		}
+		return nil
+	})
 	d, err := New(conn, time.Hour, WithRoot("/faults"))
 	if err != nil {
 		t.Fatal(err)
@@ -265,16 +271,12 @@ func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open open
 	// then a silent one.
 	p.Cut()
 	cut := time.Now()
-	if !waitFor(2*l.TTL()+10*time.Second, func() bool { return renewedSince(l, cut) }) {
-		t.Fatalf("no renewal confirmed after the connection was closed; lease: %v", l.Err())
-	}
+	waitRenewed(t, l, cut, 2*l.TTL()+10*time.Second, "the connection was closed")
 	p.Block()
 	time.Sleep(l.TTL() / 4)
 	p.Unblock()
 	unblocked := time.Now()
-	if !waitFor(2*l.TTL()+10*time.Second, func() bool { return renewedSince(l, unblocked) }) {
-		t.Fatalf("no renewal confirmed after the silence; lease: %v", l.Err())
-	}
+	waitRenewed(t, l, unblocked, 2*l.TTL()+10*time.Second, "the silence")
 	select {
 	case <-l.Done():
 		t.Fatalf("lease lost across a short disconnection: %v", l.Err())
@@ -321,13 +323,14 @@ func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	}
 	inspector := client(t, open(t, "/faults"))
 	var in dlock.Info
-	if !waitFor(2*testSession+10*time.Second, func() bool {
+	testenv.Eventually(t, 2*testSession+10*time.Second, fmt.Sprintf("an empty queue after %d cut Locks (%d granted and released)", cuts, granted), func() error {
 		var err error
 		in, err = inspector.Inspect(testenv.Context(t, 30*time.Second), name)
-		return err == nil && !in.Held && len(in.Waiters) == 0
-	}) {
-		t.Fatalf("after %d cut Locks (%d granted and released) the queue is not empty: %+v", cuts, granted, in)
-	}
+		if err == nil && (in.Held || len(in.Waiters) != 0) {
+			err = fmt.Errorf("%+v", in)
+		}
+		return err
+	})
 }
 
 // testDigestACL takes a lock as one digest identity: another identity and
@@ -394,13 +397,14 @@ func testEmptyParentsGo(t *testing.T, z *testenv.ZooKeeper, open opener) {
 		mustUnlock(t, mustLock(t, c, "name-"+string(rune('a'+i))))
 	}
 	var kids []string
-	if !waitFor(30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the empty lock parents under "+d.root+" to go", func() error {
 		var err error
 		kids, _, err = d.Conn().Children(d.root)
-		return err == nil && len(kids) == 0
-	}) {
-		t.Fatalf("%d empty lock parents left under %s after 30s: %v", len(kids), d.root, kids)
-	}
+		if err == nil && len(kids) != 0 {
+			err = fmt.Errorf("%d left: %v", len(kids), kids)
+		}
+		return err
+	})
 	name := "reused"
 	parents := map[int64]bool{}
 	for range 8 {
@@ -433,9 +437,7 @@ func testRestarts(t *testing.T, z *testenv.ZooKeeper, open opener) {
 		z.Restart(t)
 		restarted := time.Now()
 		t.Logf("the server was back %v after the restart began", restarted.Sub(began).Round(time.Millisecond))
-		if !waitFor(2*l.TTL(), func() bool { return renewedSince(l, restarted) }) {
-			t.Fatalf("no renewal confirmed after the restart; lease: %v", l.Err())
-		}
+		waitRenewed(t, l, restarted, 2*l.TTL(), "the restart")
 		select {
 		case <-l.Done():
 			t.Fatalf("lease lost across a restart shorter than it: %v", l.Err())
@@ -705,12 +707,13 @@ func TestFollowerCutFromLeaderLosesLeaseBeforeNextGrant(t *testing.T) {
 		l2, err := client(t, other).Mutex(name).Lock(testenv.Context(t, 60*time.Second))
 		granted <- grant{l2, err, time.Now()}
 	}()
-	if !waitFor(30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the majority's waiter to queue", func() error {
 		in, err := client(t, other).Inspect(testenv.Context(t, 30*time.Second), name)
-		return err == nil && len(in.Waiters) == 1
-	}) {
-		t.Fatal("the majority's waiter did not queue within 30s")
-	}
+		if err == nil && len(in.Waiters) != 1 {
+			err = fmt.Errorf("%d waiters", len(in.Waiters))
+		}
+		return err
+	})
 
 	follower.Isolate(t)
 	defer follower.Rejoin()

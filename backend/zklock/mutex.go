@@ -61,7 +61,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 			return g, err
 		}
 		// The session ended while we queued: queue again in the new one.
-		if err := sleep(ctx, driver.Jitter(50*time.Millisecond)); err != nil {
+		if err := requeuePause.Wait(ctx, 0); err != nil {
 			return driver.Grant{}, err
 		}
 	}
@@ -130,7 +130,7 @@ func compareSeq(a, b int32) int {
 // tells whether the node was its parent's only child: then it holds the
 // lock, and the uncontended case is one round trip.
 func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lockNode, []string, error) {
-	c, err := d.create(ctx, parent, newGUID(), data)
+	c, err := d.create(ctx, parent, driver.NewNonce(), data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -267,8 +267,8 @@ func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 	}
 	ttl := d.leaseTTL()
 	since := d.confirmedSince(n.session)
-	if since.IsZero() || time.Since(since) > ttl/4 {
-		sent := time.Now()
+	if since.IsZero() || driver.Since(since) > ttl/4 {
+		sent := driver.Now()
 		if err := d.check(ctx, n); err != nil {
 			n.retire()
 			if errors.Is(err, driver.ErrLeaseLost) {
@@ -322,7 +322,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, _ time.Duration) err
 	if !ok || n.d != d {
 		return fmt.Errorf("%w: %q: not a grant of this driver", driver.ErrLeaseLost, h.Name)
 	}
-	sent := time.Now()
+	sent := driver.Now()
 	if err := d.check(ctx, n); err != nil {
 		return err
 	}
@@ -346,7 +346,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	}
 	n.release()
 	retried := false
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for try := 0; ; try++ {
 		_, err := roundTrip(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(n.path, -1) })
 		switch {
 		case err == nil:
@@ -370,7 +370,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 			return d.fail(ctx, "delete "+n.path, err)
 		}
 		retried = true
-		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+		if err := requestRetry.Wait(ctx, try); err != nil {
 			n.retire()
 			return d.fail(ctx, "delete "+n.path, err)
 		}
@@ -412,7 +412,7 @@ func (n *lockNode) hold(since time.Time, ttl time.Duration) {
 func (n *lockNode) confirm(sent time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.done || time.Now().After(n.confirmed.Add(n.ttl)) {
+	if n.done || driver.Now().After(n.confirmed.Add(n.ttl)) {
 		return false
 	}
 	if sent.After(n.confirmed) {
@@ -425,7 +425,7 @@ func (n *lockNode) confirm(sent time.Time) bool {
 func (n *lockNode) left() time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return time.Until(n.confirmed.Add(n.ttl))
+	return driver.Until(n.confirmed.Add(n.ttl))
 }
 
 // expire ends the lease if its deadline has passed, so that no renewal
@@ -433,7 +433,7 @@ func (n *lockNode) left() time.Duration {
 func (n *lockNode) expire() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if time.Now().Before(n.confirmed.Add(n.ttl)) {
+	if driver.Now().Before(n.confirmed.Add(n.ttl)) {
 		return false
 	}
 	n.done = true
@@ -541,12 +541,12 @@ func (n *lockNode) keep() {
 			return
 		case <-held:
 			held = nil
-			t := time.NewTimer(n.left())
+			t := driver.NewTimer(n.left())
 			defer t.Stop()
 			expire = t.C
 		case <-expire:
 			if !n.expire() {
-				expire = time.After(n.left())
+				expire = driver.NewTimer(n.left()).C
 				continue
 			}
 			n.vanish()
@@ -566,7 +566,7 @@ func (n *lockNode) keep() {
 // remove deletes a node of ours for as long as its session lives (an
 // ephemeral node goes with its session) and the driver is open.
 func (d *Driver) remove(path string, session int64) {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for try := 0; ; try++ {
 		err := d.conn.Delete(path, -1)
 		if err == nil || !transient(err) || d.conn.SessionID() != session {
 			return
@@ -574,7 +574,7 @@ func (d *Driver) remove(path string, session int64) {
 		select {
 		case <-d.closed:
 			return
-		case <-time.After(driver.Jitter(wait)):
+		case <-time.After(cleanupRetry.Delay(try)):
 		}
 	}
 }
@@ -603,7 +603,7 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 		return created{}, err
 	}
 	give := time.Now().Add(d.session())
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for try := 0; ; try++ {
 		if time.Now().After(give) || d.isClosed() {
 			return fail(fmt.Errorf("%w: zookeeper: create %s: no connection within the session timeout", driver.ErrUnavailable, prefix))
 		}
@@ -636,7 +636,7 @@ func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (
 			}
 			unknown = true
 		}
-		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+		if err := requestRetry.Wait(ctx, try); err != nil {
 			return fail(err)
 		}
 	}
@@ -655,7 +655,7 @@ func (d *Driver) createOnce(ctx context.Context, prefix string, data []byte, par
 		err error
 	}
 	ch := make(chan result, 1)
-	sent := time.Now()
+	sent := driver.Now()
 	go func() {
 		res, err := d.conn.Multi(
 			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
@@ -722,7 +722,7 @@ func (d *Driver) findGUID(ctx context.Context, parent, guid string) (string, err
 // removeGUID deletes the node with guid, if a create of ours made it after
 // all, for as long as its session lives.
 func (d *Driver) removeGUID(parent, guid string, session int64) {
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for try := 0; ; try++ {
 		p, err := d.findGUID(context.Background(), parent, guid)
 		if err == nil {
 			if p != "" {
@@ -736,7 +736,7 @@ func (d *Driver) removeGUID(parent, guid string, session int64) {
 		select {
 		case <-d.closed:
 			return
-		case <-time.After(driver.Jitter(wait)):
+		case <-time.After(cleanupRetry.Delay(try)):
 		}
 	}
 }

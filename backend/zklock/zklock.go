@@ -219,9 +219,7 @@ package zklock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -574,13 +572,6 @@ func (d *Driver) confirmedSince(session int64) time.Time {
 // lockPath is the parent node of a lock name's queue.
 func (d *Driver) lockPath(name string) string { return d.root + "/" + escapeName(name) }
 
-// newGUID returns 128 random bits in hex, for a protected node's name.
-func newGUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // call runs a ZooKeeper request, which go-zookeeper cannot cancel, and
 // returns when it completes or ctx ends. A request left behind completes
 // in the background: go-zookeeper answers or fails every request, at the
@@ -615,7 +606,7 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // plain read does not, since a follower cut off from the leader still
 // answers it.
 func roundTrip[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
-	sent := time.Now()
+	sent := driver.Now()
 	v, err := call(ctx, f)
 	if err == nil || answered(err) {
 		d.confirm(sent)
@@ -629,12 +620,12 @@ func roundTrip[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, e
 // roundTrip).
 func retry[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
 	give := time.Now().Add(d.session())
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+	for try := 0; ; try++ {
 		v, err := call(ctx, f)
 		if err == nil || !transient(err) || time.Now().After(give) || d.isClosed() {
 			return v, err
 		}
-		if err := sleep(ctx, driver.Jitter(wait)); err != nil {
+		if err := requestRetry.Wait(ctx, try); err != nil {
 			return v, err
 		}
 	}
@@ -658,25 +649,20 @@ func answered(err error) bool {
 	return false
 }
 
-// fail turns a request's error into the driver's: ctx's own error when ctx
-// ended, ErrUnavailable wrapping ZooKeeper's otherwise.
+// fail turns a request's error into the driver's (driver.Classify).
 func (d *Driver) fail(ctx context.Context, op string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-		return cerr
-	}
 	if d.isClosed() {
-		return fmt.Errorf("%w: zookeeper %s: the driver is closed: %w", driver.ErrUnavailable, op, err)
+		op += ": the driver is closed"
 	}
-	return fmt.Errorf("%w: zookeeper %s: %w", driver.ErrUnavailable, op, err)
+	return driver.Classify(ctx, "zookeeper "+op, err)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// Pauses between attempts while the connection is down: a caller's request
+// retries promptly; a clean-up in the background, which nobody waits for,
+// backs off further; a Lock whose session ended while queued pauses a
+// moment before queueing again in the new session.
+var (
+	requestRetry = driver.Backoff{Base: 10 * time.Millisecond, Cap: 500 * time.Millisecond, Jitter: 0.5}
+	cleanupRetry = driver.Backoff{Base: 10 * time.Millisecond, Cap: time.Second, Jitter: 0.5}
+	requeuePause = driver.Backoff{Base: 50 * time.Millisecond, Cap: 50 * time.Millisecond, Jitter: 0.5}
+)

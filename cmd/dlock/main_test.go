@@ -237,23 +237,30 @@ func startDevIn(env []string, announce string, args ...string) (*devServer, erro
 		return nil, err
 	}
 	go func() { _ = d.proc.Wait(); close(d.done) }()
-	deadline := time.After(90 * time.Second)
-	for {
+	exited := false
+	err := testenv.Poll(90*time.Second, func() error {
 		if b, err := os.ReadFile(announce); err == nil {
 			if a, ok := parseDevFile(b); ok && a.pid == d.proc.Process.Pid {
 				d.url = a.url
-				return d, nil
+				return nil
 			}
 		}
 		select {
 		case <-d.done:
-			return nil, fmt.Errorf("dlock dev exited: %s", d.out.String())
-		case <-deadline:
-			d.stop()
-			return nil, fmt.Errorf("dlock dev did not announce itself in %s within 90s: %s", announce, d.out.String())
-		case <-time.After(50 * time.Millisecond):
+			exited = true
+			return testenv.Final(fmt.Errorf("dlock dev exited: %s", d.out.String()))
+		default:
+			return errors.New("not announced")
 		}
+	})
+	switch {
+	case err == nil:
+		return d, nil
+	case exited:
+		return nil, err
 	}
+	d.stop()
+	return nil, fmt.Errorf("dlock dev did not announce itself in %s within 90s: %s", announce, d.out.String())
 }
 
 // stop interrupts the server (as Ctrl-C does) and waits for it to exit.
@@ -327,42 +334,44 @@ func lockState(t *testing.T, env []string, name string) lockView {
 // waitHeld waits until name is held (by the holder with pid, if not 0).
 func waitHeld(t *testing.T, env []string, name string, pid int) lockView {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		j := lockState(t, env, name)
-		if j.Held && (pid == 0 || j.Holder.PID == pid) {
-			return j
+	var j lockView
+	testenv.Eventually(t, time.Minute, fmt.Sprintf("%q to be held (by pid %d, if not 0)", name, pid), func() error {
+		j = lockState(t, env, name)
+		switch {
+		case !j.Held:
+			return errors.New("free")
+		case pid != 0 && j.Holder.PID != pid:
+			return fmt.Errorf("held by pid %d", j.Holder.PID)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%q was not held (by pid %d) within a minute", name, pid)
-	return lockView{}
+		return nil
+	})
+	return j
 }
 
 // waitWaiters waits until name has n waiters.
 func waitWaiters(t *testing.T, env []string, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for len(lockState(t, env, name).Waiters) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not get %d waiters within a minute", name, n)
+	testenv.Eventually(t, time.Minute, fmt.Sprintf("%d waiters on %q", n, name), func() error {
+		if got := len(lockState(t, env, name).Waiters); got != n {
+			return fmt.Errorf("%d waiters", got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitFile waits until path holds a line, and returns it.
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			return strings.TrimSpace(string(b))
+	var line string
+	testenv.Eventually(t, time.Minute, "a line in "+path, func() error {
+		b, err := os.ReadFile(path)
+		if err == nil && !bytes.HasSuffix(b, []byte("\n")) {
+			err = fmt.Errorf("%q so far", b)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s was not written within a minute", path)
-	return ""
+		line = strings.TrimSpace(string(b))
+		return err
+	})
+	return line
 }
 
 // pidFromFile reads a PID that a test's CMD wrote, and makes sure the
@@ -386,11 +395,10 @@ func running(pid int) bool {
 // waitGone waits (a bounded time) until pid no longer runs.
 func waitGone(t *testing.T, pid int, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for running(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (pid %d) still runs", what, pid)
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s (pid %d) to end", what, pid), func() error {
+		if running(pid) {
+			return errors.New("it still runs")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/dlock/dlock/internal/procfs"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // terminal is a shell running on a pseudo-terminal.
@@ -121,40 +122,35 @@ func (term *terminal) send(s string) {
 func (term *terminal) expect(re string) string {
 	term.t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var m string
+	testenv.Eventually(term.t, time.Minute, fmt.Sprintf("the terminal to show %q", re), func() error {
 		out := term.out.String()
-		if loc := rx.FindStringIndex(out[term.seen:]); loc != nil {
-			m := out[term.seen+loc[0] : term.seen+loc[1]]
-			term.seen += loc[1]
-			return m
+		loc := rx.FindStringIndex(out[term.seen:])
+		if loc == nil {
+			return fmt.Errorf("after the last match it shows:\n%q", out[term.seen:])
 		}
-		if time.Now().After(deadline) {
-			term.t.Fatalf("the terminal did not show %q within a minute; after the last match it shows:\n%q", re, out[term.seen:])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		m = out[term.seen+loc[0] : term.seen+loc[1]]
+		term.seen += loc[1]
+		return nil
+	})
+	return m
 }
 
 // waitState waits (a bounded time) until each process is stopped (or each
 // is not, with stopped false).
 func waitState(t *testing.T, stopped bool, what string, pids ...int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	for _, pid := range pids {
-		for {
+		testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s: pid %d stopped: %v", what, pid, stopped), func() error {
 			st, ok := procfs.Process(pid)
 			if !ok || st.Gone() {
 				t.Fatalf("%s: pid %d is gone", what, pid)
 			}
-			if (st.State == 'T') == stopped {
-				break
+			if (st.State == 'T') != stopped {
+				return fmt.Errorf("state %c", st.State)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: pid %d is in state %c", what, pid, st.State)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 }
 

@@ -12,6 +12,11 @@
 // process started: it shows in the wall time (Time.Format, Unix) and
 // cancels in every difference. Readings of this package and of package
 // time must not be mixed in one computation while the clock is skewed.
+//
+// The portable layer and the backends read it through package driver
+// (driver.Now, Since, Until, NewTimer, AfterFunc, ResetTimer,
+// WithDeadline), which a third-party backend can import; only Skew, a
+// testing device, stays here.
 package clock
 
 import (

@@ -1,6 +1,7 @@
 package procfs_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,15 +58,10 @@ func TestProcessAllAndThreadsOfAStoppedChild(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		stopped, ok := procfs.AllThreadsStopped(child)
-		if stopped && ok {
-			break
+	testenv.Eventually(t, 10*time.Second, "AllThreadsStopped(stopped child)", func() error {
+		if stopped, ok := procfs.AllThreadsStopped(child); !stopped || !ok {
+			return fmt.Errorf("= %v, %v", stopped, ok)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("AllThreadsStopped(stopped child) = %v, %v after 10s", stopped, ok)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

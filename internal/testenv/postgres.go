@@ -147,22 +147,23 @@ func (p *Postgres) start() {
 // waitReady waits until the server accepts queries (not only connections:
 // during crash recovery it accepts and refuses them).
 func (p *Postgres) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	exited := false
+	err := Poll(timeout, func() error {
 		select {
 		case <-p.proc.Exited():
-			return fmt.Errorf("testenv: postgres exited during startup\n%s", p.proc.Tail(20))
+			exited = true
+			return Final(fmt.Errorf("testenv: postgres exited during startup\n%s", p.proc.Tail(20)))
 		default:
 		}
-		out, err := p.psql("postgres", "SELECT 1")
-		if err == nil {
-			return nil
+		if out, err := p.psql("postgres", "SELECT 1"); err != nil {
+			return fmt.Errorf("%v %s", err, out)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: postgres not ready within %v: %v %s\n%s", timeout, err, out, p.proc.Tail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err == nil || exited {
+		return err
 	}
+	return fmt.Errorf("testenv: postgres not ready within %v: %v\n%s", timeout, err, p.proc.Tail(20))
 }
 
 // Restart crashes the server (SIGKILL, no shutdown checkpoint) and starts it

@@ -208,13 +208,12 @@ func childPIDs(pid int) []int {
 // waitGone waits, at most timeout, until process pid has exited (it may
 // remain a zombie until its new parent reaps it: it holds nothing then).
 func waitGone(pid int, timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if st, ok := procfs.Process(pid); !ok || st.Gone() {
-			return
+	_ = Poll(timeout, func() error {
+		if st, ok := procfs.Process(pid); ok && !st.Gone() {
+			return errors.New("running")
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Pause freezes the process group (SIGSTOP); Resume thaws it.
@@ -236,46 +235,98 @@ func (p *Process) Tail(n int) string {
 // WaitTCP waits until addr accepts TCP connections, the process exits, or
 // timeout passes.
 func (p *Process) WaitTCP(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	exited := false
+	err := Poll(timeout, func() error {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited before listening on %s: %v\n%s", p.Name, addr, p.err, p.Tail(20))
+			exited = true
+			return Final(fmt.Errorf("%s exited before listening on %s: %v\n%s", p.Name, addr, p.err, p.Tail(20)))
 		default:
 		}
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	})
+	if err == nil || exited {
+		return err
 	}
-	return fmt.Errorf("%s did not listen on %s within %v\n%s", p.Name, addr, timeout, p.Tail(20))
+	return fmt.Errorf("%s did not listen on %s within %v: %v\n%s", p.Name, addr, timeout, err, p.Tail(20))
 }
 
 // WaitLog waits until the process's log contains substr.
 func (p *Process) WaitLog(substr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	exited := false
+	err := Poll(timeout, func() error {
 		if f, err := os.Open(p.Log); err == nil {
+			defer f.Close()
 			sc := bufio.NewScanner(f)
 			sc.Buffer(make([]byte, 1<<20), 1<<20)
 			for sc.Scan() {
 				if strings.Contains(sc.Text(), substr) {
-					f.Close()
 					return nil
 				}
 			}
-			f.Close()
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s exited before logging %q\n%s", p.Name, substr, p.Tail(20))
-		case <-time.After(50 * time.Millisecond):
+			exited = true
+			return Final(fmt.Errorf("%s exited before logging %q\n%s", p.Name, substr, p.Tail(20)))
+		default:
+			return errors.New("not logged yet")
 		}
+	})
+	if err == nil || exited {
+		return err
 	}
 	return fmt.Errorf("%s: timed out waiting for log line %q\n%s", p.Name, substr, p.Tail(20))
 }
+
+// Eventually waits until cond returns nil, calling it again and again (10ms
+// apart at first, backing off to 100ms), and fails the test if that has
+// not happened within timeout, with a message that says what was awaited
+// (what, as in "waiting for <what>") and cond's last error, which should
+// say what it saw instead.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	if err := Poll(timeout, cond); err != nil {
+		t.Fatalf("still waiting for %s after %v: %v", what, timeout, err)
+	}
+}
+
+// pollBackoff paces Poll.
+var pollBackoff = driver.Backoff{Base: 10 * time.Millisecond, Cap: 100 * time.Millisecond}
+
+// Poll calls cond until it returns nil or timeout has passed; it returns
+// nil, or cond's last error. A cond that returns Final(err) stops it at
+// once. Eventually is Poll for a test; Poll is for helpers that report
+// failure their own way.
+func Poll(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for n := 0; ; n++ {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		var f final
+		if errors.As(err, &f) {
+			return f.error
+		}
+		if !time.Now().Before(deadline) {
+			return err
+		}
+		time.Sleep(min(pollBackoff.Delay(n), max(time.Until(deadline), 0)))
+	}
+}
+
+// Final marks err as the end of a Poll or Eventually: what it waits for
+// can no longer come (the server exited, a goroutine returned).
+func Final(err error) error { return final{err} }
+
+type final struct{ error }
+
+func (f final) Unwrap() error { return f.error }
 
 // Context returns a context that ends after d, or when the test ends.
 func Context(t testing.TB, d time.Duration) context.Context {

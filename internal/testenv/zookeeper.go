@@ -248,19 +248,24 @@ func (z *ZooKeeper) waitServing(timeout time.Duration) error {
 		if p == nil {
 			continue
 		}
-		for {
+		exited := false
+		err := Poll(time.Until(deadline), func() error {
 			select {
 			case <-p.Exited():
-				return fmt.Errorf("ZooKeeper %d exited while starting\n%s", s.ID, p.Tail(30))
+				exited = true
+				return Final(fmt.Errorf("ZooKeeper %d exited while starting\n%s", s.ID, p.Tail(30)))
 			default:
 			}
-			if m := s.Mode(); m == "standalone" || m == "leader" || m == "follower" {
-				break
+			if m := s.Mode(); m != "standalone" && m != "leader" && m != "follower" {
+				return fmt.Errorf("mode %q", m)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("ZooKeeper %d on %s not serving within %v\n%s", s.ID, s.Addr, timeout, p.Tail(30))
-			}
-			time.Sleep(100 * time.Millisecond)
+			return nil
+		})
+		if exited {
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("ZooKeeper %d on %s not serving within %v (%v)\n%s", s.ID, s.Addr, timeout, err, p.Tail(30))
 		}
 	}
 	return nil

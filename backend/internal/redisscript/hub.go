@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/driver"
 )
 
 // Hub carries the wake-ups of every lock a driver waits for over ONE pub/sub
@@ -171,6 +173,10 @@ func (h *Hub) connect(ctx context.Context, channel string) error {
 // (go-redis then subscribes its channels again).
 const pingEvery = 5 * time.Second
 
+// reconnectBackoff paces the reads of a pub/sub connection that keeps
+// failing (go-redis reconnects it on the next read).
+var reconnectBackoff = driver.Backoff{Base: 50 * time.Millisecond, Cap: time.Second, Jitter: 0.5}
+
 // receive reads the pub/sub connection itself — not through go-redis's
 // Channel, which would add a goroutine hop to every wake-up.
 func (h *Hub) receive(ps *redis.PubSub) {
@@ -193,7 +199,11 @@ func (h *Hub) receive(ps *redis.PubSub) {
 				return
 			}
 			failures++
-			time.Sleep(min(time.Duration(failures)*50*time.Millisecond, time.Second))
+			select {
+			case <-h.done:
+				return
+			case <-time.After(reconnectBackoff.Delay(failures - 1)):
+			}
 			continue
 		}
 		failures = 0
