@@ -141,16 +141,18 @@
 // A URL with addr= parameters or cluster=true opens a Redis Cluster: the
 // host and the addr= nodes are seeds, from which go-redis learns the
 // cluster's layout (as redis.ParseClusterURL; a cluster has only database
-// 0). Besides go-redis's own parameters (dial_timeout, read_timeout,
-// pool_size, protocol, client_name, ...; see redis.ParseURL and
-// redis.ParseClusterURL):
+// 0). The parameters — the driver's prefix, waiter_ttl, durable_fencing
+// (see Fencing), allow_eviction (see Eviction) and cluster; the TLS
+// parameters of rediss:// (ca, cert, key, server_name, skip_verify); and
+// go-redis's own (dial_timeout, read_timeout, pool_size, …; see
+// redis.ParseURL and redis.ParseClusterURL) — are described in the
+// README's table of URL parameters,
+// https://github.com/dlock/dlock#url-parameters. An unknown parameter is
+// an error that names it.
 //
-//	prefix=dlock           first part of every key (no '{' or '}')
-//	waiter_ttl=2s          how long a fair waiter's place lives without a heartbeat
-//	durable_fencing=true   declare that the server persists every write (see Fencing)
-//	allow_eviction=true    accept a maxmemory-policy that may evict locks (see Eviction)
-//	ca=/path/ca.pem        rediss: trust the CAs in this PEM file instead of the system's
-//	skip_verify=true       rediss: do not check the server's certificate (tests only)
+// go-redis logs through one process-wide logger; Open points it at the
+// logger given to dlock.Open (debug level), so that its own lines (a
+// failed dial of the pool) do not reach stderr. New leaves it alone.
 //
 // Passwords never appear in errors.
 package redislock

@@ -113,12 +113,10 @@
 // and go-redis parameters (dial_timeout, read_timeout, ...) apply to every
 // node, and so do the TLS parameters of redlocks:// (as for the Redis
 // backend's rediss://; each node's certificate is checked against its own
-// host name):
-//
-//	prefix=dlock           first part of every key (no '{' or '}')
-//	allow_eviction=true    accept nodes whose maxmemory-policy may evict locks
-//	ca=/path/ca.pem        redlocks: trust the CAs in this PEM file instead of the system's
-//	skip_verify=true       redlocks: do not check the nodes' certificates (tests only)
+// host name). The parameters — prefix, allow_eviction, the TLS parameters
+// (ca, cert, key, server_name, skip_verify) and go-redis's — are
+// described in the README's table of URL parameters,
+// https://github.com/dlock/dlock#url-parameters.
 //
 // IPv6 nodes cannot be written in the URL (Go's URL parser
 // accepts one bracketed host only); use New. Passwords never appear in
