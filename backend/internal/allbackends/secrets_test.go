@@ -1,5 +1,6 @@
 // Package allbackends_test checks what every backend shares: that no secret
-// of a backend URL reaches the caller in an error.
+// of a backend URL reaches the caller in an error, and that every backend
+// parses its URL parameters with the same rules.
 package allbackends_test
 
 import (
