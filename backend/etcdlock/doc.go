@@ -3,7 +3,8 @@
 //	import _ "github.com/dlock/dlock/backend/etcdlock"
 //	c, err := dlock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
 //
-// or, over a client you already have: dlock.New(etcdlock.New(cli)).
+// or, over a client you already have: d, err := etcdlock.New(cli), then
+// dlock.New(d).
 //
 // # Algorithm
 //

@@ -160,7 +160,8 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, strings.Join(cfg.Endpoints, ","), err)
 	}
-	d := New(cli, WithPrefix(cfg.Prefix))
+	d := newDriver(cli)
+	d.prefix = cfg.Prefix
 	d.owned = true
 	return d, nil
 }

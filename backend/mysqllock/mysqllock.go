@@ -2,7 +2,7 @@
 // in a database you already run, with fencing tokens and a server-side wait.
 //
 //	c, err := dlock.Open(ctx, "mysql://user:pass@db.example:3306/app")
-//	// or: c := dlock.New(mysqllock.New(db)) with your *sql.DB
+//	// or, with your *sql.DB: d, err := mysqllock.New(db); c := dlock.New(d)
 //
 // # Mechanism
 //

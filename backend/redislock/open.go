@@ -44,7 +44,11 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		rdb = redis.NewClient(opt)
 	}
 	redisscript.RouteLogs()
-	d := New(rdb, p.opts...)
+	d, err := New(rdb, p.opts...)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	d.closeRDB = true
 	if err := d.check(ctx); err != nil {
 		_ = d.Close()
@@ -157,9 +161,6 @@ func (p urlParams) clusterOptions() (*redis.ClusterOptions, error) {
 // evict lock keys unless that was allowed, and verifies a declared durable
 // fencing against the server's configuration where CONFIG is allowed.
 func (d *Driver) check(ctx context.Context) error {
-	if d.err != nil {
-		return d.err
-	}
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
 		return d.unavailable(ctx, err)
 	}

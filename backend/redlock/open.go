@@ -66,7 +66,10 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		clients = append(clients, redis.NewClient(opt))
 	}
 	redisscript.RouteLogs()
-	d := New(clients, opts...)
+	d, err := New(clients, opts...)
+	if err != nil {
+		return fail(err)
+	}
 	d.closeRDB = true
 	if err := d.check(ctx); err != nil {
 		_ = d.Close()

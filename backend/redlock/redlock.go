@@ -5,7 +5,8 @@
 //	import _ "github.com/dlock/dlock/backend/redlock"
 //	c, err := dlock.Open(ctx, "redlock://:pass@h1:6379,h2:6379,h3:6379/0")
 //
-// or dlock.New(redlock.New([]redis.UniversalClient{n1, n2, n3})).
+// or, over clients you already have,
+// redlock.New([]redis.UniversalClient{n1, n2, n3}) and dlock.New.
 //
 // # Mechanism
 //
@@ -172,27 +173,43 @@ type node struct {
 	hub   *redisscript.Hub
 }
 
-// Option configures a Driver.
-type Option func(*Driver)
+// Option configures a Driver made by New.
+type Option func(*Driver) error
 
 // WithPrefix sets the first part of every key (default "dlock"); it may
 // not contain '{' or '}'.
-func WithPrefix(p string) Option { return func(d *Driver) { d.prefix = p } }
+func WithPrefix(p string) Option {
+	return func(d *Driver) error {
+		d.prefix = p
+		return nil
+	}
+}
 
 // WithEvictionAllowed makes Open accept nodes whose maxmemory-policy may
 // evict keys (volatile-*, allkeys-*), which it refuses otherwise (URL:
 // allow_eviction=true): a node may then drop a held lock under memory
 // pressure, as a node restarted empty does (see the package
 // documentation).
-func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed = true } }
+func WithEvictionAllowed() Option {
+	return func(d *Driver) error {
+		d.evictionAllowed = true
+		return nil
+	}
+}
 
 // New returns a driver over independent Redis nodes (not replicas of each
 // other). A lock is held when a majority of them hold it; use an odd
-// number, at least 3. Close does not close the clients.
-func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
+// number, at least 3. Close does not close the clients. Its errors wrap
+// dlock.ErrInvalidOption.
+func New(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d := &Driver{prefix: redisscript.DefaultPrefix, quorum: len(nodes)/2 + 1}
 	for _, o := range opts {
-		o(d)
+		if o == nil {
+			continue
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
 	}
 	d.keyCache = redisscript.NewKeyCache(d.prefix)
 	for i, rdb := range nodes {
@@ -207,7 +224,10 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 	} else if len(nodes) == 0 {
 		d.err = fmt.Errorf("%w: redlock: no nodes", dlock.ErrInvalidOption)
 	}
-	return d
+	if d.err != nil {
+		return nil, d.err
+	}
+	return d, nil
 }
 
 func (d *Driver) keys(name string) redisscript.Keys { return *d.keyCache.Get(name) }

@@ -40,7 +40,11 @@ func newDriver(addrs []string) *redlock.Driver {
 	for _, a := range addrs {
 		clients = append(clients, redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1}))
 	}
-	return redlock.New(clients)
+	d, err := redlock.New(clients)
+	if err != nil {
+		panic(err) // New refuses only bad options, and there are none
+	}
+	return d
 }
 
 func harness(nodes []*testenv.Redis) dlocktest.Harness {

@@ -3,7 +3,8 @@
 //	import _ "github.com/dlock/dlock/backend/temporallock"
 //	c, err := dlock.Open(ctx, "temporal://127.0.0.1:7233/default")
 //
-// or, with a Temporal client of your own, dlock.New(temporallock.New(tc)).
+// or, with a Temporal client of your own, d, err := temporallock.New(tc)
+// and dlock.New(d).
 //
 // # Fair mode (mode=fair, the default)
 //

@@ -48,7 +48,16 @@ const DefaultTaskQueue = "dlock"
 const workflowTaskTimeout = 3 * time.Second
 
 // Option configures New.
-type Option func(*config)
+type Option func(*config) error
+
+// set makes an Option of a setting that cannot fail (New checks the
+// result).
+func set(f func(*config)) Option {
+	return func(c *config) error {
+		f(c)
+		return nil
+	}
+}
 
 type config struct {
 	mode         Mode
@@ -58,20 +67,20 @@ type config struct {
 }
 
 // WithMode selects fair (default) or id mode.
-func WithMode(m Mode) Option { return func(c *config) { c.mode = m } }
+func WithMode(m Mode) Option { return set(func(c *config) { c.mode = m }) }
 
 // WithTaskQueue sets the task queue of the lock workflows (default "dlock").
 // Every client and worker of a deployment must use the same one.
-func WithTaskQueue(q string) Option { return func(c *config) { c.taskQueue = q } }
+func WithTaskQueue(q string) Option { return set(func(c *config) { c.taskQueue = q }) }
 
 // WithoutWorker stops the driver from running a worker for the lock
 // workflows: the caller runs one itself, with RegisterWorkflows, on the
 // same task queue.
-func WithoutWorker() Option { return func(c *config) { c.noWorker = true } }
+func WithoutWorker() Option { return set(func(c *config) { c.noWorker = true }) }
 
 // withHistoryLimit makes the lock workflows continue as new after n
 // history events (tests).
-func withHistoryLimit(n int) Option { return func(c *config) { c.historyLimit = n } }
+func withHistoryLimit(n int) Option { return set(func(c *config) { c.historyLimit = n }) }
 
 // Driver is the Temporal backend. It implements driver.Driver.
 type Driver struct {
@@ -85,12 +94,18 @@ type Driver struct {
 var _ driver.Driver = (*Driver)(nil)
 
 // New returns a driver over a Temporal client the caller made (and still
-// owns: Close does not close it). Unless WithoutWorker is given, it starts a
+// owns: Close does not close it). Its errors wrap dlock.ErrInvalidOption,
+// or dlock.ErrUnavailable when the worker cannot start. Unless WithoutWorker is given, it starts a
 // worker for the lock workflows on the driver's task queue.
 func New(c client.Client, opts ...Option) (*Driver, error) {
 	cfg := config{mode: ModeFair, taskQueue: DefaultTaskQueue}
 	for _, o := range opts {
-		o(&cfg)
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	switch cfg.mode {
 	case ModeFair, ModeID:

@@ -199,7 +199,7 @@ func hourLeaseDriver(t *testing.T, addr string) *Driver {
 	if !waitFor(30*time.Second, func() bool { return conn.State() == zk.StateHasSession }) {
 		t.Fatal("no session within 30s")
 	}
-	d, err := New(conn, time.Hour, WithRoot("/faults"))
+	d, err := New(conn, WithSessionTimeout(time.Hour), WithRoot("/faults"))
 	if err != nil {
 		t.Fatal(err)
 	}

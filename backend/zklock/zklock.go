@@ -302,24 +302,32 @@ func WithACL(acl []zk.ACL) Option {
 	}
 }
 
+// WithSessionTimeout tells New the session timeout the server negotiated
+// for its connection — the one asked of zk.Connect, when it lies within the
+// server's minSessionTimeout..maxSessionTimeout. New needs it, because
+// go-zookeeper does not expose it and the lease is derived from it (see
+// the package documentation). Open, which makes its own connection, reads
+// it from the handshake.
+func WithSessionTimeout(d time.Duration) Option {
+	return func(dr *Driver) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: zklock.WithSessionTimeout(%v): must be positive", dlock.ErrInvalidOption, d)
+		}
+		dr.sessionTimeout.Store(int64(d))
+		dr.minTTL = d
+		return nil
+	}
+}
+
 // New returns a driver over a connection the caller made and keeps
-// owning: Close leaves it open. sessionTimeout must be the session timeout
-// the server negotiated for conn — the one asked of zk.Connect, when it lies
-// within the server's minSessionTimeout..maxSessionTimeout — because
-// go-zookeeper does not expose it and the lease is derived from it (see the
-// package documentation). Open, which makes its own connection, reads it
-// from the handshake.
-func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
+// owning: Close leaves it open. WithSessionTimeout is required. Its errors
+// wrap dlock.ErrInvalidOption.
+func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zklock.New: conn is nil", dlock.ErrInvalidOption)
 	}
-	if sessionTimeout <= 0 {
-		return nil, fmt.Errorf("%w: zklock.New: sessionTimeout must be positive, got %v", dlock.ErrInvalidOption, sessionTimeout)
-	}
 	d := newDriver()
 	d.conn = conn
-	d.sessionTimeout.Store(int64(sessionTimeout))
-	d.minTTL = sessionTimeout
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -327,6 +335,9 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) (*Driver, 
 		if err := o(d); err != nil {
 			return nil, err
 		}
+	}
+	if d.minTTL == 0 {
+		return nil, fmt.Errorf("%w: zklock.New: give WithSessionTimeout, the session timeout asked of zk.Connect", dlock.ErrInvalidOption)
 	}
 	return d, nil
 }
