@@ -121,7 +121,19 @@ func (ps Params) unknown(k string) error {
 	if len(ps.List) == 0 {
 		return fmt.Errorf("%w: %s URL: unknown parameter %q; this backend takes none", ErrInvalidOption, ps.Backend, k)
 	}
-	return fmt.Errorf("%w: %s URL: unknown parameter %q%s (valid: %s)", ErrInvalidOption, ps.Backend, k, hint, strings.Join(ps.Names(), ", "))
+	var own, lib []string
+	for _, p := range ps.List {
+		if p.Set != nil {
+			own = append(own, p.Name)
+		} else {
+			lib = append(lib, p.Name)
+		}
+	}
+	valid := strings.Join(own, ", ")
+	if len(lib) > 0 {
+		valid += "; the client library's: " + strings.Join(lib, ", ")
+	}
+	return fmt.Errorf("%w: %s URL: unknown parameter %q%s (valid: %s)", ErrInvalidOption, ps.Backend, k, hint, valid)
 }
 
 // Closest returns the candidate nearest to word, if it is a near miss (at

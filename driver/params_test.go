@@ -28,7 +28,7 @@ func TestParseRejectsUnknownParameterByNameAndSuggests(t *testing.T) {
 	if !errors.Is(err, driver.ErrInvalidOption) {
 		t.Fatalf("err = %v, want ErrInvalidOption", err)
 	}
-	for _, want := range []string{`"op_timout"`, `did you mean "op_timeout"?`, "valid: op_timeout, tls, addr"} {
+	for _, want := range []string{`"op_timout"`, `did you mean "op_timeout"?`, "valid: op_timeout, tls; the client library's: addr"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v; want it to say %s", err, want)
 		}
