@@ -30,18 +30,22 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	var rdb redis.UniversalClient
+	var addrs []string
+	var dialTimeout time.Duration
 	if p.cluster {
 		copt, err := p.clusterOptions()
 		if err != nil {
 			return nil, err
 		}
-		rdb = redis.NewClusterClient(copt)
+		c := redis.NewClusterClient(copt)
+		rdb, addrs, dialTimeout = c, copt.Addrs, c.Options().DialTimeout
 	} else {
 		opt, err := p.options()
 		if err != nil {
 			return nil, err
 		}
-		rdb = redis.NewClient(opt)
+		c := redis.NewClient(opt)
+		rdb, addrs, dialTimeout = c, []string{opt.Addr}, c.Options().DialTimeout
 	}
 	redisscript.RouteLogs()
 	d, err := New(rdb, p.opts...)
@@ -50,6 +54,15 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	d.closeRDB = true
+	// go-redis retries a refused dial five times, with back-off, before
+	// the ping fails: dial once first, to report it at once.
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	err = driver.DialAny(dctx, addrs)
+	cancel()
+	if err != nil {
+		_ = d.Close()
+		return nil, d.unavailable(ctx, err)
+	}
 	if err := d.check(ctx); err != nil {
 		_ = d.Close()
 		return nil, err
