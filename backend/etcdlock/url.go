@@ -130,14 +130,18 @@ func Open(ctx context.Context, rawURL string) (*Driver, error) {
 // the dial timeout, and returns a driver that owns the client.
 func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	where := strings.Join(cfg.Endpoints, ",")
-	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	err := driver.DialAny(dctx, cfg.Endpoints) // a refused cluster fails at once, not at the timeout
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	if plainAddrs(cfg.Endpoints) {
+		// clientv3 retries a refused dial until the dial timeout, in
+		// silence: dial once first, to report it at once.
+		dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		err := driver.DialAny(dctx, cfg.Endpoints)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, where, err)
 		}
-		return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, where, err)
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
@@ -164,6 +168,18 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	d.prefix = cfg.Prefix
 	d.owned = true
 	return d, nil
+}
+
+// plainAddrs reports whether every endpoint is host:port, as ParseURL
+// makes them (a Config may also hold URLs such as https://h:2379 or
+// unix:// sockets, which clientv3 dials itself).
+func plainAddrs(endpoints []string) bool {
+	for _, e := range endpoints {
+		if _, _, err := net.SplitHostPort(e); err != nil || strings.Contains(e, "://") {
+			return false
+		}
+	}
+	return len(endpoints) > 0
 }
 
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
