@@ -126,7 +126,10 @@ func Schemes() []string {
 // Open connects to the backend named by rawURL's scheme (etcd://, redis://,
 // redlock://, zk://, postgres://, mysql://, temporal://, mem://, …); the
 // backend's package must be imported. Passwords in rawURL never appear in
-// the errors it returns.
+// the errors it returns. The logger of a WithLogger option reaches the
+// backend too (see driver.Logger): it logs there the warning for a
+// deprecated URL parameter, and its client library's own log lines, at
+// debug level.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -146,6 +149,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	registryMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: backend URL %q: unknown scheme %q; registered: %s", ErrInvalidOption, Redact(rawURL), u.Scheme, strings.Join(Schemes(), ", "))
+	}
+	if o := defaultOptions().with(opts); o.loggerSet {
+		ctx = driver.WithLogger(ctx, o.logger)
 	}
 	d, err := open(ctx, u)
 	if err != nil {

@@ -29,7 +29,7 @@ var (
 	ErrUnsupported = driver.ErrUnsupported
 	// ErrInvalidOption: an option or argument out of range; the message names
 	// it and the rule.
-	ErrInvalidOption = errors.New("dlock: invalid option")
+	ErrInvalidOption = driver.ErrInvalidOption
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )

@@ -20,6 +20,7 @@ type options struct {
 	lockDelay time.Duration
 	note      string
 	logger    *slog.Logger
+	loggerSet bool // WithLogger was given: Open passes logger to the backend
 	hooks     Hooks
 	errs      []error // option errors, reported by the first call that uses them
 }
@@ -94,6 +95,7 @@ func WithLogger(l *slog.Logger) Option {
 			l = slog.New(slog.DiscardHandler)
 		}
 		o.logger = l
+		o.loggerSet = true
 	}
 }
 

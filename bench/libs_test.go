@@ -136,7 +136,11 @@ func redisLibs(srv *testenv.Redis) []*lib {
 		l := &lib{backend: "redis", name: name, role: ours, how: how, redis: srv}
 		l.open = func(t testing.TB, ttl time.Duration) worker {
 			rdb := l.redisClient()
-			return dlockWorker(dlock.New(dredis.New(rdb), dlock.WithTTL(ttl)), fair, func() { _ = rdb.Close() })
+			d, err := dredis.New(rdb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return dlockWorker(dlock.New(d, dlock.WithTTL(ttl)), fair, func() { _ = rdb.Close() })
 		}
 		return l
 	}
@@ -241,7 +245,11 @@ func etcdLibs(endpoint string) []*lib {
 	dl := &lib{backend: "etcd", name: "dlock", role: ours, how: "backend/etcdlock (FIFO)"}
 	dl.open = func(t testing.TB, ttl time.Duration) worker {
 		cli := client(t, dl)
-		return dlockWorker(dlock.New(etcdlock.New(cli), dlock.WithTTL(ttl)), false, func() { _ = cli.Close() })
+		d, err := etcdlock.New(cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dlockWorker(dlock.New(d, dlock.WithTTL(ttl)), false, func() { _ = cli.Close() })
 	}
 	cm := &lib{backend: "etcd", name: "concurrency.Mutex", role: incumbent,
 		how: "etcd client/v3/concurrency: one Session (lease TTL = the TTL) per worker, a Mutex per name"}

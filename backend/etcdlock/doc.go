@@ -3,7 +3,8 @@
 //	import _ "github.com/dlock/dlock/backend/etcdlock"
 //	c, err := dlock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
 //
-// or, over a client you already have: dlock.New(etcdlock.New(cli)).
+// or, over a client you already have: d, err := etcdlock.New(cli), then
+// dlock.New(d).
 //
 // # Algorithm
 //
@@ -107,16 +108,12 @@
 //	etcds://…   (TLS)
 //
 // A host without a port gets port 2379 (with several hosts, give each its
-// port). The parameters:
-//
-//	prefix=P         key prefix of the locks (default "dlock/"); clients
-//	                 with different prefixes do not see each other's locks
-//	dial-timeout=D   how long connecting may take, a Go duration (default 5s)
-//	tls=1            use TLS (implied by etcds:// and by the next four)
-//	cacert=FILE      PEM CA bundle for the servers' certificates (default:
-//	                 the system's roots)
-//	cert=, key=FILE  client certificate and its key, both or neither
-//	server-name=NAME the name the servers' certificates must carry
+// port). The parameters — prefix (default "dlock/"; clients with different
+// prefixes do not see each other's locks), connect_timeout (default 5s), tls
+// (implied by etcds:// and by any of ca, cert, key, server_name,
+// skip_verify) and those TLS parameters — are described in the README's
+// table of URL parameters:
+// https://github.com/dlock/dlock#url-parameters.
 //
 // user and password are etcd's authentication (etcdctl user add); they are
 // never printed: errors show the URL with the password replaced.

@@ -32,27 +32,38 @@ type Driver struct {
 
 var _ driver.Driver = (*Driver)(nil)
 
-// Option configures a Driver.
-type Option func(*Driver)
+// Option configures a Driver made by New.
+type Option func(*Driver) error
 
 // WithPrefix puts every key of this driver under prefix (default
 // DefaultPrefix). Drivers with different prefixes do not see each other's
 // locks.
 func WithPrefix(prefix string) Option {
-	return func(d *Driver) { d.prefix = prefix }
+	return func(d *Driver) error {
+		d.prefix = prefix
+		return nil
+	}
 }
 
 // New returns a driver over an etcd client the caller owns: Close does not
-// close cli.
-func New(cli *clientv3.Client, opts ...Option) *Driver {
-	d := &Driver{cli: cli, prefix: DefaultPrefix}
+// close cli. Its errors wrap dlock.ErrInvalidOption.
+func New(cli *clientv3.Client, opts ...Option) (*Driver, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: etcdlock.New: cli is nil", driver.ErrInvalidOption)
+	}
+	d := newDriver(cli)
 	for _, o := range opts {
-		if o != nil {
-			o(d)
+		if o == nil {
+			continue
+		}
+		if err := o(d); err != nil {
+			return nil, err
 		}
 	}
-	return d
+	return d, nil
 }
+
+func newDriver(cli *clientv3.Client) *Driver { return &Driver{cli: cli, prefix: DefaultPrefix} }
 
 // Client returns the etcd client the driver uses.
 func (d *Driver) Client() *clientv3.Client { return d.cli }

@@ -41,7 +41,8 @@ func TestUnescapeRejectsForeignKeys(t *testing.T) {
 }
 
 func TestSplitKey(t *testing.T) {
-	d := New(nil, WithPrefix("p/"))
+	d := newDriver(nil)
+	d.prefix = "p/"
 	owner := "694d7f3a0c1b2e45"
 	name := "x/y\x00z"
 	key := d.lockKey(name, 0x694d7f3a0c1b2e45)

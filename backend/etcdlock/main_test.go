@@ -38,7 +38,11 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 // newLocker returns a dlock client with its own etcd connection.
 func newLocker(t testing.TB, endpoints []string, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
-	c := dlock.New(etcdlock.New(newClient(t, endpoints)), opts...)
+	d, err := etcdlock.New(newClient(t, endpoints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(d, opts...)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -3,12 +3,9 @@ package etcdlock
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +24,7 @@ func init() {
 // DefaultPort is used for a URL host without a port.
 const DefaultPort = "2379"
 
-// DefaultDialTimeout bounds connecting when the URL has no dial-timeout.
+// DefaultDialTimeout bounds connecting when the URL has no connect_timeout.
 const DefaultDialTimeout = 5 * time.Second
 
 // Config is what an etcd:// URL says: how to reach the cluster and where
@@ -46,17 +43,17 @@ type Config struct {
 //	etcd://[user:password@]host1:2379[,host2:2379…][/][?param=value&…]
 //	etcds://…   (TLS)
 //
-// with the parameters
-//
-//	prefix=P          key prefix of the locks (default "dlock/")
-//	dial-timeout=D    how long connecting may take, a Go duration (default 5s)
-//	tls=1             use TLS (implied by etcds:// and by the next three)
-//	cacert=FILE       PEM CA bundle to verify the servers (default: system roots)
-//	cert=FILE, key=FILE  client certificate and key (both or neither)
-//	server-name=NAME  the name to verify the servers' certificates against
-//
-// A host without a port gets DefaultPort. Errors never contain the password.
+// with the parameters prefix, connect_timeout, tls, ca, cert, key and
+// server_name (see the README's table of URL parameters; tls is implied by
+// etcds:// and by each of the last four). A host without a port gets
+// DefaultPort. Errors never contain the password. A deprecated spelling of
+// a parameter is logged on slog.Default; Open logs it on the logger given
+// to dlock.Open.
 func ParseURL(u *url.URL) (Config, error) {
+	return parseURL(context.Background(), u)
+}
+
+func parseURL(ctx context.Context, u *url.URL) (Config, error) {
 	cfg := Config{Prefix: DefaultPrefix, DialTimeout: DefaultDialTimeout}
 	bad := func(format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%w: etcd URL %q: %s", dlock.ErrInvalidOption, u.Redacted(), fmt.Sprintf(format, args...))
@@ -93,57 +90,22 @@ func ParseURL(u *url.URL) (Config, error) {
 			return bad("a password needs a user name")
 		}
 	}
-	q := u.Query()
-	for k := range q {
-		switch k {
-		case "prefix", "dial-timeout", "tls", "cacert", "cert", "key", "server-name":
-		default:
-			return bad("unknown parameter %q (known: prefix, dial-timeout, tls, cacert, cert, key, server-name)", k)
-		}
-	}
-	if q.Has("prefix") {
-		cfg.Prefix = q.Get("prefix")
-	}
-	if v := q.Get("dial-timeout"); v != "" {
-		dt, err := time.ParseDuration(v)
-		if err != nil || dt <= 0 {
-			return bad("dial-timeout=%q: want a positive duration such as 5s", v)
-		}
-		cfg.DialTimeout = dt
-	}
 	useTLS := scheme == "etcds"
-	if v := q.Get("tls"); v != "" {
-		b, err := strconv.ParseBool(v)
+	var tf driver.TLSFiles
+	params := driver.Params{Backend: "etcd", List: append([]driver.Param{
+		{Name: "prefix", Usage: "key prefix of the locks", Set: driver.StringParam(&cfg.Prefix)},
+		{Name: "connect_timeout", Usage: "how long connecting may take", Set: driver.DurationParam(&cfg.DialTimeout), Deprecated: []string{"dial-timeout"}},
+		{Name: "tls", Usage: "use TLS", Set: driver.BoolParam(&useTLS)},
+	}, driver.TLSParams(&tf)...)}
+	params.List[3].Deprecated = []string{"cacert"}      // ca
+	params.List[6].Deprecated = []string{"server-name"} // server_name
+	if _, err := params.Parse(ctx, u.Query()); err != nil {
+		return Config{}, err
+	}
+	if useTLS || scheme == "etcds" || tf.Set() {
+		tc, err := tf.Config(nil)
 		if err != nil {
-			return bad("tls=%q: want 1 or 0", v)
-		}
-		useTLS = useTLS || b
-	}
-	caFile, certFile, keyFile := q.Get("cacert"), q.Get("cert"), q.Get("key")
-	if caFile != "" || certFile != "" || keyFile != "" || q.Get("server-name") != "" {
-		useTLS = true
-	}
-	if useTLS {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: q.Get("server-name")}
-		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
-			if err != nil {
-				return bad("cacert: %v", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return bad("cacert: no PEM certificate in %s", caFile)
-			}
-		}
-		if (certFile == "") != (keyFile == "") {
-			return bad("cert and key go together")
-		}
-		if certFile != "" {
-			c, err := tls.LoadX509KeyPair(certFile, keyFile)
-			if err != nil {
-				return bad("cert/key: %v", err)
-			}
-			tc.Certificates = []tls.Certificate{c}
+			return bad("%v", err)
 		}
 		cfg.TLS = tc
 	}
@@ -157,7 +119,7 @@ func Open(ctx context.Context, rawURL string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd URL %q: cannot parse", dlock.ErrInvalidOption, dlock.Redact(rawURL))
 	}
-	cfg, err := ParseURL(u)
+	cfg, err := parseURL(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +129,20 @@ func Open(ctx context.Context, rawURL string) (*Driver, error) {
 // Connect opens a client for cfg, checks that the cluster answers within
 // the dial timeout, and returns a driver that owns the client.
 func Connect(ctx context.Context, cfg Config) (*Driver, error) {
+	where := strings.Join(cfg.Endpoints, ",")
+	if plainAddrs(cfg.Endpoints) {
+		// clientv3 retries a refused dial until the dial timeout, in
+		// silence: dial once first, to report it at once.
+		dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		err := driver.DialAny(dctx, cfg.Endpoints)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, where, err)
+		}
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
@@ -177,7 +153,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		Context:     context.WithoutCancel(ctx),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, strings.Join(cfg.Endpoints, ","), err)
+		return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, where, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -188,13 +164,26 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("%w: etcd %s: %w", driver.ErrUnavailable, strings.Join(cfg.Endpoints, ","), err)
 	}
-	d := New(cli, WithPrefix(cfg.Prefix))
+	d := newDriver(cli)
+	d.prefix = cfg.Prefix
 	d.owned = true
 	return d, nil
 }
 
+// plainAddrs reports whether every endpoint is host:port, as ParseURL
+// makes them (a Config may also hold URLs such as https://h:2379 or
+// unix:// sockets, which clientv3 dials itself).
+func plainAddrs(endpoints []string) bool {
+	for _, e := range endpoints {
+		if _, _, err := net.SplitHostPort(e); err != nil || strings.Contains(e, "://") {
+			return false
+		}
+	}
+	return len(endpoints) > 0
+}
+
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	cfg, err := ParseURL(u)
+	cfg, err := parseURL(ctx, u)
 	if err != nil {
 		return nil, err
 	}

@@ -30,8 +30,11 @@ import (
 
 func init() {
 	dlock.Register("mem", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
-		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+		if u.Path != "" && u.Path != "/" {
 			return nil, fmt.Errorf("%w: mem URL %q: only mem:// or mem://NAME is allowed", dlock.ErrInvalidOption, u.Redacted())
+		}
+		if _, err := (driver.Params{Backend: "mem"}).Parse(ctx, u.Query()); err != nil {
+			return nil, err
 		}
 		return New(Named(u.Host)), nil
 	})

@@ -2,7 +2,7 @@
 // in a database you already run, with fencing tokens and a server-side wait.
 //
 //	c, err := dlock.Open(ctx, "mysql://user:pass@db.example:3306/app")
-//	// or: c := dlock.New(mysqllock.New(db)) with your *sql.DB
+//	// or, with your *sql.DB: d, err := mysqllock.New(db); c := dlock.New(d)
 //
 // # Mechanism
 //
@@ -122,15 +122,19 @@
 //
 //	  - table: the lease table's name, one identifier (quoted by the backend);
 //	    default dlock_leases.
-//	  - tls: as go-sql-driver/mysql's tls parameter: true, false,
-//	    skip-verify, preferred, or a name registered with
-//	    mysql.RegisterTLSConfig. With true, or a registered configuration
-//	    without ServerName, the server's certificate is verified against
-//	    the URL's host.
-//	  - op_timeout: the bound of each operation's statements, a Go duration
-//	    (default 10s).
-//	  - Any other parameter is passed to go-sql-driver/mysql (timeout,
-//	    readTimeout, …). The port defaults to 3306.
+//	  - op_timeout: the bound of each operation's statements (default 10s).
+//	  - tls: go-sql-driver/mysql's: true, false, skip-verify, preferred, or
+//	    a name registered with mysql.RegisterTLSConfig. With true, or a
+//	    registered configuration without ServerName, the server's
+//	    certificate is verified against the URL's host.
+//	  - go-sql-driver/mysql's other parameters (timeout, readTimeout, …).
+//	    The driver would take any other name for a system variable to set;
+//	    a URL does not, so that a misspelling is an error: set system
+//	    variables in the DSN of your own *sql.DB and use New. The port
+//	    defaults to 3306.
+//
+// The README's table of URL parameters lists them all:
+// https://github.com/dlock/dlock#url-parameters.
 //
 // Passwords never appear in errors: dlock.Open masks the user-info
 // password.
@@ -248,7 +252,7 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 }
 
 func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	cfg, opts, err := configFromURL(u)
+	cfg, opts, err := configFromURL(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -267,28 +271,45 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("%w: mysqllock: connect to %s: %w", driver.ErrUnavailable, cfg.Addr, err)
+		return nil, fmt.Errorf("%w: mysql %s: %w", driver.ErrUnavailable, cfg.Addr, err)
 	}
 	return d, nil
 }
 
+// mysqlParams are go-sql-driver/mysql's own DSN parameters. The driver
+// takes any other parameter for a system variable to set on each
+// connection; a URL does not, so that a misspelled parameter is an error
+// (set system variables in the DSN of your own *sql.DB, and use New).
+var mysqlParams = []string{
+	"allowAllFiles", "allowCleartextPasswords", "allowFallbackToPlaintext", "allowNativePasswords",
+	"allowOldPasswords", "checkConnLiveness", "clientFoundRows", "charset", "collation",
+	"columnsWithAlias", "compress", "interpolateParams", "loc", "multiStatements", "parseTime",
+	"timeTruncate", "readTimeout", "rejectReadOnly", "serverPubKey", "strict", "timeout", "tls",
+	"writeTimeout", "maxAllowedPacket", "connectionAttributes",
+}
+
 // configFromURL turns mysql://user:pass@host:port/db?params into a driver
 // configuration; table is ours, every other parameter is the driver's.
-func configFromURL(u *url.URL) (*mysql.Config, []Option, error) {
-	q := u.Query()
+func configFromURL(ctx context.Context, u *url.URL) (*mysql.Config, []Option, error) {
 	var opts []Option
-	if t, ok := q["table"]; ok {
-		opts = append(opts, WithTable(t[0]))
-		q.Del("table")
+	var opTimeout time.Duration
+	ps := driver.Params{Backend: "mysql", List: []driver.Param{
+		{Name: "table", Usage: "the lease table", Set: func(v string) error {
+			opts = append(opts, WithTable(v))
+			return nil
+		}},
+		{Name: "op_timeout", Usage: "bound of each operation's statements", Set: driver.DurationParam(&opTimeout)},
+	}}
+	for _, n := range mysqlParams {
+		ps.List = append(ps.List, driver.Param{Name: n, Usage: "go-sql-driver/mysql's"})
 	}
-	if v := q.Get("op_timeout"); v != "" {
-		t, err := time.ParseDuration(v)
-		if err != nil || t <= 0 {
-			return nil, nil, fmt.Errorf("%w: mysqllock: URL: op_timeout=%q: want a positive duration such as 10s", dlock.ErrInvalidOption, v)
-		}
-		opts = append(opts, WithOpTimeout(t))
+	q, err := ps.Parse(ctx, u.Query())
+	if err != nil {
+		return nil, nil, err
 	}
-	q.Del("op_timeout")
+	if opTimeout > 0 {
+		opts = append(opts, WithOpTimeout(opTimeout))
+	}
 	db := strings.TrimPrefix(u.Path, "/")
 	if strings.Contains(db, "/") {
 		return nil, nil, fmt.Errorf("%w: mysqllock: URL path %q must be /database", dlock.ErrInvalidOption, u.Path)

@@ -710,7 +710,7 @@ func TestTLSServerNameIsTheURLHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, _, err := configFromURL(u)
+		cfg, _, err := configFromURL(context.Background(), u)
 		if err != nil {
 			t.Fatalf("%s: %v", dlock.Redact(raw), err)
 		}

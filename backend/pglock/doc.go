@@ -138,21 +138,17 @@
 //
 // postgres:// or postgresql://, as libpq and pgx read it:
 // postgres://user:password@host:port/database?param=value. pglock's own
-// parameters:
-//
-//	table=NAME    the lease table, "name" or "schema.name" (default dlock_leases);
-//	              the token sequence is NAME_token_seq, the NOTIFY channel
-//	              dlock_ followed by a hash of the table's schema-qualified
-//	              name
-//	mode=session  session-scoped advisory locks (default mode=lease)
-//	op_timeout=D  bound of each operation's statements, a Go duration
-//	              (default 10s; see Guarantees)
-//
-// Everything else goes to pgx: sslmode (disable, prefer, require,
-// verify-ca, verify-full), sslrootcert, sslcert, sslkey, connect_timeout,
-// application_name, search_path, pool_max_conns, … Passwords never appear
-// in errors: dlock.Open masks the user-info password and the values of
-// password= and sslpassword=.
+// parameters are table ("name" or "schema.name", default dlock_leases; the
+// token sequence is NAME_token_seq, the NOTIFY channel dlock_ followed by
+// a hash of the table's schema-qualified name), mode (lease, the default,
+// or session) and op_timeout (default 10s; see Guarantees). The others
+// are pgx's: sslmode, sslrootcert, sslcert, sslkey, connect_timeout,
+// pool_max_conns, …, and the server settings application_name,
+// search_path and options (-c name=value, for any other setting). All are
+// in the README's table of URL parameters,
+// https://github.com/dlock/dlock#url-parameters; any other parameter is an
+// error that names it. Passwords never appear in errors: dlock.Open masks
+// the user-info password and the values of password= and sslpassword=.
 //
 // # Privileges
 //

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,32 +157,52 @@ func quoteTable(name string) (table, seq string, err error) {
 	return pgx.Identifier(parts).Sanitize(), pgx.Identifier(seqParts).Sanitize(), nil
 }
 
+// pgxParams are the URL parameters pgx reads itself (libpq's, pgx's and
+// pgxpool's), and the server settings a URL commonly carries.
+var pgxParams = []string{
+	"host", "port", "database", "dbname", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "sslkey", "sslcert", "sslrootcert", "sslpassword", "sslsni",
+	"krbspn", "krbsrvname", "target_session_attrs", "service", "servicefile",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_lifetime_jitter", "pool_max_conn_idle_time", "pool_health_check_period",
+	"application_name", "search_path", "options",
+}
+
 // open is the dlock.Open function for postgres:// and postgresql:// URLs.
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	q := u.Query()
 	var opts []Option
-	if t := q.Get("table"); t != "" {
-		opts = append(opts, WithTable(t))
-	}
-	switch m := q.Get("mode"); m {
-	case "", "lease":
-	case "session":
-		opts = append(opts, WithSessionLocks())
-	default:
-		return nil, fmt.Errorf("%w: pglock URL: mode=%q: want lease or session", dlock.ErrInvalidOption, m)
-	}
-	if v := q.Get("op_timeout"); v != "" {
-		t, err := time.ParseDuration(v)
-		if err != nil || t <= 0 {
-			return nil, fmt.Errorf("%w: pglock URL: op_timeout=%q: want a positive duration such as 10s", dlock.ErrInvalidOption, v)
-		}
-		opts = append(opts, WithOpTimeout(t))
-	}
+	var opTimeout time.Duration
+	ps := driver.Params{Backend: "postgres", List: []driver.Param{
+		{Name: "table", Usage: "the lease table", Set: func(v string) error {
+			opts = append(opts, WithTable(v))
+			return nil
+		}},
+		{Name: "mode", Usage: "lease or session", Set: func(v string) error {
+			switch v {
+			case "", "lease":
+			case "session":
+				opts = append(opts, WithSessionLocks())
+			default:
+				return errors.New("want lease or session")
+			}
+			return nil
+		}},
+		{Name: "op_timeout", Usage: "bound of each operation's statements", Set: driver.DurationParam(&opTimeout)},
+	}}
 	// The rest of the URL is pgx's: host, user, password, database, sslmode
-	// and the other libpq parameters, pool_max_conns and friends.
-	q.Del("table")
-	q.Del("mode")
-	q.Del("op_timeout")
+	// and the other libpq parameters, pool_max_conns and friends; server
+	// settings go in options=-c name=value, as with libpq.
+	for _, n := range pgxParams {
+		ps.List = append(ps.List, driver.Param{Name: n, Usage: "pgx's"})
+	}
+	q, err := ps.Parse(ctx, u.Query())
+	if err != nil {
+		return nil, err
+	}
+	if opTimeout > 0 {
+		opts = append(opts, WithOpTimeout(opTimeout))
+	}
 	pu := *u
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
@@ -201,7 +223,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		d.Close()
-		return nil, d.fail(ctx, err)
+		where := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+		return nil, d.fail(ctx, fmt.Errorf("%w: postgres %s: %w", driver.ErrUnavailable, where, err))
 	}
 	return d, nil
 }

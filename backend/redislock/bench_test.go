@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock"
-	"github.com/dlock/dlock/backend/redislock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -35,9 +34,9 @@ func BenchmarkUncontendedLockUnlockVsTwoPings(b *testing.B) {
 		b.Cleanup(func() { _ = rdb.Close() })
 		return rdb
 	}
-	c := dlock.New(redislock.New(client()))
+	c := dlock.New(newDriver(b, client()))
 	defer c.Close()
-	d := redislock.New(client())
+	d := newDriver(b, client())
 	defer d.Close()
 	ctx := context.Background()
 	m := c.Mutex("bench/uncontended")
@@ -142,7 +141,7 @@ func BenchmarkContended(b *testing.B) {
 			srv := testenv.StartRedis(b)
 			workers := make([]func(context.Context) (func(), error), 8)
 			for i := range workers {
-				c := dlock.New(redislock.New(redis.NewClient(&redis.Options{Addr: srv.Addr})), mode.opts...)
+				c := dlock.New(newDriver(b, redis.NewClient(&redis.Options{Addr: srv.Addr})), mode.opts...)
 				defer c.Close()
 				m := c.Mutex("bench/contended")
 				workers[i] = func(ctx context.Context) (func(), error) {

@@ -44,7 +44,12 @@ func clusterHarness(c *testenv.RedisCluster, fair bool, opts ...redislock.Option
 				rdb.Close()
 				return nil, err
 			}
-			return clusterClosing{redislock.New(rdb, opts...), rdb}, nil
+			d, err := redislock.New(rdb, opts...)
+			if err != nil {
+				rdb.Close()
+				return nil, err
+			}
+			return clusterClosing{d, rdb}, nil
 		},
 		URL:  clusterURL(c),
 		Fair: fair,

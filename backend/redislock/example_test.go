@@ -14,11 +14,15 @@ import (
 // A dlock client over a go-redis client the program already has.
 func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	c := dlock.New(redislock.New(rdb), dlock.WithFair())
+	d, err := redislock.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := dlock.New(d, dlock.WithFair())
 	defer c.Close()
 
 	ctx := context.Background()
-	err := c.Do(ctx, "orders/42", func(ctx context.Context, l *dlock.Lease) error {
+	err = c.Do(ctx, "orders/42", func(ctx context.Context, l *dlock.Lease) error {
 		fmt.Println("writing with fencing token", l.Token())
 		return nil
 	})

@@ -3,4 +3,4 @@ package redislock
 // WithoutHandoff makes a driver over a single server behave as it does on
 // Redis Cluster: releases wake the first fair waiter instead of handing it
 // the lock.
-func WithoutHandoff() Option { return func(d *Driver) { d.noHandoff = true } }
+func WithoutHandoff() Option { return set(func(d *Driver) { d.noHandoff = true }) }

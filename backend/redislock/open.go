@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,25 +25,44 @@ func init() {
 // package documentation), and checks that it answers and accepts the
 // credentials.
 func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	var rdb redis.UniversalClient
-	var opts []Option
-	if cluster, err := isClusterURL(u); err != nil {
+	p, err := parseParams(ctx, u)
+	if err != nil {
 		return nil, err
-	} else if cluster {
-		copt, o, err := ParseClusterURL(u)
-		if err != nil {
-			return nil, err
-		}
-		rdb, opts = redis.NewClusterClient(copt), o
-	} else {
-		opt, o, err := ParseURL(u)
-		if err != nil {
-			return nil, err
-		}
-		rdb, opts = redis.NewClient(opt), o
 	}
-	d := New(rdb, opts...)
+	var rdb redis.UniversalClient
+	var addrs []string
+	var dialTimeout time.Duration
+	if p.cluster {
+		copt, err := p.clusterOptions()
+		if err != nil {
+			return nil, err
+		}
+		c := redis.NewClusterClient(copt)
+		rdb, addrs, dialTimeout = c, copt.Addrs, c.Options().DialTimeout
+	} else {
+		opt, err := p.options()
+		if err != nil {
+			return nil, err
+		}
+		c := redis.NewClient(opt)
+		rdb, addrs, dialTimeout = c, []string{opt.Addr}, c.Options().DialTimeout
+	}
+	redisscript.RouteLogs()
+	d, err := New(rdb, p.opts...)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
 	d.closeRDB = true
+	// go-redis retries a refused dial five times, with back-off, before
+	// the ping fails: dial once first, to report it at once.
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	err = driver.DialAny(dctx, addrs)
+	cancel()
+	if err != nil {
+		_ = d.Close()
+		return nil, d.unavailable(ctx, err)
+	}
 	if err := d.check(ctx); err != nil {
 		_ = d.Close()
 		return nil, err
@@ -52,104 +70,110 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// isClusterURL reports whether u names a Redis Cluster: it has addr=
-// parameters (more seed nodes, as in go-redis's ParseClusterURL) or
-// cluster=true.
-func isClusterURL(u *url.URL) (bool, error) {
-	q := u.Query()
-	if v := q.Get("cluster"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, fmt.Errorf("%w: redis URL: cluster=%q: want true or false", dlock.ErrInvalidOption, v)
-		}
-		return b || q.Has("addr"), nil
-	}
-	return q.Has("addr"), nil
-}
-
 // ParseURL splits a redis:// or rediss:// URL into go-redis options and
-// the driver's own options (prefix, waiter_ttl, durable_fencing).
+// the driver's own options (prefix, waiter_ttl, durable_fencing,
+// allow_eviction). A deprecated spelling of a parameter is logged on
+// slog.Default; Open logs it on the logger given to dlock.Open.
 func ParseURL(u *url.URL) (*redis.Options, []Option, error) {
-	opts, rest, tlsParams, err := ownParams(u)
+	p, err := parseParams(context.Background(), u)
 	if err != nil {
 		return nil, nil, err
 	}
-	opt, err := redis.ParseURL(rest.String())
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
-	}
-	if err := tlsParams.Apply(u, opt.TLSConfig, "rediss"); err != nil {
-		return nil, nil, err
-	}
-	return opt, opts, nil
+	opt, err := p.options()
+	return opt, p.opts, err
 }
 
 // ParseClusterURL splits a Redis Cluster URL, redis[s]://host:port?addr=
 // host2:port2&addr=host3:port3 (or with cluster=true and a single seed),
 // into go-redis cluster options and the driver's own options.
 func ParseClusterURL(u *url.URL) (*redis.ClusterOptions, []Option, error) {
-	opts, rest, tlsParams, err := ownParams(u)
+	p, err := parseParams(context.Background(), u)
 	if err != nil {
 		return nil, nil, err
 	}
-	if p := strings.Trim(rest.Path, "/"); p != "" && p != "0" {
-		return nil, nil, fmt.Errorf("%w: redis URL %s: Redis Cluster has only database 0, not %q", dlock.ErrInvalidOption, u.Redacted(), p)
+	opt, err := p.clusterOptions()
+	return opt, p.opts, err
+}
+
+// urlParams is what a Redis URL says, split between the driver and go-redis.
+type urlParams struct {
+	u       *url.URL // as given, for errors
+	rest    *url.URL // u with go-redis's parameters only
+	opts    []Option
+	tls     driver.TLSFiles
+	cluster bool // addr= parameters (more seed nodes) or cluster=true
+}
+
+func parseParams(ctx context.Context, u *url.URL) (urlParams, error) {
+	p := urlParams{u: u}
+	var prefix string
+	var waiterTTL time.Duration
+	var eviction, durable bool
+	var hasPrefix bool
+	params := redisscript.Params("redis", &p.tls,
+		driver.Param{Name: "prefix", Usage: "first part of every key", Set: func(v string) error {
+			prefix, hasPrefix = v, true
+			return nil
+		}},
+		driver.Param{Name: "waiter_ttl", Usage: "how long a silent waiter keeps its place", Set: driver.DurationParam(&waiterTTL)},
+		driver.Param{Name: "allow_eviction", Usage: "accept a server whose maxmemory-policy may evict locks", Set: driver.BoolParam(&eviction)},
+		driver.Param{Name: "durable_fencing", Usage: "declare that the server persists every write", Set: driver.BoolParam(&durable)},
+		driver.Param{Name: "cluster", Usage: "Redis Cluster from one seed node", Set: driver.BoolParam(&p.cluster)},
+	)
+	rest, err := params.Parse(ctx, u.Query())
+	if err != nil {
+		return urlParams{}, err
+	}
+	p.cluster = p.cluster || rest.Has("addr")
+	if hasPrefix {
+		p.opts = append(p.opts, WithPrefix(prefix))
+	}
+	if waiterTTL > 0 {
+		p.opts = append(p.opts, WithWaiterTTL(waiterTTL))
+	}
+	if eviction {
+		p.opts = append(p.opts, WithEvictionAllowed())
+	}
+	if durable {
+		p.opts = append(p.opts, WithDurableFencing())
+	}
+	r := *u
+	r.RawQuery = rest.Encode()
+	p.rest = &r
+	return p, nil
+}
+
+func (p urlParams) options() (*redis.Options, error) {
+	opt, err := redis.ParseURL(p.rest.String())
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, p.u.Redacted(), err)
+	}
+	if err := redisscript.ApplyTLS(p.u, opt.TLSConfig, p.tls, "rediss"); err != nil {
+		return nil, err
+	}
+	return opt, nil
+}
+
+func (p urlParams) clusterOptions() (*redis.ClusterOptions, error) {
+	rest := *p.rest
+	if path := strings.Trim(rest.Path, "/"); path != "" && path != "0" {
+		return nil, fmt.Errorf("%w: redis URL %s: Redis Cluster has only database 0, not %q", dlock.ErrInvalidOption, p.u.Redacted(), path)
 	}
 	rest.Path = ""
 	opt, err := redis.ParseClusterURL(rest.String())
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: redis URL %s: %v", dlock.ErrInvalidOption, p.u.Redacted(), err)
 	}
-	if err := tlsParams.Apply(u, opt.TLSConfig, "rediss"); err != nil {
-		return nil, nil, err
+	if err := redisscript.ApplyTLS(p.u, opt.TLSConfig, p.tls, "rediss"); err != nil {
+		return nil, err
 	}
-	return opt, opts, nil
-}
-
-// ownParams takes the driver's own parameters out of u.
-func ownParams(u *url.URL) ([]Option, *url.URL, redisscript.TLSParams, error) {
-	q := u.Query()
-	var opts []Option
-	if v := q.Get("prefix"); q.Has("prefix") {
-		opts = append(opts, WithPrefix(v))
-	}
-	if v := q.Get("waiter_ttl"); v != "" {
-		ttl, err := time.ParseDuration(v)
-		if err != nil {
-			return nil, nil, redisscript.TLSParams{}, fmt.Errorf("%w: redis URL: waiter_ttl=%q: %v", dlock.ErrInvalidOption, v, err)
-		}
-		opts = append(opts, WithWaiterTTL(ttl))
-	}
-	for _, f := range []struct {
-		param string
-		opt   Option
-	}{{"allow_eviction", WithEvictionAllowed()}, {"durable_fencing", WithDurableFencing()}} {
-		if v := q.Get(f.param); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, nil, redisscript.TLSParams{}, fmt.Errorf("%w: redis URL: %s=%q: want true or false", dlock.ErrInvalidOption, f.param, v)
-			}
-			if b {
-				opts = append(opts, f.opt)
-			}
-		}
-	}
-	tp := redisscript.TakeTLSParams(q)
-	for _, k := range []string{"prefix", "waiter_ttl", "durable_fencing", "allow_eviction", "cluster"} {
-		q.Del(k)
-	}
-	rest := *u
-	rest.RawQuery = q.Encode()
-	return opts, &rest, tp, nil
+	return opt, nil
 }
 
 // check pings the server (which authenticates), refuses a server that may
 // evict lock keys unless that was allowed, and verifies a declared durable
 // fencing against the server's configuration where CONFIG is allowed.
 func (d *Driver) check(ctx context.Context) error {
-	if d.err != nil {
-		return d.err
-	}
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
 		return d.unavailable(ctx, err)
 	}

@@ -9,7 +9,8 @@
 // or, with a client you already have (a *redis.Client, a
 // *redis.ClusterClient, a failover client):
 //
-//	c := dlock.New(redislock.New(rdb))
+//	d, err := redislock.New(rdb)
+//	c := dlock.New(d)
 //
 // # Mechanism
 //
@@ -141,16 +142,18 @@
 // A URL with addr= parameters or cluster=true opens a Redis Cluster: the
 // host and the addr= nodes are seeds, from which go-redis learns the
 // cluster's layout (as redis.ParseClusterURL; a cluster has only database
-// 0). Besides go-redis's own parameters (dial_timeout, read_timeout,
-// pool_size, protocol, client_name, ...; see redis.ParseURL and
-// redis.ParseClusterURL):
+// 0). The parameters — the driver's prefix, waiter_ttl, durable_fencing
+// (see Fencing), allow_eviction (see Eviction) and cluster; the TLS
+// parameters of rediss:// (ca, cert, key, server_name, skip_verify); and
+// go-redis's own (dial_timeout, read_timeout, pool_size, …; see
+// redis.ParseURL and redis.ParseClusterURL) — are described in the
+// README's table of URL parameters,
+// https://github.com/dlock/dlock#url-parameters. An unknown parameter is
+// an error that names it.
 //
-//	prefix=dlock           first part of every key (no '{' or '}')
-//	waiter_ttl=2s          how long a fair waiter's place lives without a heartbeat
-//	durable_fencing=true   declare that the server persists every write (see Fencing)
-//	allow_eviction=true    accept a maxmemory-policy that may evict locks (see Eviction)
-//	ca=/path/ca.pem        rediss: trust the CAs in this PEM file instead of the system's
-//	skip_verify=true       rediss: do not check the server's certificate (tests only)
+// go-redis logs through one process-wide logger; Open points it at the
+// logger given to dlock.Open (debug level), so that its own lines (a
+// failed dial of the pool) do not reach stderr. New leaves it alone.
 //
 // Passwords never appear in errors.
 package redislock
@@ -188,7 +191,6 @@ type Driver struct {
 	// evictionAllowed: Open accepts a server whose maxmemory-policy may
 	// evict keys.
 	evictionAllowed bool
-	err             error  // an invalid option, returned by every call
 	proc            string // this driver's channel for fair hand-offs; "" on a cluster
 	wake            redisscript.Wake
 	noHandoff       bool // tests: behave as on a cluster
@@ -196,23 +198,32 @@ type Driver struct {
 	boundedIO       bool // the client's reads and writes time out by themselves
 }
 
-// Option configures a Driver.
-type Option func(*Driver)
+// Option configures a Driver made by New.
+type Option func(*Driver) error
 
 // WithPrefix sets the first part of every key (default "dlock"); it may
 // not contain '{' or '}'.
-func WithPrefix(p string) Option { return func(d *Driver) { d.prefix = p } }
+func WithPrefix(p string) Option { return set(func(d *Driver) { d.prefix = p }) }
+
+// set makes an Option of a setting that cannot fail (New checks the
+// result).
+func set(f func(*Driver)) Option {
+	return func(d *Driver) error {
+		f(d)
+		return nil
+	}
+}
 
 // WithWaiterTTL sets how long a fair waiter's place in the queue lives
 // without a heartbeat (default 2s; the waiter renews it every third of
 // that). A killed waiter delays the waiters behind it by at most this much.
-func WithWaiterTTL(ttl time.Duration) Option { return func(d *Driver) { d.waiterTTL = ttl } }
+func WithWaiterTTL(ttl time.Duration) Option { return set(func(d *Driver) { d.waiterTTL = ttl }) }
 
 // WithDurableFencing declares that the server persists every write before
 // acknowledging it (appendonly yes, appendfsync always) and does not fail
 // over to a lagging replica, so that fencing tokens survive its restart.
 // Capabilities then reports DurableFencing.
-func WithDurableFencing() Option { return func(d *Driver) { d.durable = true } }
+func WithDurableFencing() Option { return set(func(d *Driver) { d.durable = true }) }
 
 // WithEvictionAllowed makes Open accept a server whose maxmemory-policy
 // may evict keys (volatile-*, allkeys-*), which it refuses otherwise (URL:
@@ -220,20 +231,31 @@ func WithDurableFencing() Option { return func(d *Driver) { d.durable = true } }
 // pressure and grant it to another client; the evicted holder learns it at
 // its next renewal, within a third of its TTL. See the package
 // documentation.
-func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed = true } }
+func WithEvictionAllowed() Option { return set(func(d *Driver) { d.evictionAllowed = true }) }
 
-// New returns a driver over rdb. Close does not close rdb.
-func New(rdb redis.UniversalClient, opts ...Option) *Driver {
+// New returns a driver over rdb (a *redis.Client, a *redis.ClusterClient,
+// a failover client). Close does not close rdb. Its errors wrap
+// dlock.ErrInvalidOption. It does not check the server's eviction policy,
+// as Open does: call CheckEviction.
+func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: redislock.New: rdb is nil", dlock.ErrInvalidOption)
+	}
 	d := &Driver{rdb: rdb, prefix: redisscript.DefaultPrefix, waiterTTL: DefaultWaiterTTL}
 	for _, o := range opts {
-		o(d)
+		if o == nil {
+			continue
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
 	}
 	d.where = describe(rdb)
 	d.keyCache = redisscript.NewKeyCache(d.prefix)
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
-		d.err = fmt.Errorf("%w: redislock: %v", dlock.ErrInvalidOption, err)
+		return nil, fmt.Errorf("%w: redislock: %v", dlock.ErrInvalidOption, err)
 	} else if d.waiterTTL < 3*MinTTL {
-		d.err = fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", dlock.ErrInvalidOption, d.waiterTTL, 3*MinTTL)
+		return nil, fmt.Errorf("%w: redislock: WithWaiterTTL(%v): must be at least %v", dlock.ErrInvalidOption, d.waiterTTL, 3*MinTTL)
 	}
 	if c, single := rdb.(*redis.Client); single {
 		// After go-redis normalised them, 0 and -1 both mean no timeout.
@@ -250,7 +272,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Driver {
 		d.wake = redisscript.HandOff
 	}
 	d.hub = redisscript.NewHub(rdb, d.proc)
-	return d
+	return d, nil
 }
 
 func describe(rdb redis.UniversalClient) string {
@@ -285,9 +307,6 @@ func (d *Driver) Capabilities() driver.Capabilities {
 
 // Acquire takes the lock; see the package documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	if d.err != nil {
-		return driver.Grant{}, d.err
-	}
 	return d.acquireQueued(ctx, req)
 }
 
@@ -339,9 +358,6 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 // Inspect reports the holder, its token and remaining TTL, and the live
 // fair waiters in order.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
-	if d.err != nil {
-		return driver.Info{}, d.err
-	}
 	st, err := d.keys(name).Read(ctx, d.rdb)
 	if err != nil {
 		return driver.Info{}, d.unavailable(ctx, err)
@@ -361,9 +377,6 @@ func infoFrom(name string, st redisscript.State) driver.Info {
 // It SCANs every key of the driver's prefix (names are hashed into keys),
 // so it costs time in proportion to the number of locks.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
-	if d.err != nil {
-		return nil, d.err
-	}
 	names, err := redisscript.ScanNames(ctx, d.rdb, d.prefix)
 	if err != nil {
 		return nil, d.unavailable(ctx, err)
@@ -387,9 +400,6 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 // Break frees the lock whoever holds it and wakes the next waiter; the
 // fence counter is kept, so the next grant gets a higher token.
 func (d *Driver) Break(ctx context.Context, name string) error {
-	if d.err != nil {
-		return d.err
-	}
 	ok, err := d.keys(name).Break(ctx, d.rdb, d.wake)
 	if err != nil {
 		return d.unavailable(ctx, err)

@@ -32,7 +32,12 @@ func harness(srv *testenv.Redis, fair bool, opts ...redislock.Option) dlocktest.
 				rdb.Close()
 				return nil, err
 			}
-			return closing{redislock.New(rdb, opts...), rdb}, nil
+			d, err := redislock.New(rdb, opts...)
+			if err != nil {
+				rdb.Close()
+				return nil, err
+			}
+			return closing{d, rdb}, nil
 		},
 		Endpoints: []string{srv.Addr},
 		URL:       "redis://" + srv.Addr,
@@ -125,4 +130,15 @@ func TestOpenRejectsUnfoundedOrBadOptions(t *testing.T) {
 		}
 		t.Logf("?%s: %v", q, err)
 	}
+}
+
+// newDriver returns a driver over rdb, failing tb if New refuses the
+// options.
+func newDriver(tb testing.TB, rdb redis.UniversalClient, opts ...redislock.Option) *redislock.Driver {
+	tb.Helper()
+	d, err := redislock.New(rdb, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }

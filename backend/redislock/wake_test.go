@@ -38,7 +38,7 @@ func TestEveryReleaseWakesTheQueue(t *testing.T) {
 				if fair {
 					copts = append(copts, dlock.WithFair())
 				}
-				c := dlock.New(redislock.New(rdb, opts...), copts...)
+				c := dlock.New(newDriver(t, rdb, opts...), copts...)
 				t.Cleanup(func() { c.Close(); rdb.Close() })
 				return c
 			}

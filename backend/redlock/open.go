@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,23 +26,23 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: redlock URL %s names no nodes; want redlock://h1:6379,h2:6379,h3:6379", dlock.ErrInvalidOption, u.Redacted())
 	}
-	q := u.Query()
 	var opts []Option
-	if q.Has("prefix") {
-		opts = append(opts, WithPrefix(q.Get("prefix")))
-		q.Del("prefix")
+	var tf driver.TLSFiles
+	var eviction bool
+	params := redisscript.Params("redlock", &tf,
+		driver.Param{Name: "prefix", Usage: "first part of every key", Set: func(v string) error {
+			opts = append(opts, WithPrefix(v))
+			return nil
+		}},
+		driver.Param{Name: "allow_eviction", Usage: "accept nodes whose maxmemory-policy may evict locks", Set: driver.BoolParam(&eviction)},
+	)
+	q, err := params.Parse(ctx, u.Query())
+	if err != nil {
+		return nil, err
 	}
-	if v := q.Get("allow_eviction"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return nil, fmt.Errorf("%w: redlock URL: allow_eviction=%q: want true or false", dlock.ErrInvalidOption, v)
-		}
-		if b {
-			opts = append(opts, WithEvictionAllowed())
-		}
-		q.Del("allow_eviction")
+	if eviction {
+		opts = append(opts, WithEvictionAllowed())
 	}
-	tlsParams := redisscript.TakeTLSParams(q)
 	scheme := "redis"
 	if strings.EqualFold(u.Scheme, "redlocks") {
 		scheme = "rediss"
@@ -61,7 +60,7 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		if err != nil {
 			return fail(fmt.Errorf("%w: redlock URL %s: node %q: %v", dlock.ErrInvalidOption, u.Redacted(), host, err))
 		}
-		if err := tlsParams.Apply(u, opt.TLSConfig, "redlocks"); err != nil {
+		if err := redisscript.ApplyTLS(u, opt.TLSConfig, tf, "redlocks"); err != nil {
 			return fail(err)
 		}
 		// go-redis ignores a context's deadline unless told: without this a
@@ -70,7 +69,11 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		opt.ContextTimeoutEnabled = true
 		clients = append(clients, redis.NewClient(opt))
 	}
-	d := New(clients, opts...)
+	redisscript.RouteLogs()
+	d, err := New(clients, opts...)
+	if err != nil {
+		return fail(err)
+	}
 	d.closeRDB = true
 	if err := d.check(ctx); err != nil {
 		_ = d.Close()

@@ -5,7 +5,8 @@
 //	import _ "github.com/dlock/dlock/backend/redlock"
 //	c, err := dlock.Open(ctx, "redlock://:pass@h1:6379,h2:6379,h3:6379/0")
 //
-// or dlock.New(redlock.New([]redis.UniversalClient{n1, n2, n3})).
+// or, over clients you already have,
+// redlock.New([]redis.UniversalClient{n1, n2, n3}) and dlock.New.
 //
 // # Mechanism
 //
@@ -195,12 +196,10 @@
 // and go-redis parameters (dial_timeout, read_timeout, ...) apply to every
 // node, and so do the TLS parameters of redlocks:// (as for the Redis
 // backend's rediss://; each node's certificate is checked against its own
-// host name):
-//
-//	prefix=dlock           first part of every key (no '{' or '}')
-//	allow_eviction=true    accept nodes whose maxmemory-policy may evict locks
-//	ca=/path/ca.pem        redlocks: trust the CAs in this PEM file instead of the system's
-//	skip_verify=true       redlocks: do not check the nodes' certificates (tests only)
+// host name). The parameters — prefix, allow_eviction, the TLS parameters
+// (ca, cert, key, server_name, skip_verify) and go-redis's — are
+// described in the README's table of URL parameters,
+// https://github.com/dlock/dlock#url-parameters.
 //
 // IPv6 nodes cannot be written in the URL (Go's URL parser
 // accepts one bracketed host only); use New. Passwords never appear in
@@ -269,32 +268,48 @@ type node struct {
 	reseedAfter atomic.Int64 // no re-seed before this time (Unix ns), after a failed one
 }
 
-// Option configures a Driver.
-type Option func(*Driver)
+// Option configures a Driver made by New.
+type Option func(*Driver) error
 
 // WithPrefix sets the first part of every key (default "dlock"); it may
 // not contain '{' or '}'.
-func WithPrefix(p string) Option { return func(d *Driver) { d.prefix = p } }
+func WithPrefix(p string) Option {
+	return func(d *Driver) error {
+		d.prefix = p
+		return nil
+	}
+}
 
 // WithEvictionAllowed makes Open accept nodes whose maxmemory-policy may
 // evict keys (volatile-*, allkeys-*), which it refuses otherwise (URL:
 // allow_eviction=true): a node may then drop a held lock under memory
 // pressure, as a node restarted empty does (see the package
 // documentation).
-func WithEvictionAllowed() Option { return func(d *Driver) { d.evictionAllowed = true } }
+func WithEvictionAllowed() Option {
+	return func(d *Driver) error {
+		d.evictionAllowed = true
+		return nil
+	}
+}
 
 // New returns a driver over independent Redis nodes (not replicas of each
 // other). A lock is held when a majority of them hold it; use an odd
 // number, at least 3. Close does not close the clients. Create them with
 // ContextTimeoutEnabled set, as Open does: go-redis ignores a context's
 // deadline otherwise, and a silent node then costs its read timeout instead
-// of the driver's per-call bound (TestOpenBoundsEachNodeCall).
-func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
+// of the driver's per-call bound (TestOpenBoundsEachNodeCall). Its errors
+// wrap dlock.ErrInvalidOption.
+func New(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d := &Driver{prefix: redisscript.DefaultPrefix, quorum: len(nodes)/2 + 1}
-	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	for _, o := range opts {
-		o(d)
+		if o == nil {
+			continue
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
 	}
+	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	d.keyCache = redisscript.NewKeyCache(d.prefix)
 	for i, rdb := range nodes {
 		where := fmt.Sprintf("node %d", i)
@@ -308,7 +323,10 @@ func New(nodes []redis.UniversalClient, opts ...Option) *Driver {
 	} else if len(nodes) == 0 {
 		d.err = fmt.Errorf("%w: redlock: no nodes", dlock.ErrInvalidOption)
 	}
-	return d
+	if d.err != nil {
+		return nil, d.err
+	}
+	return d, nil
 }
 
 func (d *Driver) keys(name string) redisscript.Keys { return *d.keyCache.Get(name) }

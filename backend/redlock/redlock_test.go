@@ -53,7 +53,11 @@ func driverOver(addrs []string, opt redis.Options) *redlock.Driver {
 		o.Addr = a
 		clients = append(clients, redis.NewClient(&o))
 	}
-	return redlock.New(clients)
+	d, err := redlock.New(clients)
+	if err != nil {
+		panic(err) // New refuses only bad options, and there are none
+	}
+	return d
 }
 
 func harness(nodes []*testenv.Redis) dlocktest.Harness {

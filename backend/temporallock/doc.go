@@ -3,7 +3,8 @@
 //	import _ "github.com/dlock/dlock/backend/temporallock"
 //	c, err := dlock.Open(ctx, "temporal://127.0.0.1:7233/default")
 //
-// or, with a Temporal client of your own, dlock.New(temporallock.New(tc)).
+// or, with a Temporal client of your own, d, err := temporallock.New(tc)
+// and dlock.New(d).
 //
 // # Fair mode (mode=fair, the default)
 //
@@ -191,17 +192,12 @@
 // host:port is the frontend (default 127.0.0.1:7233), namespace defaults
 // to "default". The API key, if any, goes in the password place of the
 // URL (so it is never printed) or in an environment variable named by
-// api-key-env; it turns TLS on. Parameters:
-//
-//	mode=fair|id               the mode (default fair)
-//	task-queue=NAME            task queue of the lock workflows (default dlock)
-//	worker=false               do not run a worker in this client
-//	api-key-env=VAR            read the API key from $VAR
-//	tls=true|false             TLS to the frontend (on with any tls-* or an API key)
-//	tls-ca=FILE                PEM CA bundle to verify the server with
-//	tls-cert=FILE&tls-key=FILE client certificate for mTLS
-//	tls-server-name=NAME       server name to verify
-//	tls-insecure-skip-verify=true  do not verify the server (testing only)
+// api_key_env; it turns TLS on. The parameters — mode (fair or id, default
+// fair), task_queue (default dlock), worker (false: run no worker in this
+// client), api_key_env, tls (on with any TLS parameter or an API key) and
+// the TLS parameters ca, cert, key, server_name, skip_verify — are
+// described in the README's table of URL parameters:
+// https://github.com/dlock/dlock#url-parameters.
 //
 // # Names
 //

@@ -30,6 +30,28 @@ func Example() {
 	}
 }
 
+// A dlock client over a Temporal client the program already has; the
+// driver runs a worker for the lock workflows on it.
+func ExampleNew() {
+	tc, err := client.Dial(client.Options{HostPort: "127.0.0.1:7233", Namespace: "default"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tc.Close()
+	d, err := temporallock.New(tc, temporallock.WithMode(temporallock.ModeFair))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.Mutex("orders/42").TryLock(ctx)
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, dlock.ErrNotAcquired) when someone holds it
+	}
+	defer l.Unlock(ctx)
+}
+
 // With the application's own Temporal client and worker: the lock
 // workflows run on the application's worker, which polls dlock's task
 // queue.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,7 +74,7 @@ func recv(t *testing.T, ch <-chan lockResult, what string) *dlock.Lease {
 func testWorkerKilled(t *testing.T, srv server) {
 	const queue = "dlock-test-worker-killed"
 	proxy := testenv.NewProxy(t, srv.Addr)
-	wc, err := client.DialContext(testenv.Context(t, 30*time.Second), client.Options{HostPort: proxy.Addr(), Namespace: srv.Namespace, Logger: quietLogger()})
+	wc, err := client.DialContext(testenv.Context(t, 30*time.Second), client.Options{HostPort: proxy.Addr(), Namespace: srv.Namespace, Logger: sdkLogger(slog.Default())})
 	if err != nil {
 		t.Fatal(err)
 	}

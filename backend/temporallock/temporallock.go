@@ -2,8 +2,6 @@ package temporallock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,7 +48,16 @@ const DefaultTaskQueue = "dlock"
 const workflowTaskTimeout = 3 * time.Second
 
 // Option configures New.
-type Option func(*config)
+type Option func(*config) error
+
+// set makes an Option of a setting that cannot fail (New checks the
+// result).
+func set(f func(*config)) Option {
+	return func(c *config) error {
+		f(c)
+		return nil
+	}
+}
 
 type config struct {
 	mode         Mode
@@ -60,20 +67,20 @@ type config struct {
 }
 
 // WithMode selects fair (default) or id mode.
-func WithMode(m Mode) Option { return func(c *config) { c.mode = m } }
+func WithMode(m Mode) Option { return set(func(c *config) { c.mode = m }) }
 
 // WithTaskQueue sets the task queue of the lock workflows (default "dlock").
 // Every client and worker of a deployment must use the same one.
-func WithTaskQueue(q string) Option { return func(c *config) { c.taskQueue = q } }
+func WithTaskQueue(q string) Option { return set(func(c *config) { c.taskQueue = q }) }
 
 // WithoutWorker stops the driver from running a worker for the lock
 // workflows: the caller runs one itself, with RegisterWorkflows, on the
 // same task queue.
-func WithoutWorker() Option { return func(c *config) { c.noWorker = true } }
+func WithoutWorker() Option { return set(func(c *config) { c.noWorker = true }) }
 
 // withHistoryLimit makes the lock workflows continue as new after n
 // history events (tests).
-func withHistoryLimit(n int) Option { return func(c *config) { c.historyLimit = n } }
+func withHistoryLimit(n int) Option { return set(func(c *config) { c.historyLimit = n }) }
 
 // Driver is the Temporal backend. It implements driver.Driver.
 type Driver struct {
@@ -87,12 +94,18 @@ type Driver struct {
 var _ driver.Driver = (*Driver)(nil)
 
 // New returns a driver over a Temporal client the caller made (and still
-// owns: Close does not close it). Unless WithoutWorker is given, it starts a
+// owns: Close does not close it). Its errors wrap dlock.ErrInvalidOption,
+// or dlock.ErrUnavailable when the worker cannot start. Unless WithoutWorker is given, it starts a
 // worker for the lock workflows on the driver's task queue.
 func New(c client.Client, opts ...Option) (*Driver, error) {
 	cfg := config{mode: ModeFair, taskQueue: DefaultTaskQueue}
 	for _, o := range opts {
-		o(&cfg)
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	switch cfg.mode {
 	case ModeFair, ModeID:
@@ -137,11 +150,11 @@ func RegisterWorkflows(w WorkflowRegistry) {
 
 // Open connects to the Temporal frontend named by u:
 //
-//	temporal://[:API_KEY@]host:7233/namespace?mode=fair|id&task-queue=dlock&tls=true&...
+//	temporal://[:API_KEY@]host:7233/namespace?mode=fair|id&task_queue=dlock&tls=true&...
 //
 // See the package doc for every parameter.
 func Open(ctx context.Context, u *url.URL) (*Driver, error) {
-	opts, dopts, err := parseURL(u)
+	opts, dopts, err := parseURL(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -158,11 +171,11 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 	return d, nil
 }
 
-func parseURL(u *url.URL) (client.Options, []Option, error) {
+func parseURL(ctx context.Context, u *url.URL) (client.Options, []Option, error) {
 	bad := func(format string, a ...any) (client.Options, []Option, error) {
 		return client.Options{}, nil, fmt.Errorf("%w: temporal URL: "+format, append([]any{dlock.ErrInvalidOption}, a...)...)
 	}
-	opts := client.Options{HostPort: u.Host, Namespace: strings.Trim(u.Path, "/"), Logger: quietLogger()}
+	opts := client.Options{HostPort: u.Host, Namespace: strings.Trim(u.Path, "/"), Logger: sdkLogger(driver.Logger(ctx))}
 	if opts.HostPort == "" {
 		opts.HostPort = "127.0.0.1:7233"
 	}
@@ -176,87 +189,66 @@ func parseURL(u *url.URL) (client.Options, []Option, error) {
 	if u.User != nil {
 		apiKey, _ = u.User.Password()
 	}
-	q := u.Query()
 	var dopts []Option
-	var tlsConf *tls.Config
-	useTLS := false
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "mode":
+	var useTLS, worker = false, true
+	var tf driver.TLSFiles
+	params := driver.Params{Backend: "temporal", List: append([]driver.Param{
+		{Name: "mode", Usage: "fair or id", Set: func(v string) error {
 			dopts = append(dopts, WithMode(Mode(v)))
-		case "task-queue":
+			return nil
+		}},
+		{Name: "task_queue", Usage: "task queue of the lock workflows", Deprecated: []string{"task-queue"}, Set: func(v string) error {
 			dopts = append(dopts, WithTaskQueue(v))
-		case "worker":
-			on, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad("worker=%q: want true or false", v)
+			return nil
+		}},
+		{Name: "worker", Usage: "run a worker in this client", Set: driver.BoolParam(&worker)},
+		{Name: "api_key_env", Usage: "read the API key from this environment variable", Deprecated: []string{"api-key-env"}, Set: func(v string) error {
+			if apiKey = os.Getenv(v); apiKey == "" {
+				return fmt.Errorf("the variable %s is empty", v)
 			}
-			if !on {
-				dopts = append(dopts, WithoutWorker())
-			}
-		case "api-key-env":
-			apiKey = os.Getenv(v)
-			if apiKey == "" {
-				return bad("api-key-env=%s: the variable is empty", v)
-			}
-		case "tls":
-			on, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad("tls=%q: want true or false", v)
-			}
-			useTLS = on
-		case "tls-ca", "tls-cert", "tls-key", "tls-server-name", "tls-insecure-skip-verify":
-			useTLS = true
-		default:
-			return bad("unknown parameter %q (known: mode, task-queue, worker, api-key-env, tls, tls-ca, tls-cert, tls-key, tls-server-name, tls-insecure-skip-verify)", k)
-		}
+			return nil
+		}},
+		{Name: "tls", Usage: "use TLS", Set: driver.BoolParam(&useTLS)},
+	}, driver.TLSParams(&tf)...)}
+	for i, old := range []string{"tls-ca", "tls-cert", "tls-key", "tls-server-name", "tls-insecure-skip-verify"} {
+		params.List[5+i].Deprecated = []string{old} // ca, cert, key, server_name, skip_verify
+	}
+	q := u.Query()
+	if _, err := params.Parse(ctx, q); err != nil {
+		return client.Options{}, nil, err
+	}
+	if !worker {
+		dopts = append(dopts, WithoutWorker())
 	}
 	if apiKey != "" {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(apiKey)
-		useTLS = useTLS || q.Get("tls") == "" // Temporal Cloud API keys need TLS
+		useTLS = useTLS || !q.Has("tls") // Temporal Cloud API keys need TLS
 	}
-	if useTLS {
-		tlsConf = &tls.Config{ServerName: q.Get("tls-server-name")}
-		if v := q.Get("tls-insecure-skip-verify"); v != "" {
-			skip, err := strconv.ParseBool(v)
-			if err != nil {
-				return bad("tls-insecure-skip-verify=%q: want true or false", v)
-			}
-			tlsConf.InsecureSkipVerify = skip
-		}
-		if ca := q.Get("tls-ca"); ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return bad("tls-ca: %v", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return bad("tls-ca=%s: no PEM certificate in it", ca)
-			}
-			tlsConf.RootCAs = pool
-		}
-		cert, key := q.Get("tls-cert"), q.Get("tls-key")
-		if (cert == "") != (key == "") {
-			return bad("tls-cert and tls-key go together")
-		}
-		if cert != "" {
-			kp, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return bad("tls-cert/tls-key: %v", err)
-			}
-			tlsConf.Certificates = []tls.Certificate{kp}
+	if useTLS || tf.Set() {
+		tlsConf, err := tf.Config(nil)
+		if err != nil {
+			return bad("%v", err)
 		}
 		opts.ConnectionOptions.TLS = tlsConf
 	}
 	return opts, dopts, nil
 }
 
-// quietLogger passes on the SDK's errors only: its info and warning lines
-// (a worker started, a poll failed while the server restarts) are not the application's business.
-func quietLogger() tlog.Logger {
-	return tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+// sdkLogger passes the SDK's log lines (a worker started, a poll failed
+// while the server restarts) to l at debug level, their own level as an
+// attribute: the errors that matter reach the caller as errors.
+func sdkLogger(l *slog.Logger) tlog.Logger { return debugLogger{l} }
+
+type debugLogger struct{ l *slog.Logger }
+
+func (d debugLogger) log(level, msg string, keyvals []any) {
+	d.l.Debug("temporal: "+msg, append([]any{"sdk_level", level}, keyvals...)...)
 }
+
+func (d debugLogger) Debug(msg string, keyvals ...any) { d.log("debug", msg, keyvals) }
+func (d debugLogger) Info(msg string, keyvals ...any)  { d.log("info", msg, keyvals) }
+func (d debugLogger) Warn(msg string, keyvals ...any)  { d.log("warn", msg, keyvals) }
+func (d debugLogger) Error(msg string, keyvals ...any) { d.log("error", msg, keyvals) }
 
 // Client returns the Temporal client the driver uses.
 func (d *Driver) Client() client.Client { return d.c }

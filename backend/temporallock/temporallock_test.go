@@ -3,6 +3,7 @@ package temporallock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func (s server) openDial(t testing.TB, addr string, dial []grpc.DialOption, opts
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: s.Namespace, Logger: quietLogger(),
+	c, err := client.DialContext(ctx, client.Options{HostPort: addr, Namespace: s.Namespace, Logger: sdkLogger(slog.Default()),
 		ConnectionOptions: client.ConnectionOptions{DialOptions: dial}})
 	if err != nil {
 		t.Fatalf("dial temporal %s: %v", addr, err)
@@ -78,7 +79,7 @@ func waitReady(t testing.TB, srv server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.DialContext(ctx, client.Options{HostPort: srv.Addr, Namespace: srv.Namespace, Logger: quietLogger()})
+	c, err := client.DialContext(ctx, client.Options{HostPort: srv.Addr, Namespace: srv.Namespace, Logger: sdkLogger(slog.Default())})
 	if err != nil {
 		t.Fatalf("dial temporal: %v", err)
 	}

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -53,7 +54,7 @@ func benchmarkLock(b *testing.B, addrs []string) {
 		return dlock.New(d, dlock.WithTTL(d.Capabilities().MinTTL))
 	}
 	newZK := func(b *testing.B) *zk.Conn {
-		conn, _, err := zk.Connect(addrs, DefaultSessionTimeout, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+		conn, _, err := zk.Connect(addrs, DefaultSessionTimeout, zk.WithLogger(debugLogger{slog.New(slog.DiscardHandler)}), zk.WithLogInfo(false))
 		if err != nil {
 			b.Fatal(err)
 		}

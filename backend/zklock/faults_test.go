@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 
@@ -193,7 +194,7 @@ func testPausedServer(t *testing.T, z *testenv.ZooKeeper, open opener) {
 // session can end them. Both are closed when the test ends.
 func hourLeaseDriver(t *testing.T, addr string) *Driver {
 	t.Helper()
-	conn, _, err := zk.Connect([]string{addr}, testSession, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+	conn, _, err := zk.Connect([]string{addr}, testSession, zk.WithLogger(debugLogger{slog.New(slog.DiscardHandler)}), zk.WithLogInfo(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func hourLeaseDriver(t *testing.T, addr string) *Driver {
 		}
 		return nil
 	})
-	d, err := New(conn, time.Hour, WithRoot("/faults"))
+	d, err := New(conn, WithSessionTimeout(time.Hour), WithRoot("/faults"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 // survives, with the same node and token.
 func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	p := testenv.NewProxy(t, z.Servers[0].Addr)
-	holder := client(t, openURL(t, zkURL([]string{p.Addr()}, "/faults", "session-timeout="+testSession.String())))
+	holder := client(t, openURL(t, zkURL([]string{p.Addr()}, "/faults", "session_timeout="+testSession.String())))
 	name := "short-disconnect"
 	l := mustLock(t, holder, name)
 	// A closed connection (go-zookeeper redials after about a second),
@@ -294,7 +295,7 @@ func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open open
 // cleaned up), so that afterwards no node of ours is left in the queue.
 func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	p := testenv.NewProxy(t, z.Servers[0].Addr)
-	d := openURL(t, zkURL([]string{p.Addr()}, "/faults", "session-timeout="+testSession.String()))
+	d := openURL(t, zkURL([]string{p.Addr()}, "/faults", "session_timeout="+testSession.String()))
 	c := client(t, d)
 	name := "cuts"
 	// Each cut costs about a second: go-zookeeper waits that long before
@@ -337,7 +338,7 @@ func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
 // an anonymous client can neither delete its node, nor break, read or take
 // the lock.
 func testDigestACL(t *testing.T, z *testenv.ZooKeeper) {
-	q := "session-timeout=" + testSession.String()
+	q := "session_timeout=" + testSession.String()
 	alice := openURL(t, strings.Replace(zkURL(z.Addrs(), "/acl", q), "zk://", "zk://alice:s3cret@", 1))
 	bob := openURL(t, strings.Replace(zkURL(z.Addrs(), "/acl", q), "zk://", "zk://bob:0ther@", 1))
 	anon := openURL(t, zkURL(z.Addrs(), "/acl", q))
@@ -431,7 +432,7 @@ func testRestarts(t *testing.T, z *testenv.ZooKeeper, open opener) {
 		// A 60s session (a 40s lease): a JVM restarting on a machine
 		// busy with other tests can take over ten seconds to serve
 		// again, and the outage must stay shorter than the lease.
-		long := openURL(t, zkURL(z.Addrs(), "/restart", "session-timeout=60s"))
+		long := openURL(t, zkURL(z.Addrs(), "/restart", "session_timeout=60s"))
 		l := mustLock(t, client(t, long), "short")
 		began := time.Now()
 		z.Restart(t)
@@ -536,7 +537,7 @@ func testLaggingFollower(t *testing.T, z *testenv.ZooKeeper) {
 	if follower == nil {
 		t.Fatal("the ensemble has no serving follower")
 	}
-	query := "session-timeout=" + testSession.String()
+	query := "session_timeout=" + testSession.String()
 	holder := client(t, openURL(t, zkURL([]string{leader.Addr}, "/lag", query)))
 	reader := client(t, openURL(t, zkURL([]string{follower.Addr}, "/lag", query)))
 	ctx := testenv.Context(t, 60*time.Second)
@@ -681,7 +682,7 @@ func TestFollowerCutFromLeaderLosesLeaseBeforeNextGrant(t *testing.T) {
 	if follower == nil {
 		t.Fatal("the ensemble has no serving follower")
 	}
-	query := "session-timeout=" + testSession.String()
+	query := "session_timeout=" + testSession.String()
 	holder := client(t, openURL(t, zkURL([]string{follower.Addr}, "/cut", query)))
 	other := openURL(t, zkURL(majority, "/cut", query))
 	name := "cut"

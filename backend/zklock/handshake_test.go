@@ -67,7 +67,7 @@ func TestSilentServerDoesNotStallTheHandshake(t *testing.T) {
 	// Open waits for a session for three session timeouts: enough with a
 	// handshake that gives up in time, not with one that waits ten times
 	// two thirds of the session timeout.
-	d := openURL(t, zkURL([]string{addr}, "/handshake", "session-timeout="+testSession.String()+"&connect-timeout="+(3*testSession).String()))
+	d := openURL(t, zkURL([]string{addr}, "/handshake", "session_timeout="+testSession.String()+"&connect_timeout="+(3*testSession).String()))
 	l := mustLock(t, client(t, d), "x")
 	mustUnlock(t, l)
 }

@@ -150,7 +150,7 @@
 // timeout and a shorter WithTTL is refused; a longer one is granted as the
 // session's lease (two thirds of the session timeout, renewed every third
 // of that). To change it, change the session timeout
-// (?session-timeout=, within the server's minSessionTimeout and
+// (?session_timeout=, within the server's minSessionTimeout and
 // maxSessionTimeout: 2 and 20 ticks by default).
 //
 // # Failures
@@ -198,7 +198,7 @@
 //
 // # URL
 //
-//		zk://[user:password@]host1:2181,host2:2181[/root][?session-timeout=10s&connect-timeout=15s]
+//		zk://[user:password@]host1:2181,host2:2181[/root][?session_timeout=10s&connect_timeout=15s]
 //
 //	  - hosts: the ensemble's client addresses (port 2181 if omitted).
 //	  - root: the node under which lock parents live; default /dlock (it and
@@ -208,11 +208,14 @@
 //	    then carries the ACL digest:user:password with all permissions and
 //	    nothing for anyone else, so another identity can neither read,
 //	    delete nor take these locks.
-//	  - session-timeout: the session timeout asked of the server (default
-//	    10s); the server clamps it to its limits, and the driver uses the
-//	    negotiated value.
-//	  - connect-timeout: how long Open waits for the first session (default
-//	    15s; Open's context may cut it shorter).
+//	  - session_timeout (default 10s; the server clamps it to its limits,
+//	    and the driver uses the negotiated value) and connect_timeout
+//	    (default 15s; Open's context may cut it shorter): see the README's
+//	    table of URL parameters, https://github.com/dlock/dlock#url-parameters.
+//
+// Open fails at once, with an error wrapping dlock.ErrUnavailable, when
+// every server of the ensemble refuses the connection (or cannot be
+// dialled), rather than waiting out connect_timeout.
 //
 // Passwords never appear in errors.
 package zklock
@@ -222,6 +225,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -296,24 +300,32 @@ func WithACL(acl []zk.ACL) Option {
 	}
 }
 
+// WithSessionTimeout tells New the session timeout the server negotiated
+// for its connection — the one asked of zk.Connect, when it lies within the
+// server's minSessionTimeout..maxSessionTimeout. New needs it, because
+// go-zookeeper does not expose it and the lease is derived from it (see
+// the package documentation). Open, which makes its own connection, reads
+// it from the handshake.
+func WithSessionTimeout(d time.Duration) Option {
+	return func(dr *Driver) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: zklock.WithSessionTimeout(%v): must be positive", dlock.ErrInvalidOption, d)
+		}
+		dr.sessionTimeout.Store(int64(d))
+		dr.minTTL = d
+		return nil
+	}
+}
+
 // New returns a driver over a connection the caller made and keeps
-// owning: Close leaves it open. sessionTimeout must be the session timeout
-// the server negotiated for conn — the one asked of zk.Connect, when it lies
-// within the server's minSessionTimeout..maxSessionTimeout — because
-// go-zookeeper does not expose it and the lease is derived from it (see the
-// package documentation). Open, which makes its own connection, reads it
-// from the handshake.
-func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) (*Driver, error) {
+// owning: Close leaves it open. WithSessionTimeout is required. Its errors
+// wrap dlock.ErrInvalidOption.
+func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("%w: zklock.New: conn is nil", dlock.ErrInvalidOption)
 	}
-	if sessionTimeout <= 0 {
-		return nil, fmt.Errorf("%w: zklock.New: sessionTimeout must be positive, got %v", dlock.ErrInvalidOption, sessionTimeout)
-	}
 	d := newDriver()
 	d.conn = conn
-	d.sessionTimeout.Store(int64(sessionTimeout))
-	d.minTTL = sessionTimeout
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -321,6 +333,9 @@ func New(conn *zk.Conn, sessionTimeout time.Duration, opts ...Option) (*Driver, 
 		if err := o(d); err != nil {
 			return nil, err
 		}
+	}
+	if d.minTTL == 0 {
+		return nil, fmt.Errorf("%w: zklock.New: give WithSessionTimeout, the session timeout asked of zk.Connect", dlock.ErrInvalidOption)
 	}
 	return d, nil
 }
@@ -332,7 +347,7 @@ func newDriver() *Driver {
 // Open connects to the ensemble named by a zk:// URL (see the package
 // documentation) and waits for a session.
 func Open(ctx context.Context, u *url.URL) (*Driver, error) {
-	cfg, err := parseURL(u)
+	cfg, err := parseURL(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -345,11 +360,17 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
+	if err := driver.DialAny(ctx, cfg.hosts); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: zookeeper %s: no session: %w", driver.ErrUnavailable, strings.Join(cfg.hosts, ","), ctx.Err())
+		}
+		return nil, fmt.Errorf("%w: zookeeper %s: %w", driver.ErrUnavailable, strings.Join(cfg.hosts, ","), err)
+	}
 	up := make(chan struct{})
 	var upOnce sync.Once
 	conn, _, err := zk.Connect(cfg.hosts, cfg.sessionTimeout,
 		zk.WithDialer(d.dial),
-		zk.WithLogger(quietLogger{}),
+		zk.WithLogger(debugLogger{driver.Logger(ctx)}),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
@@ -385,7 +406,7 @@ type config struct {
 	connectTimeout time.Duration
 }
 
-func parseURL(u *url.URL) (config, error) {
+func parseURL(ctx context.Context, u *url.URL) (config, error) {
 	cfg := config{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout}
 	bad := func(format string, args ...any) (config, error) {
 		return config{}, fmt.Errorf("%w: zk URL %q: %s", dlock.ErrInvalidOption, u.Redacted(), fmt.Sprintf(format, args...))
@@ -417,22 +438,12 @@ func parseURL(u *url.URL) (config, error) {
 			return bad("digest authentication needs a user name")
 		}
 	}
-	for k, vs := range u.Query() {
-		v := vs[len(vs)-1]
-		switch k {
-		case "session-timeout", "connect-timeout":
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return bad("%s=%q: want a positive duration such as 10s", k, v)
-			}
-			if k == "session-timeout" {
-				cfg.sessionTimeout = d
-			} else {
-				cfg.connectTimeout = d
-			}
-		default:
-			return bad("unknown parameter %q (known: session-timeout, connect-timeout)", k)
-		}
+	params := driver.Params{Backend: "zk", List: []driver.Param{
+		{Name: "session_timeout", Usage: "the session timeout asked of the server", Set: driver.DurationParam(&cfg.sessionTimeout), Deprecated: []string{"session-timeout"}},
+		{Name: "connect_timeout", Usage: "how long Open waits for the first session", Set: driver.DurationParam(&cfg.connectTimeout), Deprecated: []string{"connect-timeout"}},
+	}}
+	if _, err := params.Parse(ctx, u.Query()); err != nil {
+		return config{}, err
 	}
 	return cfg, nil
 }
@@ -507,9 +518,14 @@ func (c *handshakeConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-type quietLogger struct{}
+// debugLogger passes go-zookeeper's log lines (failed connects,
+// reconnects) to the logger given to dlock.Open, at debug level: the
+// errors that matter reach the caller as errors.
+type debugLogger struct{ l *slog.Logger }
 
-func (quietLogger) Printf(string, ...any) {}
+func (z debugLogger) Printf(format string, args ...any) {
+	z.l.Debug("zookeeper: " + fmt.Sprintf(format, args...))
+}
 
 // session is the negotiated session timeout.
 func (d *Driver) session() time.Duration { return time.Duration(d.sessionTimeout.Load()) }

@@ -50,7 +50,7 @@ func openURL(t testing.TB, raw string) *Driver {
 // against one standalone server, started once for all of them.
 func TestStandalone(t *testing.T) {
 	z := testenv.StartZooKeeper(t, testenv.ZooKeeperOptions{})
-	query := "session-timeout=" + testSession.String()
+	query := "session_timeout=" + testSession.String()
 	open := func(t testing.TB, root string) *Driver { return openURL(t, zkURL(z.Addrs(), root, query)) }
 
 	t.Run("Conformance", func(t *testing.T) {
@@ -88,7 +88,7 @@ func TestCapabilitiesFollowTheNegotiatedSession(t *testing.T) {
 	z := testenv.StartZooKeeper(t, testenv.ZooKeeperOptions{})
 	// The server grants at most 120s (testenv's maxSessionTimeout); ask
 	// for more and the driver must use what the server negotiated.
-	d := openURL(t, zkURL(z.Addrs(), "", "session-timeout=10m"))
+	d := openURL(t, zkURL(z.Addrs(), "", "session_timeout=10m"))
 	if got := d.Capabilities().MinTTL; got != 120*time.Second {
 		t.Errorf("MinTTL = %v, want the negotiated 2m0s", got)
 	}
@@ -135,8 +135,8 @@ func TestEscapedNamesAreOneSegmentAndDecodeBack(t *testing.T) {
 
 func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 	for _, raw := range []string{
-		"zk://u:hunter2@127.0.0.1:1/?session-timeout=abc",
-		"zk://u:hunter2@127.0.0.1:1/?session-timeout=-1s",
+		"zk://u:hunter2@127.0.0.1:1/?session_timeout=abc",
+		"zk://u:hunter2@127.0.0.1:1/?session_timeout=-1s",
 		"zk://u:hunter2@127.0.0.1:1/?bogus=1",
 		"zk://u:hunter2@127.0.0.1:1,/x",
 		"zk://u:hunter2@127.0.0.1:1/a//b",
@@ -152,11 +152,11 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 			t.Errorf("Open(%q): the error shows the password: %v", dlock.Redact(raw), err)
 		}
 	}
-	u, err := url.Parse("zk://h1,h2:2182/a/b/?session-timeout=3s&connect-timeout=1s")
+	u, err := url.Parse("zk://h1,h2:2182/a/b/?session_timeout=3s&connect_timeout=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := parseURL(u)
+	cfg, err := parseURL(context.Background(), u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 		t.Errorf("parsed %+v", cfg)
 	}
 	// An unreachable ensemble: ErrUnavailable within the connect timeout.
-	_, err = dlock.Open(testenv.Context(t, 30*time.Second), "zk://u:hunter2@127.0.0.1:1/x?connect-timeout=500ms")
+	_, err = dlock.Open(testenv.Context(t, 30*time.Second), "zk://u:hunter2@127.0.0.1:1/x?connect_timeout=500ms")
 	if !errors.Is(err, dlock.ErrUnavailable) || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("Open of an unreachable server: %v; want ErrUnavailable without the password", err)
 	}
@@ -178,7 +178,7 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 // held and taken.
 func TestEnsemble(t *testing.T) {
 	z := testenv.StartZooKeeperEnsemble(t, 3, testenv.ZooKeeperOptions{})
-	query := "session-timeout=" + testSession.String()
+	query := "session_timeout=" + testSession.String()
 	open := func(t testing.TB, root string) *Driver { return openURL(t, zkURL(z.Addrs(), root, query)) }
 
 	t.Run("Conformance", func(t *testing.T) {

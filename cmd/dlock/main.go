@@ -28,6 +28,8 @@ import (
 	"strings"
 	"syscall"
 	"unicode"
+
+	"github.com/dlock/dlock/driver"
 )
 
 func main() {
@@ -148,12 +150,13 @@ func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
 			return c, args[1:], nil
 		}
 	}
-	guess := ""
+	var visible []string
 	for _, c := range commands() {
-		if !c.hidden && editDistance(c.name, args[0]) <= 2 && (guess == "" || editDistance(c.name, args[0]) < editDistance(guess, args[0])) {
-			guess = c.name
+		if !c.hidden {
+			visible = append(visible, c.name)
 		}
 	}
+	guess := driver.Closest(args[0], visible)
 	if guess != "" {
 		return command{}, nil, usageErrorf("unknown command %q; did you mean %q? (see dlock --help)", args[0], guess)
 	}
@@ -164,27 +167,6 @@ func parseCommandLine(env *cmdEnv, args []string) (command, []string, error) {
 		}
 	}
 	return command{}, nil, usageErrorf("unknown command %q; the commands are: %s (see dlock --help)", args[0], strings.Join(names, ", "))
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // version says which build this is: the module version, the commit it was

@@ -1,5 +1,6 @@
 // Package allbackends_test checks what every backend shares: that no secret
-// of a backend URL reaches the caller in an error.
+// of a backend URL reaches the caller in an error, and that every backend
+// parses its URL parameters with the same rules.
 package allbackends_test
 
 import (
@@ -20,6 +21,19 @@ import (
 	_ "github.com/dlock/dlock/backend/zklock"
 	"github.com/dlock/dlock/internal/testenv"
 )
+
+// openFails opens raw, where nothing listens, and returns Open's error.
+func openFails(t *testing.T, raw string, opts ...dlock.Option) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := dlock.Open(ctx, raw, opts...)
+	if err == nil {
+		c.Close()
+		t.Fatal("Open succeeded with nothing listening")
+	}
+	return err
+}
 
 // pw is distinctive, so that finding it in a message can only mean a leak;
 // its '+' and '@' are encoded differently in user info and in a query.
@@ -64,13 +78,7 @@ func TestOpenErrorsShowNoSecret(t *testing.T) {
 	for _, raw := range urls {
 		t.Run(dlock.Redact(raw), func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			c, err := dlock.Open(ctx, raw)
-			if err == nil {
-				c.Close()
-				t.Fatal("Open succeeded with nothing listening")
-			}
+			err := openFails(t, raw)
 			for e := err; e != nil; e = errors.Unwrap(e) {
 				for _, form := range []string{pw, strings.ReplaceAll(pw, "+", "%2B"), strings.ReplaceAll(pw, "@", "%40"), "Zq7"} {
 					if strings.Contains(e.Error(), form) {

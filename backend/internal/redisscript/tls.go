@@ -2,62 +2,50 @@ package redisscript
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/url"
-	"os"
-	"strconv"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 )
 
-// TLSParams are a URL's TLS parameters, which the backends apply
-// themselves (go-redis's cluster URLs know neither, and Redlock's nodes
-// are built from one URL):
-//
-//	ca=/path/ca.pem    trust the CAs in this PEM file instead of the system's
-//	skip_verify=true   do not check the server's certificate (tests only)
-type TLSParams struct {
-	CA         string
-	SkipVerify string
+// clientParams are go-redis's own URL parameters (redis.ParseURL and
+// redis.ParseClusterURL), which the backends pass on to it.
+var clientParams = []string{
+	"db", "protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
+	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout",
+	"min_idle_conns", "max_idle_conns", "max_active_conns", "max_concurrent_dials",
+	"pipeline_pool_size", "pipeline_read_buffer_size", "pipeline_write_buffer_size",
+	"conn_max_idle_time", "idle_timeout", "conn_max_lifetime", "max_conn_age", "conn_max_lifetime_jitter",
+	// Redis Cluster only
+	"addr", "max_redirects", "read_only", "route_by_latency", "route_by_latency_tolerance",
+	"route_randomly", "dialer_retries", "dialer_retry_timeout", "failing_timeout_seconds",
 }
 
-// TakeTLSParams reads the TLS parameters of q and removes them from it.
-func TakeTLSParams(q url.Values) TLSParams {
-	p := TLSParams{CA: q.Get("ca"), SkipVerify: q.Get("skip_verify")}
-	q.Del("ca")
-	q.Del("skip_verify")
-	return p
+// Params are the parameters of a Redis backend's URLs: the backend's own
+// (own), the TLS parameters, read into tf, which the backends apply
+// themselves (go-redis's cluster URLs know none, and Redlock's nodes are
+// built from one URL), and go-redis's, passed on.
+func Params(backend string, tf *driver.TLSFiles, own ...driver.Param) driver.Params {
+	ps := driver.Params{Backend: backend, List: append(own, driver.TLSParams(tf)...)}
+	for _, n := range clientParams {
+		ps.List = append(ps.List, driver.Param{Name: n, Usage: "go-redis's"})
+	}
+	return ps
 }
 
-// Apply sets the parameters in cfg, the TLS configuration of u's
+// ApplyTLS sets the TLS parameters tf in cfg, the TLS configuration of u's
 // connections; cfg is nil when u is not a TLS URL, and then any parameter
 // is an error that names tlsScheme, the scheme that would use TLS.
-func (p TLSParams) Apply(u *url.URL, cfg *tls.Config, tlsScheme string) error {
+func ApplyTLS(u *url.URL, cfg *tls.Config, tf driver.TLSFiles, tlsScheme string) error {
 	if cfg == nil {
-		if p.CA != "" || p.SkipVerify != "" {
-			return fmt.Errorf("%w: %s URL %s: ca and skip_verify need the %s:// scheme (TLS)", dlock.ErrInvalidOption, u.Scheme, u.Redacted(), tlsScheme)
+		if tf.Set() {
+			return fmt.Errorf("%w: %s URL %s: the TLS parameters (ca, cert, key, server_name, skip_verify) need the %s:// scheme", dlock.ErrInvalidOption, u.Scheme, u.Redacted(), tlsScheme)
 		}
 		return nil
 	}
-	cfg.MinVersion = max(cfg.MinVersion, tls.VersionTLS12)
-	if p.SkipVerify != "" {
-		b, err := strconv.ParseBool(p.SkipVerify)
-		if err != nil {
-			return fmt.Errorf("%w: %s URL: skip_verify=%q: want true or false", dlock.ErrInvalidOption, u.Scheme, p.SkipVerify)
-		}
-		cfg.InsecureSkipVerify = b
-	}
-	if p.CA != "" {
-		pem, err := os.ReadFile(p.CA)
-		if err != nil {
-			return fmt.Errorf("%w: %s URL: ca=%s: %v", dlock.ErrInvalidOption, u.Scheme, p.CA, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("%w: %s URL: ca=%s: no PEM certificate in the file", dlock.ErrInvalidOption, u.Scheme, p.CA)
-		}
-		cfg.RootCAs = pool
+	if _, err := tf.Config(cfg); err != nil {
+		return fmt.Errorf("%w: %s URL: %v", dlock.ErrInvalidOption, u.Scheme, err)
 	}
 	return nil
 }
