@@ -148,10 +148,14 @@ var backends = []backend{
 	},
 	{
 		// Nodes without persistence: member and partition-restart restart
-		// a node empty.
+		// a node empty. The package documents that a node restarted empty
+		// can break exclusion (not that tokens may repeat: see issue 17,
+		// item 4): the old holder must then learn it at its next renewal.
 		name:   "redlock",
 		faults: []Fault{None, Pause, Kill, Net, Member, Skew, PartitionRestart, BreakPartition},
-		start:  func(t testing.TB) Deployment { return redlockNodes(t) },
+		allowances: []Allowance{{Name: "empty-restart", Fault: PartitionRestart, Notice: 2 * time.Second / 3, // a third of the TTL
+			Reason: "a node restarted empty has lost the holder's lock: another client can win it and a node the holder's lock is missing from, before the holder's next renewal is refused by a majority (package redlock, What the fencing token guarantees)"}},
+		start: func(t testing.TB) Deployment { return redlockNodes(t) },
 	},
 	{
 		// Nodes with appendonly yes and appendfsync always, as the package

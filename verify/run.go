@@ -139,7 +139,7 @@ type Config struct {
 	Clients  int           // client processes (default 4)
 	Names    int           // lock names they contend for (default 1)
 	TTL      time.Duration // lease length (default 2s)
-	Duration time.Duration // length of the run (default 20s)
+	Duration time.Duration // length of the run (default 20s); a fault run ends earlier, once its last heal is judged
 	HoldMin  time.Duration // holds last [HoldMin, HoldMax) (default 20ms..200ms)
 	HoldMax  time.Duration
 	// Bound is the stated recovery bound: after each heal a grant must come

@@ -405,27 +405,35 @@ func evictedHolder(kind string, grantFirst bool, noticeAfter time.Duration) *his
 // during the evict fault whose older holder noticed the loss within TTL/3
 // of the other grant is a note; one noticed later, or never, or with the
 // other grant made before the fault, or under another fault, fails.
+//
+// Redlock's allowance for a node restarted empty (partition-restart) is
+// held to the same rule.
 func TestEvictionAllowanceCoversOnlyALossSeenAtTheNextRenewal(t *testing.T) {
-	p := strict
-	p.Allowances = []Allowance{{Name: "eviction", Fault: Evict, Notice: p.TTL / 3, Reason: "an evicted lock is granted again before its holder's next renewal"}}
-	r := evictedHolder(string(Evict), false, 200*time.Millisecond).checked(p)
-	if r.Verdict() != "PASS" || r.Excused["allowance eviction"] != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "allowed overlap (eviction") {
-		t.Fatalf("an evicted holder that noticed at its next renewal: %s, excused %v, notes %v: %v", r.Verdict(), r.Excused, r.Notes, r.Violations)
-	}
-	for _, tc := range []struct {
-		what        string
-		kind        string
-		grantFirst  bool
-		noticeAfter time.Duration
-	}{
-		{"a loss noticed 800ms after the other grant (TTL 1s)", string(Evict), false, 800 * time.Millisecond},
-		{"a loss never noticed", string(Evict), false, -1},
-		{"a grant before the fault", string(Evict), true, 200 * time.Millisecond},
-		{"an overlap under another fault", "net-partition", false, 200 * time.Millisecond},
+	for _, al := range []Allowance{
+		{Name: "eviction", Fault: Evict, Notice: strict.TTL / 3, Reason: "an evicted lock is granted again before its holder's next renewal"},
+		{Name: "empty-restart", Fault: PartitionRestart, Notice: strict.TTL / 3, Reason: "a node restarted empty lost the holder's lock"},
 	} {
-		r := evictedHolder(tc.kind, tc.grantFirst, tc.noticeAfter).checked(p)
-		if r.Verdict() != "FAIL" || !hasViolation(r, CheckExclusion) || r.Excused["allowance eviction"] != 0 {
-			t.Errorf("%s was allowed: %s, excused %v: %v", tc.what, r.Verdict(), r.Excused, r.Violations)
+		p := strict
+		p.Allowances = []Allowance{al}
+		r := evictedHolder(string(al.Fault), false, 200*time.Millisecond).checked(p)
+		if r.Verdict() != "PASS" || r.Excused["allowance "+al.Name] != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "allowed overlap ("+al.Name) {
+			t.Fatalf("%s: a holder that noticed at its next renewal: %s, excused %v, notes %v: %v", al.Name, r.Verdict(), r.Excused, r.Notes, r.Violations)
+		}
+		for _, tc := range []struct {
+			what        string
+			kind        string
+			grantFirst  bool
+			noticeAfter time.Duration
+		}{
+			{"a loss noticed 800ms after the other grant (TTL 1s)", string(al.Fault), false, 800 * time.Millisecond},
+			{"a loss never noticed", string(al.Fault), false, -1},
+			{"a grant before the fault", string(al.Fault), true, 200 * time.Millisecond},
+			{"an overlap under another fault", "net-partition", false, 200 * time.Millisecond},
+		} {
+			r := evictedHolder(tc.kind, tc.grantFirst, tc.noticeAfter).checked(p)
+			if r.Verdict() != "FAIL" || !hasViolation(r, CheckExclusion) || r.Excused["allowance "+al.Name] != 0 {
+				t.Errorf("%s: %s was allowed: %s, excused %v: %v", al.Name, tc.what, r.Verdict(), r.Excused, r.Violations)
+			}
 		}
 	}
 }
