@@ -140,9 +140,9 @@
 //     from the backend cannot hear of the Break, and gives up at its
 //     deadline. A backend's documented, named Allowance for the fault
 //     (Redis without persistence across a restart; Redis with an evicting
-//     policy, where A must also stop claiming within a third of the TTL
-//     of B's grant, at its next renewal) turns the overlap into a printed
-//     note, never a silent pass. Everywhere else the overlap
+//     policy, and Redlock with a node restarted empty, where A must also
+//     stop claiming within a third of the TTL of B's grant, at its next
+//     renewal) turns the overlap into a printed note, never a silent pass. Everywhere else the overlap
 //     is a violation: A noticed the loss after B's grant (Done closed
 //     late), learnt it only when its release was refused (never counted as
 //     observed), or never; the message says when B was granted before A's
