@@ -37,6 +37,12 @@ type Allowance struct {
 	Name   string // short, shown in the table: "volatile-restart"
 	Fault  Fault  // the fault during or after which the overlap is allowed
 	Reason string // the documented reason
+	// Notice, if not zero, is how soon after the other grant the older
+	// holder must stop claiming the lock (release it, or notice the loss
+	// while it holds it), plus the notice margin, for the allowance to
+	// cover the overlap: the documented delay before the loss is seen
+	// (an evicted lock: the holder's next renewal, within TTL/3).
+	Notice time.Duration
 }
 
 // Params are what the checkers need to know about the run.
@@ -69,6 +75,7 @@ const (
 	ExcuseKill     = "kill"            // the other grant completed after the loser was killed
 	ExcuseDeadline = "deadline passed" // the other grant completed after the loser's proven deadline, and the loser stopped claiming at that deadline
 	ExcuseArrival  = "dead on arrival" // the loser, granted a lower token, knew at once that it had lost
+	ExcuseBreak    = "break"           // an operator's Break took the loser's lock before the other was granted, and the loser stopped claiming by its proven deadline
 )
 
 // Result is the verdict on one run and the numbers of its summary row.
@@ -165,6 +172,13 @@ func (h *hold) close(t time.Time, by string) {
 	}
 }
 
+// brk is an operator's Break that succeeded: of name, invoked at invoke,
+// returned at done.
+type brk struct {
+	name         string
+	invoke, done time.Time
+}
+
 // window is one fault as the harness applied it to one target, from its
 // start to its heal (or the end of the history).
 type window struct {
@@ -216,6 +230,8 @@ func Check(events []Event, p Params) *Result {
 	var windows []*window
 	openWindow := map[string]*window{} // target → its fault that has not healed
 	spawned, killedProcs := []string{}, map[string]bool{}
+	var breaks []brk
+	breaking := map[int64]Event{} // Break invocations by ID
 	key := func(proc string, n int) string { return fmt.Sprintf("%s/%d", proc, n) }
 
 	for _, e := range events {
@@ -316,6 +332,15 @@ func Check(events []Event, p Params) *Result {
 			if e.Rate > 0 && e.Rate < 1 {
 				slow[e.Target] = true
 			}
+		case OpBreak:
+			switch e.Phase {
+			case Invoke:
+				breaking[e.ID] = e
+			case OK:
+				if inv, ok := breaking[e.ID]; ok {
+					breaks = append(breaks, brk{name: e.Name, invoke: inv.Time, done: e.Time})
+				}
+			}
 		case OpExit:
 			if e.Err != "" && !killedProcs[e.Target] {
 				r.violate(CheckComplete, "client %s exited with %s: its history may be incomplete", e.Target, e.Err)
@@ -333,7 +358,7 @@ func Check(events []Event, p Params) *Result {
 	checkLinearizable(r, events, decisions, endOfHistory)
 	checkFence(r, decided)
 	checkTokens(r, order, p)
-	losers := checkExclusion(r, order, decisions, windows, slow, p)
+	losers := checkExclusion(r, order, decisions, windows, slow, breaks, p)
 	end := endOfHistory
 	if !p.Until.IsZero() && p.Until.Before(end) {
 		end = p.Until
@@ -599,18 +624,27 @@ func checkTokens(r *Result, order []*hold, p Params) {
 //     last Lease.Expires A recorded), and A stopped claiming within
 //     noticeMargin of that deadline: the backend granted B after A could no
 //     longer prove its hold, and A's Done closed on time;
+//   - break: an operator's Break of the name succeeded, B's grant completed
+//     after the Break began and A's before it began (A's is the lease it
+//     took), no renewal of A was sent after the Break returned (A's proven
+//     deadline is at most a TTL after it), and A stopped claiming within
+//     noticeMargin of that deadline: a holder cut off from the backend
+//     cannot hear of the Break, and the contract has it give up at its
+//     deadline;
 //   - dead on arrival, B the loser: B's token is lower than A's, B's acquire
 //     began before A's completed, and B noticed the loss within TTL/3 +
 //     noticeMargin of its grant;
 //   - an Allowance of the backend for the run's fault, if B's grant came
-//     during or after such a fault: a note, not a silent pass.
+//     during or after such a fault and, if the allowance has a Notice, A
+//     stopped claiming (released, or noticed the loss) within Notice +
+//     noticeMargin of B's grant: a note, not a silent pass.
 //
 // Everywhere else the overlap is a violation: A's loss noticed after B's
 // grant (Done closed late), learnt only when its release was refused, or
 // never. No excuse holds if the loser's release reported success, or if a
 // write of the loser was accepted after the register accepted one of the
 // other.
-func checkExclusion(r *Result, order []*hold, decisions map[string]Event, windows []*window, slow map[string]bool, p Params) map[*hold]bool {
+func checkExclusion(r *Result, order []*hold, decisions map[string]Event, windows []*window, slow map[string]bool, breaks []brk, p Params) map[*hold]bool {
 	hs := append([]*hold(nil), order...)
 	sort.Slice(hs, func(i, j int) bool { return hs[i].start.Before(hs[j].start) })
 	margin := noticeMargin(p.TTL)
@@ -672,6 +706,12 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 		if !a.expires.IsZero() && !b.start.Before(a.expires) && !a.end.After(a.expires.Add(margin)) {
 			return ExcuseDeadline, ""
 		}
+		for _, br := range breaks {
+			if br.name == a.name && !b.start.Before(br.invoke) && a.start.Before(br.invoke) &&
+				!a.expires.IsZero() && !a.expires.After(br.done.Add(p.TTL)) && !a.end.After(a.expires.Add(margin)) {
+				return ExcuseBreak, ""
+			}
+		}
 		var why string
 		switch {
 		case a.lost:
@@ -696,6 +736,9 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 	}
 	allowed := func(a, b *hold) *Allowance {
 		for i, al := range p.Allowances {
+			if al.Notice > 0 && (a.endBy != "release" && a.endBy != "loss noticed" || a.end.After(b.start.Add(al.Notice+margin))) {
+				continue
+			}
 			for _, w := range windows {
 				if strings.HasPrefix(w.fault, string(al.Fault)) && !b.start.Before(w.start) && !a.start.After(w.end) {
 					return &p.Allowances[i]

@@ -25,7 +25,7 @@ func DeploymentFromURL(rawURL string) Deployment {
 	case "rediss", "etcds", "mem":
 		return fixed
 	}
-	if q.Has("tls") || q.Has("cacert") || q.Get("sslmode") == "verify-full" {
+	if q.Has("tls") || q.Has("ca") || q.Has("cacert") || q.Has("cert") || q.Get("sslmode") == "verify-full" {
 		return fixed
 	}
 	hosts := strings.Split(u.Host, ",")

@@ -31,15 +31,34 @@
 // the TTL, or its connections dropped and delayed); Restart (every server
 // killed and started again on its data); Member (one member of a
 // three-node deployment stopped and started again); Skew (client clocks
-// that are wrong, below). Each fault is injected again and again, each time
-// ending with a heal; the first waits until the workload runs (a client
-// process starts slowly on a loaded machine), and a round is injected only
-// if its heal leaves the clients asking for leases for TTL + bound + 1s
-// after it, so that recovery after every heal is judged. The history
-// records each fault's window: a fault event when it begins (for Kill,
-// before the signal) and a heal when it ends, with the process it was
-// aimed at. dlock verify applies only the faults a client can inject on
-// its own side (Pause, Kill, Net).
+// that are wrong, below); MemberCut (a follower of a three-member
+// ZooKeeper or etcd cluster cut off from the two other members while the
+// clients that talk only to it still reach it: the holder among them can
+// no longer renew through the leader, which expires its lease and grants
+// the lock on the majority's side); Evict (the server's memory filled up
+// to its limit while a client holds the lock: under Redis's noeviction the
+// writes are refused and the lock is unavailable until the memory is
+// freed; under an evicting policy, accepted with allow_eviction=true, the
+// held lock may be evicted and granted again); PartitionRestart (one
+// Redlock node cut off from every client, then another node restarted,
+// then the cut healed: the node that was away has missed grants, the one
+// that restarted may have lost its counter); BreakPartition (a holder's
+// traffic frozen, as under Net, while the harness breaks its lock with
+// Client.Break, as an operator would). Each fault is injected again and
+// again, each time ending with a heal; the first waits until the workload
+// runs (a client process starts slowly on a loaded machine), and a round
+// is injected only if its heal leaves the clients asking for leases for
+// TTL + bound + 1s after it, so that recovery after every heal is judged.
+// After the last round the run ends early: once a grant has followed the
+// last heal (or TTL + bound passed without one, a violation) and two TTLs
+// have passed since it — by then every lease the fault could touch has
+// been renewed or has expired — the register tells each client, in its
+// next reply, to finish its hold and stop. The history records each
+// fault's window: a fault event when it begins (for Kill, before the
+// signal) and a heal when it ends, with the process it was aimed at, and
+// each Break with its invocation and completion. dlock verify applies only
+// the faults a client can inject on its own side (Pause, Kill, Net,
+// BreakPartition).
 //
 // # Skewed clocks
 //
@@ -75,10 +94,11 @@
 //     holders' writes.
 //
 // A fast clock (rate above 1) errs on the safe side: the client gives up
-// its lease early. Only the Redis and Redlock backends run this fault:
-// their clients' lease decisions (the grant's send time, Redlock's
-// validity, renewals and the loss deadline) all read internal/clock; the
-// other backends keep their own lease clocks. The run's notes give, for
+// its lease early. Every backend's lease decisions (the grant's send time,
+// Redlock's validity, renewals and the loss deadline) read the one clock
+// of package driver, which the fault slows; only the Redis and Redlock
+// backends run it, to keep the profile short, as the two whose server
+// expiry is a TTL counted from the client's request. The run's notes give, for
 // each skewed client, its grants, the leases it lost and noticed, the holds
 // that overlapped a newer holder's, and its writes the fence refused.
 //
@@ -114,9 +134,16 @@
 //     and A stopped claiming within the margin of that deadline. dead on
 //     arrival (B the loser): B's token is lower than A's, B's acquire began
 //     before A's completed, and B noticed the loss within TTL/3 plus the
-//     margin of its grant. A backend's documented, named Allowance for the
-//     fault (Redis without persistence across a restart) turns the overlap
-//     into a printed note, never a silent pass. Everywhere else the overlap
+//     margin of its grant. break: an operator's Break of the lock
+//     succeeded, B's grant completed after the Break began and A's before
+//     it, no renewal of A was sent after the Break returned, and A stopped
+//     claiming within the margin of its proven deadline — a holder cut off
+//     from the backend cannot hear of the Break, and gives up at its
+//     deadline. A backend's documented, named Allowance for the fault
+//     (Redis without persistence across a restart; Redis with an evicting
+//     policy, and Redlock with a node restarted empty, where A must also
+//     stop claiming within a third of the TTL of B's grant, at its next
+//     renewal) turns the overlap into a printed note, never a silent pass. Everywhere else the overlap
 //     is a violation: A noticed the loss after B's grant (Done closed
 //     late), learnt it only when its release was refused (never counted as
 //     observed), or never; the message says when B was granted before A's
@@ -159,7 +186,7 @@
 // operations (proc "c<slot>.<incarnation>": a killed client's replacement
 // is the next incarnation), the register's decisions (proc "register",
 // op "decide", ordered by seq) and the harness's events (proc "nemesis":
-// spawn, fault, heal, kill, exit). An operation is an "invoke" event
+// spawn, fault, heal, kill, exit, break). An operation is an "invoke" event
 // followed by its completion ("ok", "refused" or "fail") with the same proc
 // and id; every event of one lease has the same proc and hold, and its
 // "lost" and "renew" events carry no id. Written values are

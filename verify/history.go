@@ -43,6 +43,10 @@ const (
 	OpHeal  Op = "heal"  // the fault ended: from here grants must resume
 	OpKill  Op = "kill"  // a client process was killed with SIGKILL (Target); the fault "kill" began just before
 	OpExit  Op = "exit"  // a client process exited (Target); Err is its status unless it succeeded
+	// OpBreak is an operator's Client.Break of Name by the harness (the
+	// BreakPartition fault), aimed at the hold of Target: an invocation
+	// followed by ok or fail.
+	OpBreak Op = "break"
 )
 
 // Phase says where in an operation an Event is.

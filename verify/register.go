@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,14 +28,20 @@ type register struct {
 	// The next hold to begin is stretched for the fault injector: asked by
 	// stretchNext, marked at its first write, told at its read.
 	stretchWanted bool
-	stretchOnly   string // only a hold of this process, if not ""
+	stretchOnly   []string // only a hold of one of these processes, if any
 	stretchFor    time.Duration
 	stretchProc   string
-	stretched     chan string
-	conns         map[net.Conn]struct{}
-	closed        bool
-	wg            sync.WaitGroup
+	stretched     chan stretchedHold
+	// stopped: the harness has ended the run early; every reply tells the
+	// client to stop asking for leases.
+	stopped bool
+	conns   map[net.Conn]struct{}
+	closed  bool
+	wg      sync.WaitGroup
 }
+
+// stretchedHold is the hold stretched for a fault: its process and lock.
+type stretchedHold struct{ proc, name string }
 
 type registerState struct {
 	token uint64
@@ -59,6 +66,8 @@ type registerReply struct {
 	// StretchFor (read): hold the lock this long (or until the lease is
 	// lost) rather than a random short time: a fault is aimed at this hold.
 	StretchFor time.Duration `json:"stretch_for,omitempty"`
+	// Stop: the run is over; finish this hold and ask for no more.
+	Stop bool `json:"stop,omitempty"`
 }
 
 func startRegister(rec *recorder) (*register, error) {
@@ -66,7 +75,7 @@ func startRegister(rec *recorder) (*register, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fenced register: %w", err)
 	}
-	r := &register{ln: ln, rec: rec, state: map[string]registerState{}, stretched: make(chan string, 1), conns: map[net.Conn]struct{}{}}
+	r := &register{ln: ln, rec: rec, state: map[string]registerState{}, stretched: make(chan stretchedHold, 1), conns: map[net.Conn]struct{}{}}
 	r.wg.Add(1)
 	go r.accept()
 	return r, nil
@@ -122,28 +131,35 @@ func (r *register) apply(req registerRequest) registerReply {
 	defer r.mu.Unlock()
 	st := r.state[req.Name]
 	if req.Op == "r" {
-		rep := registerReply{OK: true, Token: st.token, Value: st.value}
+		rep := registerReply{OK: true, Token: st.token, Value: st.value, Stop: r.stopped}
 		if req.Proc != "" && req.Proc == r.stretchProc {
 			r.stretchProc, rep.StretchFor = "", r.stretchFor
 		}
 		return rep
 	}
 	r.seq++
-	if proc, _, n, ok := parseWriteValue(req.Value); ok && n == 1 && r.stretchWanted && req.Token >= st.token && (r.stretchOnly == "" || r.stretchOnly == proc) {
+	if proc, _, n, ok := parseWriteValue(req.Value); ok && n == 1 && r.stretchWanted && req.Token >= st.token && (len(r.stretchOnly) == 0 || slices.Contains(r.stretchOnly, proc)) {
 		r.stretchWanted, r.stretchProc = false, proc
-		r.stretched <- proc
+		r.stretched <- stretchedHold{proc, req.Name}
 	}
 	e := Event{Op: OpDecide, Name: req.Name, Token: req.Token, Value: req.Value, Seq: r.seq}
 	if req.Token < st.token {
 		e.Phase, e.Highest = Refused, st.token
 		r.rec.record(e)
-		return registerReply{OK: false, Token: st.token, Seq: r.seq}
+		return registerReply{OK: false, Token: st.token, Seq: r.seq, Stop: r.stopped}
 	}
 	r.state[req.Name] = registerState{token: req.Token, value: req.Value}
 	e.Phase = OK
 	r.rec.record(e)
 	r.accepted++
-	return registerReply{OK: true, Seq: r.seq}
+	return registerReply{OK: true, Seq: r.seq, Stop: r.stopped}
+}
+
+// stop tells every client, in its next reply, to stop asking for leases.
+func (r *register) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
 }
 
 // acceptedCount returns how many writes were accepted.
@@ -153,26 +169,26 @@ func (r *register) acceptedCount() int {
 	return r.accepted
 }
 
-// stretchNext asks that the next hold to begin (of proc, if not "") last
-// holdFor, and returns the process that holds it, or "" if none began
-// within wait.
-func (r *register) stretchNext(proc string, wait, holdFor time.Duration) string {
+// stretchNext asks that the next hold to begin (of one of procs, if any)
+// last holdFor, and returns that hold, or a zero one if none began within
+// wait.
+func (r *register) stretchNext(procs []string, wait, holdFor time.Duration) stretchedHold {
 	r.mu.Lock()
-	r.stretchWanted, r.stretchOnly, r.stretchFor = true, proc, holdFor
+	r.stretchWanted, r.stretchOnly, r.stretchFor = true, procs, holdFor
 	r.mu.Unlock()
 	select {
-	case proc := <-r.stretched:
-		return proc
+	case s := <-r.stretched:
+		return s
 	case <-time.After(wait):
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stretchWanted = false
 	select {
-	case proc := <-r.stretched: // it came as we gave up
-		return proc
+	case s := <-r.stretched: // it came as we gave up
+		return s
 	default:
-		return ""
+		return stretchedHold{}
 	}
 }
 

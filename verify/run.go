@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +47,30 @@ const (
 	// hour ahead (SkewOffset), c1's clock at SkewRate of real time; each
 	// round, one of them is made to hold the lock for SkewHold TTLs.
 	Skew Fault = "skew"
+	// MemberCut cuts one follower of a three-member cluster off from the
+	// other members (Deploy.Isolate) while its clients still reach it, then
+	// rejoins it (Deploy.Rejoin). Each client process talks to one member
+	// only (client slot s to member s mod Members), and the fault is aimed
+	// at a holder whose member is a follower: its renewals reach only the
+	// cut member, the leader expires its lease and grants the lock to a
+	// client of the majority.
+	MemberCut Fault = "member-cut"
+	// Evict fills the server's memory up to its limit (Deploy.Fill) while a
+	// client holds the lock, then gives the memory back (Deploy.Free): what
+	// the server does then depends on its maxmemory-policy (refuse writes,
+	// or evict keys that have a TTL, such as a held lock).
+	Evict Fault = "evict"
+	// PartitionRestart cuts one node of a several-node deployment off from
+	// every client (through each client's own proxies), restarts another
+	// node (Deploy.StopMember, Deploy.StartMember) while the cut lasts,
+	// then heals the cut: the Redlock sequence where a token must not
+	// repeat.
+	PartitionRestart Fault = "partition-restart"
+	// BreakPartition freezes a lock holder's connections (as Net's
+	// partition), breaks its lock from the harness (Client.Break) while it
+	// is cut off, and heals the partition: the next holder is granted a
+	// higher token, and the fence must refuse the old holder's writes.
+	BreakPartition Fault = "break-partition"
 )
 
 // The clocks of the Skew fault's two client processes (see the package
@@ -58,7 +83,15 @@ const (
 
 // ClientFaults are the faults a client can inject on its own side, without
 // access to the servers (dlock verify --faults client).
-var ClientFaults = []Fault{Pause, Kill, Net}
+var ClientFaults = []Fault{Pause, Kill, Net, BreakPartition}
+
+// DeploymentFaults are the faults that need control of the servers: only a
+// deployment the harness started (make verify) offers them.
+var DeploymentFaults = []Fault{Restart, Member, MemberCut, Evict, PartitionRestart}
+
+// proxied reports whether each client process of the fault talks to the
+// servers through proxies of its own, one per endpoint.
+func (f Fault) proxied() bool { return f == Net || f == PartitionRestart || f == BreakPartition }
 
 // Deployment is a running backend under test.
 type Deployment struct {
@@ -76,6 +109,17 @@ type Deployment struct {
 	Members     int
 	StopMember  func(i int)
 	StartMember func(i int)
+	// Isolate cuts member i off from the other members, in both
+	// directions, while its clients still reach it; Rejoin heals it; Leader
+	// returns the member that leads now, or -1 (the MemberCut fault).
+	Isolate func(i int)
+	Rejoin  func(i int)
+	Leader  func() int
+	// Fill fills the server's memory up to the limit at which its
+	// maxmemory-policy acts, and returns when it did; Free gives the memory
+	// back (the Evict fault).
+	Fill func()
+	Free func()
 }
 
 // Config describes one run: a backend, a fault, and the workload's shape.
@@ -95,7 +139,7 @@ type Config struct {
 	Clients  int           // client processes (default 4)
 	Names    int           // lock names they contend for (default 1)
 	TTL      time.Duration // lease length (default 2s)
-	Duration time.Duration // length of the run (default 20s)
+	Duration time.Duration // length of the run (default 20s); a fault run ends earlier, once its last heal is judged
 	HoldMin  time.Duration // holds last [HoldMin, HoldMax) (default 20ms..200ms)
 	HoldMax  time.Duration
 	// Bound is the stated recovery bound: after each heal a grant must come
@@ -154,7 +198,7 @@ func (c *Config) check() error {
 		return errors.New("verify: Config needs Spawn and Deploy.URL, or Open")
 	case c.Open != nil && c.Fault != None:
 		return fmt.Errorf("verify: fault %q needs client processes (Spawn), not in-process clients", c.Fault)
-	case c.Fault == Net && len(c.Deploy.Endpoints) == 0:
+	case c.Fault.proxied() && len(c.Deploy.Endpoints) == 0:
 		return fmt.Errorf("verify: fault %q needs host:port endpoints to proxy", c.Fault)
 	case c.Fault == Restart && c.Deploy.Restart == nil:
 		return fmt.Errorf("verify: fault %q needs Deploy.Restart", c.Fault)
@@ -162,12 +206,20 @@ func (c *Config) check() error {
 		return fmt.Errorf("verify: fault %q needs a deployment of several members", c.Fault)
 	case c.Fault == Skew && c.Clients < 3:
 		return fmt.Errorf("verify: fault %q needs at least 3 clients: two skewed, one or more with a correct clock", c.Fault)
+	case c.Fault == MemberCut && (c.Deploy.Members < 3 || len(c.Deploy.Endpoints) != c.Deploy.Members || c.Deploy.Isolate == nil || c.Deploy.Rejoin == nil || c.Deploy.Leader == nil):
+		return fmt.Errorf("verify: fault %q needs a deployment of three or more members, one endpoint each, that can be cut from each other", c.Fault)
+	case c.Fault == MemberCut && c.Clients < c.Deploy.Members:
+		return fmt.Errorf("verify: fault %q needs a client on every member: at least %d clients", c.Fault, c.Deploy.Members)
+	case c.Fault == Evict && (c.Deploy.Fill == nil || c.Deploy.Free == nil):
+		return fmt.Errorf("verify: fault %q needs Deploy.Fill and Deploy.Free", c.Fault)
+	case c.Fault == PartitionRestart && (c.Deploy.Members < 3 || len(c.Deploy.Endpoints) != c.Deploy.Members || c.Deploy.StopMember == nil || c.Deploy.StartMember == nil):
+		return fmt.Errorf("verify: fault %q needs a deployment of three or more members, one endpoint each, that can be restarted", c.Fault)
 	}
 	switch c.Fault {
-	case None, Pause, Kill, Net, Restart, Member, Skew:
+	case None, Pause, Kill, Net, Restart, Member, Skew, MemberCut, Evict, PartitionRestart, BreakPartition:
 		return nil
 	}
-	return fmt.Errorf("verify: unknown fault %q (none, pause, kill, net, restart, member, skew)", c.Fault)
+	return fmt.Errorf("verify: unknown fault %q (none, pause, kill, net, restart, member, skew, member-cut, evict, partition-restart, break-partition)", c.Fault)
 }
 
 // Run runs the workload against the deployment while injecting cfg.Fault,
@@ -253,6 +305,7 @@ type harness struct {
 	procs map[int]*client // by slot
 	all   []*client       // every client process started, in order
 	wg    sync.WaitGroup  // in-process clients
+	admin *dlock.Client   // the operator's client (BreakPartition), opened at the first Break
 }
 
 // client is one client process (or goroutine) of the workload.
@@ -265,6 +318,11 @@ type client struct {
 
 func (h *harness) run(ctx context.Context) error {
 	defer h.stopAll()
+	defer func() {
+		if h.admin != nil {
+			h.admin.Close()
+		}
+	}()
 	for slot := range h.cfg.Clients {
 		if err := h.spawn(ctx, slot, 0); err != nil {
 			return err
@@ -380,7 +438,10 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 		return nil
 	}
 	endpoints := h.cfg.Deploy.Endpoints
-	if h.cfg.Fault == Net {
+	if h.cfg.Fault == MemberCut {
+		endpoints = []string{endpoints[slot%len(endpoints)]}
+	}
+	if h.cfg.Fault.proxied() {
 		endpoints = nil
 		for _, e := range h.cfg.Deploy.Endpoints {
 			p, err := testenv.StartProxy(e)
@@ -425,6 +486,10 @@ func (h *harness) stopAll() {
 // which is left quiet so that recovery after the last heal can be judged.
 // Each round: wait until a client holds a lock, inject, keep the fault
 // long enough for the lease to expire, heal, and wait for grants to resume.
+// After the last round it ends the run early (register.stop) once a grant
+// has followed the last heal and two TTLs have passed since it, or TTL +
+// bound passed without a grant: the clients stop asking at their next
+// register reply.
 func (h *harness) nemesis(ctx context.Context) {
 	ttl := h.cfg.TTL
 	// Long enough for the lease to expire on the server, which counts the
@@ -457,26 +522,49 @@ func (h *harness) nemesis(ctx context.Context) {
 	tail := ttl + h.cfg.Bound + time.Second
 	longest := faultFor
 	room := func() bool { return time.Now().Add(longest + tail).Before(h.until) }
-	for round := 0; room(); round++ {
-		var target *client
+	var lastHeal time.Time
+	for n := 0; room(); n++ {
+		rd := round{n: n}
 		switch h.cfg.Fault {
-		case Pause, Kill, Net:
+		case Pause, Kill, Net, BreakPartition:
 			// The hold outlasts the fault a little, so that the lease can
 			// be lost while held and is released soon after the heal.
-			target = h.holder(ttl, faultFor+ttl/10)
+			rd.target, rd.name = h.holder(nil, ttl, faultFor+ttl/10)
+		case Evict:
+			// A lock is held when the memory fills (an evicting policy may
+			// take it), and released half a TTL later, while the memory is
+			// still full: then the lock must not be granted (noeviction
+			// refuses the write) or may be (the policy evicts).
+			rd.target, rd.name = h.holder(nil, ttl, ttl/2)
+		case MemberCut:
+			// A follower, in turn, and a holder among its clients if one
+			// begins soon: the member is cut whether or not one did.
+			leader := h.cfg.Deploy.Leader()
+			var followers []int
+			for i := range h.cfg.Deploy.Members {
+				if i != leader {
+					followers = append(followers, i)
+				}
+			}
+			rd.member = followers[n%len(followers)]
+			rd.target, rd.name = h.holder(h.pinnedTo(rd.member), 2*ttl, faultFor+ttl/10)
 		case Skew:
 			// The slow clock first, then the one that is ahead.
-			target = h.skewedHolder(1-round%2, 2*ttl, faultFor)
-			if target == nil {
+			rd.target = h.skewedHolder(1-n%2, 2*ttl, faultFor)
+			if rd.target == nil {
 				continue
 			}
+		}
+		if rd.name == "" {
+			rd.name = h.names[0]
 		}
 		if !room() { // the wait for a holder took it
 			break
 		}
 		h.rounds++
 		began := time.Now()
-		h.inject(ctx, round, target, faultFor)
+		h.inject(ctx, rd, faultFor)
+		lastHeal = time.Now()
 		longest = max(longest, time.Since(began))
 		// Let grants resume before the next round.
 		before := h.reg.acceptedCount()
@@ -493,22 +581,64 @@ func (h *harness) nemesis(ctx context.Context) {
 			return
 		}
 	}
+	if lastHeal.IsZero() {
+		return // no round: the run goes to its end, and says so
+	}
+	// Every lease the last fault could touch has been renewed or has
+	// expired two TTLs after the heal; recovery was waited for above.
+	if !sleep(time.Until(lastHeal.Add(2 * ttl))) {
+		return
+	}
+	h.reg.stop()
+	if now := time.Now(); now.Before(h.until) {
+		h.until = now
+	}
+	fmt.Fprintf(h.cfg.Log, "verify: %d rounds done; the clients stop after their current hold\n", h.rounds)
 }
 
-// holder returns a client process that holds a lock now: it asks the
-// register to stretch the next hold to begin to holdFor (the client holds
-// that long, or until its lease is lost), waiting up to wait; else it
-// returns a random client.
-func (h *harness) holder(wait, holdFor time.Duration) *client {
-	proc := h.reg.stretchNext("", wait, holdFor)
+// round is one injection of the fault: the client and the lock it is
+// aimed at (nil and "" for faults aimed at servers), and the member it
+// cuts (MemberCut).
+type round struct {
+	n      int
+	target *client
+	name   string
+	member int
+}
+
+// pinnedTo returns the client processes that talk to member i only (the
+// MemberCut fault).
+func (h *harness) pinnedTo(i int) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, c := range h.procs {
-		if c.proc == proc {
-			return c
+	var procs []string
+	for slot, c := range h.procs {
+		if slot%h.cfg.Deploy.Members == i {
+			procs = append(procs, c.proc)
 		}
 	}
-	return h.procs[rand.IntN(len(h.procs))]
+	return procs
+}
+
+// holder returns a client process that holds a lock now, and the lock: it
+// asks the register to stretch the next hold to begin (of one of procs, if
+// any) to holdFor (the client holds that long, or until its lease is lost),
+// waiting up to wait; else it returns a random client (of procs, if any)
+// and no lock.
+func (h *harness) holder(procs []string, wait, holdFor time.Duration) (*client, string) {
+	s := h.reg.stretchNext(procs, wait, holdFor)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var candidates []*client
+	for _, c := range h.procs {
+		if c.proc == s.proc {
+			return c, s.name
+		}
+		if len(procs) == 0 || slices.Contains(procs, c.proc) {
+			candidates = append(candidates, c)
+		}
+	}
+	return candidates[rand.IntN(len(candidates))], ""
 }
 
 // skewedHolder is holder for the client of slot: it returns that client
@@ -518,14 +648,15 @@ func (h *harness) skewedHolder(slot int, wait, holdFor time.Duration) *client {
 	h.mu.Lock()
 	c := h.procs[slot]
 	h.mu.Unlock()
-	if c == nil || h.reg.stretchNext(c.proc, wait, holdFor) == "" {
+	if c == nil || h.reg.stretchNext([]string{c.proc}, wait, holdFor).proc == "" {
 		return nil
 	}
 	return c
 }
 
 // inject applies one round of the fault and heals it.
-func (h *harness) inject(ctx context.Context, round int, c *client, faultFor time.Duration) {
+func (h *harness) inject(ctx context.Context, rd round, faultFor time.Duration) {
+	c := rd.target
 	fault := string(h.cfg.Fault)
 	wait := func() {
 		select {
@@ -551,7 +682,7 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 		}
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
 	case Net:
-		if round%2 == 0 {
+		if rd.n%2 == 0 {
 			fault = "net-partition"
 			h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
 			for _, p := range c.proxies {
@@ -574,6 +705,21 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 			}
 		}
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
+	case BreakPartition:
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: c.proc})
+		for _, p := range c.proxies {
+			p.Block()
+		}
+		began := time.Now()
+		h.breakLock(ctx, rd.name, c.proc)
+		select {
+		case <-ctx.Done():
+		case <-time.After(faultFor - time.Since(began)):
+		}
+		for _, p := range c.proxies {
+			p.Unblock()
+		}
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
 	case Restart:
 		h.rec.record(Event{Op: OpFault, Fault: fault, Target: "servers"})
 		h.cfg.Deploy.Restart()
@@ -585,16 +731,112 @@ func (h *harness) inject(ctx context.Context, round int, c *client, faultFor tim
 		wait()
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: c.proc})
 	case Member:
-		i := round % h.cfg.Deploy.Members
+		i := rd.n % h.cfg.Deploy.Members
 		target := fmt.Sprintf("member %d", i)
 		h.rec.record(Event{Op: OpFault, Fault: fault, Target: target})
 		h.cfg.Deploy.StopMember(i)
 		wait()
 		h.cfg.Deploy.StartMember(i)
 		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: target})
+	case MemberCut:
+		target := fmt.Sprintf("member %d", rd.member)
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: target})
+		h.cfg.Deploy.Isolate(rd.member)
+		wait()
+		h.cfg.Deploy.Rejoin(rd.member)
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: target})
+		if c != nil {
+			fault += " of " + target
+		}
+	case Evict:
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: "server"})
+		h.cfg.Deploy.Fill()
+		wait()
+		h.cfg.Deploy.Free()
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: "server"})
+	case PartitionRestart:
+		// The cut node misses the grants made while it is away; then
+		// another node restarts; then the cut heals. The cut alternates:
+		// connections to the node refused (the clients hear at once that
+		// it is down), then frozen (they hear nothing).
+		m := h.cfg.Deploy.Members
+		cut, restarted := rd.n%m, (rd.n+1)%m
+		how := "refused"
+		if rd.n%2 == 1 {
+			how = "frozen"
+		}
+		target := fmt.Sprintf("node %d cut (%s), node %d restarted", cut, how, restarted)
+		h.rec.record(Event{Op: OpFault, Fault: fault, Target: target})
+		h.cutEndpoint(cut, how == "frozen", true)
+		// A grant made while the node is away, held on the two others
+		// (stretched: it cannot be released before the heal), so that
+		// the restart takes it from one of them while it is held.
+		c, _ = h.holder(nil, h.cfg.TTL+time.Second, faultFor)
+		h.cfg.Deploy.StopMember(restarted)
+		h.cfg.Deploy.StartMember(restarted)
+		// Heal while that holder's lock is still on the third node: the
+		// next grant is then made on the node that was away and the one
+		// that restarted.
+		select {
+		case <-ctx.Done():
+		case <-time.After(h.cfg.TTL / 2):
+		}
+		h.cutEndpoint(cut, how == "frozen", false)
+		h.rec.record(Event{Op: OpHeal, Fault: fault, Target: target})
+		fault += ": " + target
 	}
 	if c != nil {
 		fault += " on " + c.proc
 	}
 	fmt.Fprintf(h.cfg.Log, "verify: %s healed\n", fault)
+}
+
+// cutEndpoint cuts every client off from endpoint i, its connections
+// frozen or refused, or (cut false) heals that.
+func (h *harness) cutEndpoint(i int, frozen, cut bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.procs {
+		if i >= len(c.proxies) {
+			continue
+		}
+		switch p := c.proxies[i]; {
+		case frozen && cut:
+			p.Block()
+		case frozen:
+			p.Unblock()
+		case cut:
+			p.Refuse()
+		default:
+			if err := p.Admit(); err != nil {
+				fmt.Fprintf(h.cfg.Log, "verify: heal the cut of endpoint %d: %v\n", i, err)
+			}
+		}
+	}
+}
+
+// breakLock breaks name from the harness, as an operator would, and
+// records the Break (OpBreak, aimed at the hold of proc).
+func (h *harness) breakLock(ctx context.Context, name, proc string) {
+	if h.admin == nil {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		admin, err := dlock.Open(octx, h.cfg.Deploy.URL(h.cfg.Deploy.Endpoints))
+		cancel()
+		if err != nil {
+			h.rec.record(Event{Op: OpBreak, Phase: Fail, Name: name, Target: proc, Err: "open an admin client: " + err.Error()})
+			return
+		}
+		h.admin = admin
+	}
+	id := h.rec.nextID()
+	h.rec.record(Event{Op: OpBreak, Phase: Invoke, ID: id, Name: name, Target: proc})
+	bctx, cancel := context.WithTimeout(ctx, h.cfg.TTL+5*time.Second)
+	err := h.admin.Break(bctx, name)
+	cancel()
+	if err != nil {
+		h.rec.record(Event{Op: OpBreak, Phase: Fail, ID: id, Name: name, Target: proc, Err: err.Error()})
+		fmt.Fprintf(h.cfg.Log, "verify: break %s: %v\n", name, err)
+		return
+	}
+	h.rec.record(Event{Op: OpBreak, Phase: OK, ID: id, Name: name, Target: proc})
 }

@@ -298,3 +298,142 @@ func TestAllowanceTurnsOverlapIntoNote(t *testing.T) {
 		t.Fatalf("the allowance: %s, excused %v, notes %v: %v", r.Verdict(), r.Excused, r.Notes, r.Violations)
 	}
 }
+
+// breakCase is one variation of brokenHolder.
+type breakCase struct {
+	what          string
+	name          string        // the lock the Break names (default "x")
+	failed        bool          // the Break returned an error
+	grantFirst    bool          // c1 was granted before the Break began
+	renewed       bool          // a renewal of c0 was sent after the Break returned
+	late          time.Duration // c0 noticed the loss this long after its proven deadline
+	staleAccepted bool          // the register took c0's last write after c1's
+}
+
+// brokenHolder: c0 holds "x" (proven deadline 1s after its grant) and is
+// partitioned; an operator breaks the lock; c1 is granted; c0 notices the
+// loss at its deadline, its stale write is refused and its release fails.
+func brokenHolder(bc breakCase) *history {
+	h := &history{}
+	deadline := h.now().Add(time.Second)
+	h.grantUntil("c0.0", 1, 5, deadline).write("c0.0", 1, 1, 5, 1, OK, 0)
+	heal := h.fault(string(BreakPartition), "c0.0")
+	if bc.grantFirst {
+		h.grant("c1.0", 1, 6)
+	}
+	name, phase := "x", OK
+	if bc.name != "" {
+		name = bc.name
+	}
+	if bc.failed {
+		phase = Fail
+	}
+	h.add(Event{Proc: "nemesis", Op: OpBreak, Phase: Invoke, ID: 1, Name: name, Target: "c0.0"})
+	h.add(Event{Proc: "nemesis", Op: OpBreak, Phase: phase, ID: 1, Name: name, Target: "c0.0"})
+	if bc.renewed {
+		deadline = h.now().Add(1500 * time.Millisecond) // sent after the Break: the TTL is 1s
+		h.add(Event{Proc: "c0.0", Op: OpRenew, Hold: 1, Name: "x", Token: 5, Expires: deadline})
+	}
+	if !bc.grantFirst {
+		h.grant("c1.0", 1, 6)
+	}
+	h.write("c1.0", 1, 1, 6, 2, OK, 0)
+	h.pass(deadline.Sub(h.now())+bc.late).lost("c0.0", 1, 5)
+	if bc.staleAccepted {
+		h.write("c0.0", 1, 2, 5, 3, OK, 0)
+	} else {
+		h.write("c0.0", 1, 2, 5, 3, Refused, 6)
+	}
+	h.release("c0.0", 1, 5, Fail)
+	heal()
+	h.write("c1.0", 1, 2, 6, 4, OK, 0).release("c1.0", 1, 6, OK)
+	return h.grant("c2.0", 1, 7).release("c2.0", 1, 7, OK)
+}
+
+// TestBreakExcusesOnlyTheLeaseItTook: an operator's Break of a partitioned
+// holder's lock excuses the next grant, before the holder's deadline,
+// only if the Break succeeded, named that lock, began before the grant and
+// after the holder's own grant, no renewal of the holder came after it,
+// and the holder gave up at its proven deadline; and never when the
+// fence took the holder's stale write.
+func TestBreakExcusesOnlyTheLeaseItTook(t *testing.T) {
+	r := brokenHolder(breakCase{}).checked(strict)
+	if r.Verdict() != "PASS" || r.Overlaps != 1 || r.Excused[ExcuseBreak] != 1 {
+		t.Fatalf("a grant after a Break of a partitioned holder: %s, %d overlaps, excused %v: %v", r.Verdict(), r.Overlaps, r.Excused, r.Violations)
+	}
+	for _, bc := range []breakCase{
+		{what: "a Break that failed", failed: true},
+		{what: "a Break of another lock", name: "y"},
+		{what: "a grant before the Break", grantFirst: true},
+		{what: "a renewal sent after the Break", renewed: true},
+		{what: "a holder that noticed 500ms after its deadline", late: 500 * time.Millisecond},
+		{what: "a stale write the register took", staleAccepted: true},
+	} {
+		r := brokenHolder(bc).checked(strict)
+		if r.Verdict() != "FAIL" || !hasViolation(r, CheckExclusion) || r.Excused[ExcuseBreak] != 0 {
+			t.Errorf("%s was excused: %s, excused %v: %v", bc.what, r.Verdict(), r.Excused, r.Violations)
+		}
+	}
+}
+
+// evictedHolder: c0 holds "x" (proven deadline 1s after its grant); during
+// a fault of kind on the server, c1 is granted; c0 notices the loss
+// noticeAfter later (never, if negative); its stale write is refused.
+func evictedHolder(kind string, grantFirst bool, noticeAfter time.Duration) *history {
+	h := &history{}
+	h.grantUntil("c0.0", 1, 5, h.now().Add(time.Second)).write("c0.0", 1, 1, 5, 1, OK, 0)
+	if grantFirst {
+		h.grant("c1.0", 1, 6)
+	}
+	heal := h.fault(kind, "server")
+	if !grantFirst {
+		h.grant("c1.0", 1, 6)
+	}
+	h.write("c1.0", 1, 1, 6, 2, OK, 0)
+	if noticeAfter >= 0 {
+		h.pass(noticeAfter).lost("c0.0", 1, 5)
+		h.write("c0.0", 1, 2, 5, 3, Refused, 6).release("c0.0", 1, 5, Fail)
+	}
+	heal()
+	h.write("c1.0", 1, 2, 6, 4, OK, 0).release("c1.0", 1, 6, OK)
+	return h.grant("c2.0", 1, 7).release("c2.0", 1, 7, OK)
+}
+
+// TestEvictionAllowanceCoversOnlyALossSeenAtTheNextRenewal: with Redis's
+// documented eviction allowance (an evicted lock is granted again at once;
+// its holder learns it at its next renewal, within TTL/3), an overlap
+// during the evict fault whose older holder noticed the loss within TTL/3
+// of the other grant is a note; one noticed later, or never, or with the
+// other grant made before the fault, or under another fault, fails.
+//
+// Redlock's allowance for a node restarted empty (partition-restart) is
+// held to the same rule.
+func TestEvictionAllowanceCoversOnlyALossSeenAtTheNextRenewal(t *testing.T) {
+	for _, al := range []Allowance{
+		{Name: "eviction", Fault: Evict, Notice: strict.TTL / 3, Reason: "an evicted lock is granted again before its holder's next renewal"},
+		{Name: "empty-restart", Fault: PartitionRestart, Notice: strict.TTL / 3, Reason: "a node restarted empty lost the holder's lock"},
+	} {
+		p := strict
+		p.Allowances = []Allowance{al}
+		r := evictedHolder(string(al.Fault), false, 200*time.Millisecond).checked(p)
+		if r.Verdict() != "PASS" || r.Excused["allowance "+al.Name] != 1 || !strings.Contains(strings.Join(r.Notes, "\n"), "allowed overlap ("+al.Name) {
+			t.Fatalf("%s: a holder that noticed at its next renewal: %s, excused %v, notes %v: %v", al.Name, r.Verdict(), r.Excused, r.Notes, r.Violations)
+		}
+		for _, tc := range []struct {
+			what        string
+			kind        string
+			grantFirst  bool
+			noticeAfter time.Duration
+		}{
+			{"a loss noticed 800ms after the other grant (TTL 1s)", string(al.Fault), false, 800 * time.Millisecond},
+			{"a loss never noticed", string(al.Fault), false, -1},
+			{"a grant before the fault", string(al.Fault), true, 200 * time.Millisecond},
+			{"an overlap under another fault", "net-partition", false, 200 * time.Millisecond},
+		} {
+			r := evictedHolder(tc.kind, tc.grantFirst, tc.noticeAfter).checked(p)
+			if r.Verdict() != "FAIL" || !hasViolation(r, CheckExclusion) || r.Excused["allowance "+al.Name] != 0 {
+				t.Errorf("%s: %s was allowed: %s, excused %v: %v", al.Name, tc.what, r.Verdict(), r.Excused, r.Violations)
+			}
+		}
+	}
+}

@@ -16,7 +16,8 @@ import (
 // to itself. DLOCK_VERIFY_OUT=DIR keeps the histories (DIR/<backend>-<fault>)
 // and writes the table to DIR/summary.txt; DLOCK_VERIFY_ONLY=etcd,redis/pause
 // restricts the run to the named backends or backend/fault pairs;
-// DLOCK_VERIFY_DURATION=1m sets the length of each run.
+// DLOCK_VERIFY_DURATION=1m sets the length of each run (a fault run ends
+// earlier, once a grant has followed its last heal and two TTLs passed).
 func TestVerifyShortProfile(t *testing.T) {
 	out := os.Getenv("DLOCK_VERIFY_OUT")
 	if out != "" {
@@ -69,9 +70,13 @@ func TestVerifyShortProfile(t *testing.T) {
 					duration := 20 * time.Second
 					switch f {
 					case None:
-						duration = 11 * time.Second
+						duration = 9 * time.Second
 					case Skew:
 						duration = 28 * time.Second // a round for each skewed clock
+					case Evict, BreakPartition:
+						if be.bound == 0 {
+							duration = 16 * time.Second // two rounds
+						}
 					}
 					if f != None && be.bound > 5*time.Second {
 						duration += be.bound - 5*time.Second // a longer recovery to leave room for

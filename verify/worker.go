@@ -112,7 +112,8 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		}
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 	}
-	for hold := 1; time.Now().Before(cfg.Until) && ctx.Err() == nil; hold++ {
+	stop := false // the harness ended the run early (registerReply.Stop)
+	for hold := 1; !stop && time.Now().Before(cfg.Until) && ctx.Err() == nil; hold++ {
 		name := cfg.Names[rng.IntN(len(cfg.Names))]
 		id := rec.nextID()
 		rec.record(Event{Op: OpAcquire, Phase: Invoke, ID: id, Hold: hold, Name: name})
@@ -146,6 +147,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 			v := writeValue(cfg.Proc, hold, n)
 			rec.record(Event{Op: OpWrite, Phase: Invoke, ID: id, Hold: hold, Name: name, Token: tok, Value: v})
 			rep, err := reg.do(registerRequest{Op: "w", Name: name, Token: tok, Value: v})
+			stop = stop || rep.Stop
 			switch {
 			case err != nil:
 				rec.record(Event{Op: OpWrite, Phase: Fail, ID: id, Hold: hold, Name: name, Token: tok, Value: v, Err: err.Error()})
@@ -163,6 +165,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 			rec.record(Event{Op: OpRead, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
 		} else {
 			rec.record(Event{Op: OpRead, Phase: OK, ID: id, Hold: hold, Name: name, Token: rep.Token, Value: rep.Value})
+			stop = stop || rep.Stop
 			if rep.StretchFor > 0 { // a fault is aimed at this hold
 				holdFor = min(rep.StretchFor, 3*cfg.TTL)
 			}

@@ -51,6 +51,7 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"extra argument", dev.env(), []string{"inspect", "a", "b"}, exitUsage, "NAME"},
 		{"unreachable backend, verify", noDev, []string{"verify", "--timeout", "3s", "--yes", "--backend", "etcd://" + closed}, exitUnavailable, closed},
 		{"unknown flag, verify", noDev, []string{"verify", "--frobnicate"}, exitUsage, "--frobnicate"},
+		{"server fault, verify", noDev, []string{"verify", "--faults", "kill,member-cut", "--backend", "etcd://" + closed}, exitUsage, "make verify"},
 		{"unknown flag, bench", noDev, []string{"bench", "--frobnicate"}, exitUsage, "--frobnicate"},
 		{"dev given --backend", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--backend", "etcd://" + closed}, exitUsage, "dev runs its own etcd server"},
 		{"dev given --backend=URL", noDev, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "-backend=etcd://" + closed}, exitUsage, "dev runs its own etcd server"},

@@ -29,24 +29,35 @@ package github.com/dlock/dlock/verify) and a summary table printed.
 
 Faults (--faults client): pause (a holder frozen with SIGSTOP past its TTL),
 kill (a holder killed with SIGKILL), net (a holder's connections frozen, or
-cut and slowed, through a local proxy; only when every URL host has a port
-and the URL does not ask for verified TLS). Each fault runs for --duration,
-after a fault-free run; --faults kill,net runs only those. A fault's last
-heal comes at least TTL + bound + 1s before the end of its run, so
---duration must leave room for a round and that recovery.
+cut and slowed, through a local proxy), break-partition (a holder's
+connections frozen while dlock verify breaks its lock, as dlock break
+does: the next holder must get a higher token, and the fence must refuse
+the old holder's writes). net and break-partition need every URL host to
+have a port, and a URL that does not ask for verified TLS. Each fault runs
+for --duration at most, after a fault-free run; --faults kill,net runs
+only those. A fault's last heal comes at least TTL + bound + 1s before the
+end of its run, so --duration must leave room for a round and that
+recovery; the run ends early once a grant has followed the last heal and
+two TTLs have passed.
+
+The faults that need control of the servers (restart, member, member-cut:
+a follower cut from the other members; evict: memory filled up to the
+server's limit; partition-restart: a Redlock node cut off while another
+restarts) run in dlock's own tests (make verify), on servers they start.
 
 Under a fault, two holders at once pass only where the lease contract
 allows it: the older one was paused while the other was granted, or
 killed before, or the other was granted after its proven deadline and it
-noticed the loss then (Lease.Done), or the newer one got a lower token and
-knew at once that it had lost. A loss learnt only when the release was
-refused is a violation. The table says how many overlaps were excused and
-why.
+noticed the loss then (Lease.Done), or after a Break of its lock and it
+gave up at its deadline, or the newer one got a lower token and knew at
+once that it had lost. A loss learnt only when the release was refused is
+a violation. The table says how many overlaps were excused and why.
 
 Flags:
 {{flags}}` + backendHelp + `
 What it writes: locks named verify/SCHEME/TIME/lock-N, new names for every
-run, which the client processes take and release; backends that keep a
+run, which the client processes take and release (and which verify breaks
+under break-partition); backends that keep a
 fencing counter per name outside the lock (Redis, for one) keep those.
 The histories go to a temporary directory, removed at the end unless a run
 failed. Before writing to a backend that is not this user's "dlock dev", it
@@ -80,7 +91,7 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 	a.bf.register(fs)
 	fs.IntVar(&a.clients, "clients", 4, "client `N` processes")
 	fs.DurationVar(&a.duration, "duration", 20*time.Second, "length `D` of each run")
-	faults := fs.String("faults", "client", "`KIND`: client (pause, kill, net, after a fault-free run), none, or a comma-separated list of none, pause, kill, net")
+	faults := fs.String("faults", "client", "`KIND`: client (pause, kill, net, break-partition, after a fault-free run), none, or a comma-separated list of none, pause, kill, net, break-partition")
 	fs.StringVar(&a.history, "history", "", "write the history to `FILE` (with several runs, FILE-<fault>.jsonl); default: a temporary directory")
 	fs.DurationVar(&a.ttl, "ttl", 2*time.Second, "lease length `D` the clients ask for")
 	fs.BoolVar(&a.yes, "yes", false, "write to a backend other than dlock dev without asking")
@@ -106,8 +117,11 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 		seen := map[verify.Fault]bool{}
 		for _, f := range strings.Split(*faults, ",") {
 			f := verify.Fault(strings.TrimSpace(f))
+			if slices.Contains(verify.DeploymentFaults, f) {
+				return nil, usageErrorf("--faults %s: this fault needs control of the servers; dlock's own tests run it (make verify)", f)
+			}
 			if f != verify.None && !slices.Contains(verify.ClientFaults, f) {
-				return nil, usageErrorf("--faults %q: want client, or a list of none, pause, kill, net", *faults)
+				return nil, usageErrorf("--faults %q: want client, or a list of none, pause, kill, net, break-partition", *faults)
 			}
 			if !seen[f] {
 				seen[f] = true
@@ -155,7 +169,7 @@ func verifyRun(ctx context.Context, env *cmdEnv, args []string) error {
 	if a.history != "" {
 		kept = "removed at the end; --history keeps a copy"
 	}
-	if err := confirmWrites(env, "verify", b, fmt.Sprintf("locks named verify/%s/TIME/lock-N (TIME: one per run), held and released by the client processes (a backend's fencing counter of a name may stay); the histories go to a temporary directory, %s", label, kept), a.yes); err != nil {
+	if err := confirmWrites(env, "verify", b, fmt.Sprintf("locks named verify/%s/TIME/lock-N (TIME: one per run), held and released by the client processes, and broken by verify itself under break-partition (a backend's fencing counter of a name may stay); the histories go to a temporary directory, %s", label, kept), a.yes); err != nil {
 		return err
 	}
 	self, err := os.Executable()
@@ -176,8 +190,8 @@ func verifyRun(ctx context.Context, env *cmdEnv, args []string) error {
 
 	var results []*verify.Result
 	for _, f := range a.runs {
-		if f == verify.Net && len(deploy.Endpoints) == 0 {
-			fmt.Fprintln(env.stderr, "dlock verify: skipping the net fault: the URL's hosts need explicit ports, and verified TLS cannot be proxied")
+		if (f == verify.Net || f == verify.BreakPartition) && len(deploy.Endpoints) == 0 {
+			fmt.Fprintf(env.stderr, "dlock verify: skipping the %s fault: the URL's hosts need explicit ports, and verified TLS cannot be proxied\n", f)
 			continue
 		}
 		res, err := verify.Run(ctx, verify.Config{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -14,10 +15,10 @@ import (
 	"github.com/dlock/dlock/internal/testenv"
 )
 
-// verifyRedis runs dlock verify against a real Redis under the kill and net
-// faults, with a short TTL and bound so that it ends in well under a
+// verifyRedis runs dlock verify against a real Redis under faults (a
+// --faults list), with a short TTL and bound so that it ends in well under a
 // minute, while deleteKeys (if set) runs.
-func verifyRedis(t *testing.T, deleteKeys func(ctx context.Context, rdb *redis.Client)) result {
+func verifyRedis(t *testing.T, faults string, deleteKeys func(ctx context.Context, rdb *redis.Client)) result {
 	srv := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
@@ -30,7 +31,7 @@ func verifyRedis(t *testing.T, deleteKeys func(ctx context.Context, rdb *redis.C
 			deleteKeys(ctx, rdb)
 		}()
 	}
-	r := runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0", "--faults", "kill,net",
+	r := runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0", "--faults", faults,
 		"--clients", "3", "--ttl", "1s", "--bound", "2s", "--duration", "10s", "--yes")
 	cancel()
 	wg.Wait()
@@ -60,9 +61,10 @@ func evict(ctx context.Context, rdb *redis.Client) {
 // TestVerifyCatchesARedisThatLosesLocks: dlock verify against a Redis whose
 // lock keys are deleted during the fault runs must fail and say why: the
 // older holders noticed their loss only after the next grant. The same run
-// without the deletions passes.
+// without the deletions passes, and so does a Break of a cut-off holder's
+// lock (break-partition), whose overlaps only the Break excuses.
 func TestVerifyCatchesARedisThatLosesLocks(t *testing.T) {
-	r := verifyRedis(t, evict)
+	r := verifyRedis(t, "kill,net", evict)
 	t.Logf("with the keys deleted:\n%s", r.stdout)
 	if r.code != exitViolation || !strings.Contains(r.stdout, "verdict: FAIL") || !strings.Contains(r.stdout, "exclusion: ") {
 		t.Fatalf("dlock verify passed a Redis that loses its locks:\n%s", r)
@@ -70,8 +72,11 @@ func TestVerifyCatchesARedisThatLosesLocks(t *testing.T) {
 	if !strings.Contains(r.stdout, "Done closed late") && !strings.Contains(r.stdout, "only when its release was refused") {
 		t.Errorf("the violation does not say that the older holder noticed its loss late:\n%s", r.stdout)
 	}
-	if r = verifyRedis(t, nil); r.code != 0 || !strings.Contains(r.stdout, "verdict: PASS") {
+	if r = verifyRedis(t, "kill,net,break-partition", nil); r.code != 0 || !strings.Contains(r.stdout, "verdict: PASS") {
 		t.Fatalf("dlock verify failed a healthy Redis:\n%s", r)
+	}
+	if !regexp.MustCompile(`× break-partition: PASS;.*\n  excused overlaps: \d+ break\n`).MatchString(r.stdout) {
+		t.Errorf("the break-partition run is missing, or no overlap was excused by the Break:\n%s", r.stdout)
 	}
 }
 

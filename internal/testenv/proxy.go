@@ -13,6 +13,7 @@ import (
 // traffic without touching the server.
 type Proxy struct {
 	ln     net.Listener
+	addr   string // ln's address, kept across Refuse and Admit
 	target string
 
 	mu      sync.Mutex
@@ -21,6 +22,7 @@ type Proxy struct {
 	delay   time.Duration
 	conns   map[net.Conn]struct{}
 	closed  bool
+	refused bool // Refuse: the listener is closed
 }
 
 // NewProxy listens on a free loopback port and forwards to target. It is
@@ -41,18 +43,18 @@ func StartProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, unblock: make(chan struct{})}
+	p := &Proxy{ln: ln, addr: ln.Addr().String(), target: target, conns: map[net.Conn]struct{}{}, unblock: make(chan struct{})}
 	close(p.unblock)
-	go p.accept()
+	go p.accept(ln)
 	return p, nil
 }
 
 // Addr is the host:port clients dial instead of the target.
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -170,6 +172,37 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// Refuse closes every open connection through the proxy and stops
+// listening, until Admit: to the client the server is down and says so at
+// once (connection refused), unlike Block's silence.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	if p.refused || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.refused = true
+	p.ln.Close()
+	p.mu.Unlock()
+	p.Cut()
+}
+
+// Admit ends Refuse: the proxy listens again on the same address.
+func (p *Proxy) Admit() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.refused || p.closed {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.refused, p.ln = false, ln
+	go p.accept(ln)
+	return nil
+}
+
 // Close stops the proxy and closes its connections.
 func (p *Proxy) Close() {
 	p.mu.Lock()
@@ -182,7 +215,8 @@ func (p *Proxy) Close() {
 		p.blocked = false
 		close(p.unblock)
 	}
+	ln := p.ln
 	p.mu.Unlock()
-	p.ln.Close()
+	ln.Close()
 	p.Cut()
 }
