@@ -721,17 +721,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	if len(errs) > len(d.nodes)-d.quorum {
 		return nil, d.unreachable(ctx, "list", tally{errs: errs})
 	}
-	var out []driver.Info
-	for _, name := range names {
-		in, err := d.Inspect(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		if in.Held {
-			out = append(out, in)
-		}
-	}
-	return out, nil
+	return driver.ListByInspect(ctx, names, d.Inspect)
 }
 
 // Break deletes the lock on every node, whoever holds it, and wakes the

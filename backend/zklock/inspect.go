@@ -61,21 +61,13 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	if err != nil {
 		return nil, d.fail(ctx, "list "+d.root, err)
 	}
-	var out []driver.Info
+	var names []string
 	for _, k := range kids {
-		name, ok := unescapeName(k)
-		if !ok || !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		in, err := d.Inspect(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		if in.Held {
-			out = append(out, in)
+		if name, ok := unescapeName(k); ok && strings.HasPrefix(name, prefix) {
+			names = append(names, name)
 		}
 	}
-	return out, nil
+	return driver.ListByInspect(ctx, names, d.Inspect)
 }
 
 // Break deletes the holder's node, whoever owns it: the holder's watch
