@@ -1,0 +1,27 @@
+// Package redisscript holds what the Redis and Redlock backends share: the
+// key layout of a lock, the Lua scripts that act on it, the lock value's
+// encoding, and the pub/sub hub that wakes waiters.
+//
+// # Keys
+//
+// Every key of one lock shares a Redis Cluster hash tag, so that a script
+// touching several of them runs on one node:
+//
+//	<prefix>:{<tag>}:lock     the lock: "<owner><sep><token> <len(name)> <name><holder>", with PX; sep " " or "+"
+//	<prefix>:{<tag>}:fence    the fence counter (no TTL)
+//	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
+//	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
+//	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
+//
+// and, not tied to a lock, one channel per driver (process) that fair
+// hand-offs are published on: <prefix>:proc:<random>; and, on Redlock
+// nodes only, <prefix>:fence-state, which says whether the node's fence
+// counters are complete (see package redlock).
+//
+// tag is driver.NameHash(name): the first 128 bits of SHA-256(name) in hex. A lock name is any
+// UTF-8 string of up to 1024 bytes, including "{", "}" and NUL, none of
+// which may appear in a hash tag; the hash maps each name to a fixed-size
+// tag, collision-free for practical purposes (a collision among 2^64 names
+// is about as likely as not). The name itself is stored in the lock value
+// and the waiters hash, so List can report it.
+package redisscript

@@ -1,0 +1,149 @@
+// Package mysqllock is the MySQL and MariaDB backend of dlock: a lease table
+// in a database you already run, with fencing tokens and a server-side wait.
+//
+//	c, err := dlock.Open(ctx, "mysql://user:pass@db.example:3306/app")
+//	// or, with your *sql.DB: d, err := mysqllock.New(db); c := dlock.New(d)
+//
+// # Mechanism
+//
+// Each lock is a row of the lease table (default dlock_leases, created on
+// first use or by Migrate): the name as VARBINARY(1024) primary key — any
+// name is stored and compared byte for byte — the owner key, the holder
+// metadata, the fencing token, and expires_at by the server's clock.
+//
+// Acquire is one INSERT … ON DUPLICATE KEY UPDATE, one round trip: it
+// inserts a new row, or takes over a row whose lease is released or has
+// expired (expires_at <= UTC_TIMESTAMP(6)), incrementing the row's token in
+// the same statement, or leaves a live lease alone. The statement reports
+// its outcome — granted with this token, or held for this much longer —
+// through LAST_INSERT_ID(expr), which the server returns in the OK packet.
+// Extend and Release are one owner-checked UPDATE each; Break expires the
+// lease whoever holds it.
+//
+// # Waiting: bells
+//
+// A waiter does not poll the table at a fixed interval. Every Driver keeps
+// one connection, its bell connection, on which it holds a MySQL user-level
+// lock (GET_LOCK) named after each lock it holds — the lock's bell — and
+// writes that connection's id into the lease row. A waiter blocks in
+// GET_LOCK(bell, timeout) on a session of its own, so the server wakes it
+// the moment the bell is released: when the holder releases the lease, when
+// its lease is lost, or when its process or connection dies (the server
+// drops a dead session's user locks). The waiter gives the bell straight
+// back, in the same statement, and tries to acquire.
+//
+// Costs. Holding bells costs one connection per Driver, not one per held
+// lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
+// Bells are taken and dropped by a background goroutine after the row
+// changed, so they add no round trip to Acquire or Release. A waiting Lock
+// uses no connection until an attempt has found the lock held; then it
+// waits on a session of its own (sessions are reused while clean). Waiters
+// of a lock that their own Driver holds wait in-process: that Driver's
+// Release wakes them directly. So an uncontended Lock costs what TryLock
+// costs: one statement. A release wakes every waiter of the lock (each
+// tries once, one wins): about three statements per waiter per hand-off,
+// however long the lock was held, where polling costs grow with the hold.
+//
+// Bounds. A bell never outlives the lease by the holder's own clock: it is
+// dropped at release, on a refused renewal, and when the lease's local
+// deadline passes. A waiter's GET_LOCK is bounded by the holder's remaining
+// lease (by the server's clock) and by a cap of 5 s, after which it looks
+// again; the portable layer also retries at the holder's expiry and every
+// couple of seconds. A waiter waits only on a bell held by the connection
+// recorded in the row, so waiters passing a bell among themselves never wake
+// each other. In the moment between a grant and the holder taking its bell
+// the waiter looks every 2 ms; where a holder has no bell (a crashed holder
+// whose lease still runs; a bell connection that failed or was stranded by
+// a partition — its session ends by wait_timeout after 60 s) it polls with
+// back-off from 5 ms to 1 s. Break wakes waiters when the broken holder's next renewal is refused
+// (within a third of its TTL) or at their next look. A cancelled Lock ends
+// its waiter's statement with KILL QUERY (a session may kill its own user's
+// statements without extra privileges) and returns only once it has ended,
+// so it leaves nothing behind on the server.
+//
+// Bell names are "dlock:" followed by driver.NameHash of the table and the
+// lock name (38 characters; the limit is 64), so any name of up to 1024
+// bytes maps to a bell; a collision would cost only a spurious wake-up,
+// never exclusion.
+//
+// # Guarantees
+//
+//   - Clock: expiry is judged by the database server's clock only
+//     (UTC_TIMESTAMP(6), fixed per statement); a client's clock is never
+//     compared with it. Clients need only a clock rate close to the
+//     server's (see dlock's package doc).
+//   - Fencing: the token is the row's counter, incremented by the statement
+//     that grants the lease, in the same InnoDB transaction: it is as durable
+//     as any committed row (innodb_flush_log_at_trx_commit=1, the default),
+//     and strictly increases across release, expiry, Break and restarts. Do
+//     not delete rows from the table: that restarts a name's counter.
+//   - Crash of a holder: its lease runs out after the TTL (no session ties a
+//     lease to a connection); its waiters are woken at once by the bell and
+//     acquire at expiry.
+//   - Partition: the holder cannot renew, and its Lease.Done closes when the
+//     last confirmed renewal's send time plus the TTL (less a drift margin)
+//     passes — before the server lets anyone else take the lock.
+//   - Restart of the server: committed rows survive. Leases that were due
+//     when it stopped are granted anew with higher tokens; live leases stay
+//     held and are renewed once the server is back (if within their TTL).
+//     A server frozen or unreachable for longer than a lease: the holder's
+//     Done has closed by then, and the lease is free when the server runs
+//     again (its clock kept going).
+//   - No hang: each operation's statements are bounded by the driver's
+//     operation timeout (WithOpTimeout, URL op_timeout, default 10s); an
+//     operation that runs out of it while the caller's context is live
+//     fails with an error wrapping dlock.ErrUnavailable and
+//     context.DeadlineExceeded.
+//   - Replication: the guarantees are those of the one primary the driver
+//     talks to. Failing over to an asynchronous replica that missed
+//     committed grants can hand out a token again; use semi-synchronous
+//     replication (or accept that) where failover happens.
+//
+// # MySQL and MariaDB
+//
+// Tested on MariaDB 10.11; written to MySQL 8's documented semantics:
+//
+//   - ON DUPLICATE KEY UPDATE: MySQL 8.0.20+ deprecates VALUES(col) for a
+//     row alias that MariaDB lacks; the statement passes the new values as
+//     parameters instead and works on both.
+//   - GET_LOCK: both allow many locks per session and names of up to 64
+//     characters (MariaDB's limit is also 64). MySQL takes the timeout in
+//     whole seconds, so the wait rounds the remaining lease up with CEIL.
+//   - NOW(6)/UTC_TIMESTAMP(6): microsecond precision on both; DATETIME(6)
+//     keeps microseconds. The statements use UTC_TIMESTAMP(6), so neither
+//     the session time zone nor daylight saving time matters.
+//   - LAST_INSERT_ID(expr) is reported in the OK packet on both, for a
+//     table without AUTO_INCREMENT too.
+//
+// # URL
+//
+//		mysql://user:password@host:3306/database?table=dlock_leases&tls=true
+//		mariadb://…  (the same)
+//
+//	  - table: the lease table's name, one identifier (quoted by the backend);
+//	    default dlock_leases.
+//	  - op_timeout: the bound of each operation's statements (default 10s).
+//	  - tls: go-sql-driver/mysql's: true, false, skip-verify, preferred, or
+//	    a name registered with mysql.RegisterTLSConfig. With true, or a
+//	    registered configuration without ServerName, the server's
+//	    certificate is verified against the URL's host.
+//	  - go-sql-driver/mysql's other parameters (timeout, readTimeout, …).
+//	    The driver would take any other name for a system variable to set;
+//	    a URL does not, so that a misspelling is an error: set system
+//	    variables in the DSN of your own *sql.DB and use New. The port
+//	    defaults to 3306.
+//
+// The README's table of URL parameters lists them all:
+// https://github.com/dlock/dlock#url-parameters.
+//
+// Passwords never appear in errors: dlock.Open masks the user-info
+// password.
+//
+// # Privileges
+//
+// SELECT, INSERT and UPDATE on the table; CREATE on the database to create
+// it on first use (or have an administrator run Migrate, or the statement
+// in the error message, once). Without CREATE, the first operation fails
+// with an error wrapping dlock.ErrUnavailable that names the table, the
+// missing privilege, and the GRANT to run.
+package mysqllock

@@ -1,0 +1,159 @@
+// Package redislock is dlock's Redis backend: a lease is a key set with a
+// TTL by one Lua script, its fencing token the next value of a per-name
+// counter, and a release hands the lock to the next queued waiter and tells
+// it over pub/sub.
+//
+//	import _ "github.com/dlock/dlock/backend/redislock"
+//	c, err := dlock.Open(ctx, "redis://user:pass@localhost:6379/0")
+//
+// or, with a client you already have (a *redis.Client, a
+// *redis.ClusterClient, a failover client):
+//
+//	d, err := redislock.New(rdb)
+//	c := dlock.New(d)
+//
+// # Mechanism
+//
+// Acquire is one script in one round trip: it INCRs the name's fence
+// counter and SETs the lock key, NX with PX = TTL, its value holding the
+// token; if the lock is held it answers the holder's remaining PTTL (the
+// number it took is then skipped: tokens need only increase). Extend and
+// Release are scripts that act only if the lock still holds the caller's
+// owner key (128 random bits). Release deletes the key and serves the
+// first queued waiter, if any: a waiter that queues behind a grant marks
+// the lock value, so the release of a lock nobody waited for is a GET and
+// a DEL and does not read the queue.
+//
+// Waiting is a FIFO queue in Redis, for plain and fair locks alike: each
+// waiter has a place in a list, and the lock is granted only to the first
+// live waiter. An attempt is one round trip, and it doubles as the
+// waiter's heartbeat: a waiter whose heartbeat stops for the waiter TTL
+// (killed, cut off) is dropped as soon as it reaches the head of the list,
+// and a waiter whose context ends removes itself before Lock returns
+// (after the round trip in flight, if any). The difference between the
+// modes is arrival: a plain Lock first tries to take the lock outright, as
+// an unfair mutex lets an arriving goroutine do, and TryLock takes a free
+// lock whoever waits; with dlock.WithFair, an arrival never passes a live
+// waiter. The first attempt of a Lock of a name this process has not
+// waited for lately does not queue: a free lock costs one round trip and
+// no subscription, and only a Lock that finds the lock taken subscribes to
+// the name's channel (which then stays subscribed for 30s after its last
+// waiter, so that a busy lock's Locks queue in their first attempt). (Waiting by retrying, as driver.AcquireByRetry does, would have
+// every process with a waiter try on every release — eight workers, seven
+// failed attempts per grant — and the releasing process, trying at once,
+// would win most of the time; the queue sends one message to one waiter,
+// and hands over in turn.)
+//
+// A release hands the lock over: the release script itself grants it to
+// the first live waiter (new token, the waiter's TTL) and publishes the
+// token on that waiter's process channel — one channel per driver, on the
+// shared pub/sub connection. PUBLISH returns how many subscribers received
+// the message; when that is 0 the waiter's process is gone (its connection
+// closed when it died), and the script takes the lock back and serves the
+// next waiter — a killed waiter never holds up the queue. The waiter does
+// not take the message's word for it: a message can arrive late, after
+// the lock was broken and granted to another client, so the waiter first
+// renews the lease with the owner-checked extend script, and its lease is
+// counted from that renewal's send time. A contended lock thus changes
+// hands in two round trips (the release, the new holder's renewal) but
+// without the new holder having to ask and retry; the check costs one
+// round trip per hand-off and closes the window in which a late message
+// made a second holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
+// that is frozen (SIGSTOP) or cut off while its connection stays open can
+// be handed the lock; the lock then stays taken, unrenewed, for one TTL, as
+// a frozen holder's would. On Redis Cluster, where PUBLISH counts one
+// node's subscribers only, there is no hand-off: the release publishes the
+// first waiter's owner key on the lock's channel, and that waiter tries.
+//
+// Waiters are woken only through the queue: a release that finds nobody
+// queued publishes nothing.
+//
+// Keys and names are described in backend/internal/redisscript: every key
+// of one lock shares a hash tag made from a hash of the name, so Redis
+// Cluster works and any UTF-8 name of up to 1024 bytes is a valid name.
+//
+// # Guarantees
+//
+// Clocks: the TTL runs on the Redis server's clock; dlock's client starts
+// its own deadline at the send time of a request, on its monotonic clock,
+// and needs only that the two clocks run at nearly the same rate (dlock
+// allows 1% plus 5ms). A server whose clock jumps forward expires leases
+// early; the fencing token is what protects the resource then.
+//
+// Fencing: tokens come from a counter without TTL, so they keep increasing
+// across release, expiry, crash and Break. They survive a restart of Redis
+// only if the counter's last increment was persisted: with appendonly yes
+// and appendfsync always. With appendfsync everysec up to a second of
+// increments can be lost; with RDB snapshots alone, everything since the
+// last snapshot; without persistence, the counter restarts at 1 and tokens
+// repeat. A failover to a replica also loses the increments not yet
+// replicated (replication is asynchronous; WAIT does not make it
+// synchronous). So Capabilities().DurableFencing is false unless you
+// declare it with WithDurableFencing (URL: durable_fencing=true), which
+// Open checks against CONFIG GET where the server allows it (appendonly
+// yes, appendfsync always, and no allkeys-* maxmemory-policy, which may
+// evict the counters).
+//
+// Crash of a holder: its lock frees when its TTL runs out (there are no
+// sessions). Crash of a waiter: a release skips it at once (its
+// process channel has no subscriber any more), and its place is dropped
+// after the waiter TTL (WithWaiterTTL, default 2s) in any case. Restart of Redis without
+// persistence: every lock is free at once — two holders may then believe
+// they hold the lock until the old one's next renewal fails (within a third
+// of its TTL), and tokens restart from 1: a resource that checks tokens
+// refuses the new holder's writes until its tokens pass the old ones, so
+// use persistence if the resource relies on tokens. Partition: a holder
+// cut off from Redis cannot renew; its Lease.Done closes before the TTL
+// runs out on the server, i.e. before anyone else can be granted the lock.
+//
+// Eviction, flushes and failover: a lock key has a TTL, so a server whose
+// maxmemory-policy evicts keys (every volatile-* and allkeys-* policy; the
+// default of several hosted offerings) may delete a held lock under memory
+// pressure and grant it to the next client at once; the evicted holder
+// learns it only at its next renewal (within a third of its TTL), which
+// fails with ErrLeaseLost, so there are two holders meanwhile. The fence
+// counter has no TTL: volatile-* policies keep it (the next token is
+// higher), allkeys-* ones may evict it too, and tokens then restart
+// (TestEvictedLockIsLostAtNextRenewal). Open therefore reads the policy
+// with CONFIG GET (on every master of a cluster) and refuses an evicting
+// one, with an error naming the policy and the fix, CONFIG SET
+// maxmemory-policy noeviction; the URL parameter allow_eviction=true (or
+// WithEvictionAllowed) accepts the risk, with a warning logged. Refusing
+// is the default because the risk is silent and the fix is one setting.
+// Where CONFIG is disabled or renamed, as on many
+// hosted services, the policy cannot be read: Open logs a warning
+// (slog.Default) and goes on — check the policy yourself. New does not
+// check; call CheckEviction. FLUSHALL and FLUSHDB delete locks and
+// counters alike: two holders, and tokens restart even with
+// durable_fencing (TestFlushAllFreesLocksAndRestartsTokens). A failover to a replica (Sentinel, a cluster's replica
+// promoted, a hosted service's failover) loses the writes not yet
+// replicated, lock keys as well as counter increments: a lock granted just
+// before the failover may be missing on the new primary and be granted to
+// another client; the old holder's next renewal fails with ErrLeaseLost,
+// and until then there are two holders.
+//
+// # URL
+//
+//	redis://[user:password@]host:port[/db][?param=value&...]
+//	rediss://...  (TLS)
+//	redis://[user:password@]host1:port1?addr=host2:port2&addr=host3:port3
+//	redis://host:port?cluster=true   (Redis Cluster, from one seed node)
+//
+// A URL with addr= parameters or cluster=true opens a Redis Cluster: the
+// host and the addr= nodes are seeds, from which go-redis learns the
+// cluster's layout (as redis.ParseClusterURL; a cluster has only database
+// 0). The parameters — the driver's prefix, waiter_ttl, durable_fencing
+// (see Fencing), allow_eviction (see Eviction) and cluster; the TLS
+// parameters of rediss:// (ca, cert, key, server_name, skip_verify); and
+// go-redis's own (dial_timeout, read_timeout, pool_size, …; see
+// redis.ParseURL and redis.ParseClusterURL) — are described in the
+// README's table of URL parameters,
+// https://github.com/dlock/dlock#url-parameters. An unknown parameter is
+// an error that names it.
+//
+// go-redis logs through one process-wide logger; Open points it at the
+// logger given to dlock.Open (debug level), so that its own lines (a
+// failed dial of the pool) do not reach stderr. New leaves it alone.
+//
+// Passwords never appear in errors.
+package redislock

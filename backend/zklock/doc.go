@@ -1,0 +1,221 @@
+// Package zklock is dlock's ZooKeeper backend: Apache Curator's
+// InterProcessMutex recipe over github.com/go-zookeeper/zk, with a context
+// on every call, a try-lock, and a lease whose loss is observable.
+//
+// # The recipe
+//
+// Every lock name has a parent node, <root>/<escaped name>, and each
+// request to lock it creates an ephemeral sequential child
+// "_c_<guid>-lock-<sequence>" holding the requester's metadata
+// (Request.Holder, shown by Inspect). The child with the lowest sequence
+// holds the lock; the others wait in sequence order, so grants are FIFO
+// (Capabilities.Fair). The sequence is the parent's int32 child version,
+// which wraps to negative numbers after 2³¹ creates and deletes of
+// children; sequences are compared as serial numbers, so that the order
+// holds across the wrap.
+//
+// The create goes in one transaction with an empty write to the parent:
+// the parent's stat that this write returns tells how many children the
+// parent has — one means the new node is alone and holds the lock, so an
+// uncontended lock is a single round trip — and carries the transaction's
+// zxid, the new node's czxid (go-zookeeper returns neither the stat nor the
+// zxid of a plain create).
+//
+// A waiter watches the node just ahead of it, and, from third place back,
+// also the node ahead of that one; nobody watches the parent. When the node
+// just ahead goes and it was the only one ahead (no lower node can appear),
+// the waiter holds the lock without another round trip. When the node two
+// places ahead goes, the waiter's predecessor has most likely just been
+// granted the lock: the waiter lists the queue then, while the predecessor
+// holds, so that the predecessor's release is its turn at once. A deletion
+// therefore wakes at most two waiters, never the whole queue (no herd), and
+// a hand-off under contention costs the release's write and one watch
+// event.
+//
+// The "_c_<guid>-" prefix is Curator's protected mode: if the connection
+// drops before the reply to a create arrives, the client cannot know
+// whether the node exists. It looks for its GUID among the children (after
+// a sync, so that the server it asks has seen whatever the leader has) and
+// adopts the node it finds, rather than creating a second one and leaving
+// an orphan that would hold the lock for the life of the session. A waiter
+// whose context ends deletes its node, in the background if the connection
+// is down at that moment, for as long as the node's session lives; a try-lock
+// that finds the lock held first only lists the queue, and does not enqueue
+// at all.
+//
+// A follower answers reads from its own state, which may lag behind a write
+// another client has already seen succeed. Reads that answer a question
+// about other clients — Inspect, List, Break's choice of holder, and a
+// try-lock's finding that the lock is held — are therefore made after a
+// sync: a lock released before the call began is never reported held, and
+// one granted before it is never reported free. So are renewals (see
+// below).
+//
+// Parent nodes are ZooKeeper container nodes, created on demand: the server
+// deletes a container once its last child is gone (every
+// znode.container.checkIntervalMs, one minute by default), so lock names do
+// not accumulate empty parents. A create that races with that deletion
+// fails with NoNode and is retried after re-creating the parent. (The server
+// keeps a container that never had a child; that happens only when every
+// create under a new parent failed, and the next use of the name clears
+// it.) The root (and the path leading to it) are ordinary persistent
+// nodes, with the ACL of the driver that creates them first.
+//
+// # Names
+//
+// Lock names are any UTF-8 string of 1..1024 bytes; ZooKeeper path segments
+// cannot hold '/', NUL, control characters, some Unicode ranges, nor be "."
+// or "..". The parent's segment is the name with printable ASCII kept as it
+// is, except '/', '%' and a leading '.', and every other byte written as
+// %XX (upper-case hex): "orders/42" is "orders%2F42", ".." is "%2E.",
+// "ключ" is "%D0%BA%D0%BB%D1%8E%D1%87". The mapping is one-to-one, so no two
+// names share a lock, and List decodes it back.
+//
+// # Fencing token
+//
+// The token is the lock node's creation zxid (czxid). ZooKeeper orders all
+// writes of the ensemble in one sequence of zxids (the leader's epoch in
+// the high 32 bits, a counter in the low ones; a new leader starts a higher
+// epoch), and a zxid is written to the transaction log before the write is
+// acknowledged, so it survives restarts of any or all servers. A holder's
+// node was created after the node of the holder before it (it queued behind
+// it, or was created after that one's deletion), so each grant's czxid is
+// higher than the previous grant's: strictly increasing per name, across
+// release, session expiry, crash, Break and server restarts
+// (Capabilities.DurableFencing). The sequence number would not do: it
+// counts per parent, and restarts from zero when the empty parent is
+// deleted.
+//
+// # Sessions, leases and time
+//
+// A ZooKeeper lock lives as long as its node, and an ephemeral node as
+// long as its session: the server ends a session that it has not heard from
+// for the session timeout, measured by the server's clock, and deletes the
+// session's nodes. The driver uses one session (its connection) for all its
+// locks; when ZooKeeper expires it, every lease of the driver is lost: the
+// watch each holder keeps on its own node (from the lease's first renewal
+// on; the renewal itself checks the node before that) reports it and
+// Grant.Lost fires (go-zookeeper then opens a new session for later
+// calls).
+//
+// A client cannot see its session expire while it is cut off, so the lease
+// is also bounded in time. Sessions are expired by the leader, when it has
+// not heard of one for the session timeout: from the client itself, or from
+// the follower the client talks to, which reports its clients' activity to
+// the leader every half tick. A renewal (Extend) is a sync followed by a
+// read of the holder's node. The server answers a sync only once the
+// leader has, after applying every write the leader committed before it —
+// a session's expiry and the deletion of its nodes included — so the
+// answer proves that the session, and the node, were alive at the leader
+// after the renewal was sent. A plain read would prove nothing of the
+// kind: a follower cut off from the leader goes on answering reads from
+// its own state until it gives the leader up, syncLimit ticks later, while
+// the leader may expire the session and grant the lock to someone else.
+//
+// The lease TTL (Grant.TTL, Lease.TTL) is two thirds of the negotiated
+// session timeout, and dlock's portable deadline runs from the send time of
+// the last confirmed renewal, or of the create that queued the node, both
+// of which reached the leader (waiting in the queue reads from any server,
+// so a waiter that waited longer than a quarter of the lease renews before
+// its grant returns). Renewals go out a third of the lease apart — two ninths of the
+// session timeout. If the follower is cut off just after forwarding a
+// renewal's sync, its report to the leader may miss that renewal, but it
+// carries the one before, as long as half a tick is shorter than the time
+// between renewals: a session timeout of at least three ticks (with
+// ZooKeeper's default tickTime of 2s, 6s or more; ZooKeeper itself accepts
+// two ticks). The leader then expires the session no earlier than seven
+// ninths of the timeout after the last confirmed renewal was sent, after
+// the lease deadline at six ninths. The margin also covers go-zookeeper's
+// own failure detector, which gives up a silent connection after two thirds
+// of the timeout. So Done closes before the leader can expire the session,
+// as long as the client's and the servers' clocks run at nearly the same
+// rate (dlock allows 1%).
+//
+// The sync costs a renewal a second round trip to the server and, through
+// a follower, one between it and the leader; it writes nothing. A lease
+// renews three times per lease TTL, so this is felt only with many leases
+// per driver: BenchmarkRenewal, on loopback, measured about 1,200
+// renewals/s against 2,500 for the plain read on a standalone server, and
+// 670 against 3,000 through a follower of a 3-server ensemble.
+//
+// A disconnection shorter than the lease keeps it: go-zookeeper
+// reconnects (to any server of the ensemble) within the session, the
+// renewal succeeds, and the node never went away. If the lease's deadline
+// passes while the session survives (a disconnection just longer than the
+// lease), the driver deletes the node itself once it can, since its holder
+// has been told it lost the lock and will not release it.
+//
+// The requested TTL cannot shorten a session: a crashed holder's lock is
+// freed when its session times out, so Capabilities.MinTTL is the session
+// timeout and a shorter WithTTL is refused; a longer one is granted as the
+// session's lease (two thirds of the session timeout, renewed every third
+// of that). To change it, change the session timeout
+// (?session_timeout=, within the server's minSessionTimeout and
+// maxSessionTimeout: 2 and 20 ticks by default).
+//
+// # Failures
+//
+//   - Clock: session timeouts are measured by the servers; the client uses
+//     its monotonic clock for the lease and assumes only a bounded rate
+//     difference.
+//   - Holder crash: its session times out (the session timeout after its
+//     last message) and the server deletes its node; the next waiter is
+//     woken by its watch. A clean Close ends the session at once.
+//   - Partition: the holder's side stops confirming renewals and closes
+//     Done at its deadline, before the server can expire the session; the
+//     server expires it a session timeout after it last heard from the
+//     client and the next waiter is granted, with a higher token.
+//   - Follower cut off from the leader, its clients still reaching it: the
+//     holder's renewals through it stop being confirmed at once (their
+//     syncs wait for a leader the follower cannot reach), so Done closes at
+//     the lease deadline, before the leader expires the session and grants
+//     the lock to a client of the majority — even when the follower goes
+//     on answering reads for longer than the session timeout (syncLimit
+//     ticks).
+//   - Server restart: sessions and ephemeral nodes are in the snapshot and
+//     transaction log, and a restarted server gives every restored session
+//     a fresh timeout. A holder that reconnects before its lease deadline
+//     keeps its lock (same node, same token); a holder whose deadline passed
+//     during the outage sees Done close, and its node is deleted by the
+//     client when it reconnects, or by the server a session timeout after
+//     the restart. Tokens keep increasing either way.
+//   - Ensemble: losing a minority of servers changes nothing for clients
+//     (they reconnect to another server within their session); without a
+//     quorum no lock can be taken or renewed, and holders see Done close at
+//     their deadlines.
+//   - Break deletes the holder's node (it needs the delete permission on
+//     the parent: with digest auth, the same identity); the holder's watch
+//     sees the deletion and Grant.Lost fires at once (in the first third of
+//     a lease, at its first renewal). If the holder's node goes before
+//     Break's delete arrives, Break breaks the next holder if there is one
+//     by then, and returns ErrNotHeld if the lock is free.
+//   - A Release that meets the end of its session (the server expired it
+//     while the holder was cut off) reports ErrLeaseLost, not a release.
+//
+// Capabilities.LockDelay is false: the recipe does not record whether the
+// previous holder released or was lost, so WithLockDelay waits after
+// every grant.
+//
+// # URL
+//
+//		zk://[user:password@]host1:2181,host2:2181[/root][?session_timeout=10s&connect_timeout=15s]
+//
+//	  - hosts: the ensemble's client addresses (port 2181 if omitted).
+//	  - root: the node under which lock parents live; default /dlock (it and
+//	    its ancestors are created when first needed). It plays the part of a
+//	    chroot: "/" is refused, to keep locks out of ZooKeeper's own nodes.
+//	  - user:password: digest authentication. Every node the driver creates
+//	    then carries the ACL digest:user:password with all permissions and
+//	    nothing for anyone else, so another identity can neither read,
+//	    delete nor take these locks.
+//	  - session_timeout (default 10s; the server clamps it to its limits,
+//	    and the driver uses the negotiated value) and connect_timeout
+//	    (default 15s; Open's context may cut it shorter): see the README's
+//	    table of URL parameters, https://github.com/dlock/dlock#url-parameters.
+//
+// Open fails at once, with an error wrapping dlock.ErrUnavailable, when
+// every server of the ensemble refuses the connection (or cannot be
+// dialled), rather than waiting out connect_timeout.
+//
+// Passwords never appear in errors.
+package zklock
