@@ -819,7 +819,7 @@ func (h *harness) cutEndpoint(i int, frozen, cut bool) {
 // records the Break (OpBreak, aimed at the hold of proc).
 func (h *harness) breakLock(ctx context.Context, name, proc string) {
 	if h.admin == nil {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		octx, cancel := context.WithTimeout(ctx, openTimeout)
 		admin, err := dlock.Open(octx, h.cfg.Deploy.URL(h.cfg.Deploy.Endpoints))
 		cancel()
 		if err != nil {
@@ -830,7 +830,7 @@ func (h *harness) breakLock(ctx context.Context, name, proc string) {
 	}
 	id := h.rec.nextID()
 	h.rec.record(Event{Op: OpBreak, Phase: Invoke, ID: id, Name: name, Target: proc})
-	bctx, cancel := context.WithTimeout(ctx, h.cfg.TTL+5*time.Second)
+	bctx, cancel := context.WithTimeout(ctx, h.cfg.TTL+unlockSlack)
 	err := h.admin.Break(bctx, name)
 	cancel()
 	if err != nil {
