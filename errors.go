@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"errors"
 
 	"github.com/dlock/dlock/driver"
@@ -33,3 +34,15 @@ var (
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )
+
+// classify holds a driver's error to the contract for a driver that does
+// not classify its errors itself (a third-party one returning its engine's
+// raw errors): driver.Classify, which changes nothing in an error it made,
+// so the errors of dlock's own backends pass unchanged. ErrInvalidOption,
+// which a driver returns for bad input, is an answer too.
+func classify(ctx context.Context, err error) error {
+	if errors.Is(err, ErrInvalidOption) {
+		return err
+	}
+	return driver.Classify(ctx, "", err)
+}

@@ -196,12 +196,12 @@ func (l *Lease) held() driver.Held {
 	return driver.Held{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle}
 }
 
-// end closes Done with cause, once; it reports whether this call ended it.
-func (l *Lease) end(cause error) bool {
+// end closes Done with cause, once.
+func (l *Lease) end(cause error) {
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
-		return false
+		return
 	}
 	l.ended = true
 	unlocked := l.unlocked
@@ -222,25 +222,23 @@ func (l *Lease) end(cause error) bool {
 			h(l.name, l.token, cause)
 		}
 	}
-	return true
 }
 
 // lose ends the lease as lost; cause wraps ErrLeaseLost. While a release
 // is in flight, the backend's signals (a watch seeing our own delete) are
 // most likely that release, not a loss: the release's outcome decides, and
 // the loss counts only if the release fails.
-func (l *Lease) lose(cause error) error {
+func (l *Lease) lose(cause error) {
 	l.mu.Lock()
 	if l.releasing {
 		if l.lostWhileReleasing == nil {
 			l.lostWhileReleasing = cause
 		}
 		l.mu.Unlock()
-		return l.Err()
+		return
 	}
 	l.mu.Unlock()
 	l.end(cause)
-	return l.Err()
 }
 
 // sleep waits d while the lease is renewed (the lock-delay); it fails if ctx

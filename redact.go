@@ -8,6 +8,21 @@ import (
 	"strings"
 )
 
+// Redact returns rawURL with every secret replaced by "xxxxx", for
+// printing: the user-info password (or API key), and the values of query
+// parameters that carry one (password=, sslpassword=, and any parameter
+// named like a password, secret or token). File names (sslkey=, tls-key=)
+// stay readable.
+func Redact(rawURL string) string {
+	return redactURL(rawURL)
+}
+
+// redactErr removes the secrets of rawURL (see Redact) from err's message,
+// should a backend's error have quoted them.
+func redactErr(err error, rawURL string) error {
+	return redactError(err, rawURL)
+}
+
 // mask replaces every secret that Redact and redactErr hide.
 const mask = "xxxxx"
 

@@ -469,6 +469,11 @@ var registerModel = porcupine.Model{
 	},
 }
 
+// linearizeTimeout bounds porcupine's search for one name's history; a
+// search that runs out is a note (inconclusive), not a violation, so the
+// bound trades only thoroughness for a run that ends.
+const linearizeTimeout = 30 * time.Second
+
 // checkLinearizable builds the register's operations as the clients saw
 // them and checks them with porcupine, one name at a time. A write whose
 // reply was lost is taken with the outcome the register recorded and an
@@ -544,7 +549,7 @@ func checkLinearizable(r *Result, events []Event, decisions map[string]Event, en
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		switch porcupine.CheckOperationsTimeout(registerModel, perName[name], 30*time.Second) {
+		switch porcupine.CheckOperationsTimeout(registerModel, perName[name], linearizeTimeout) {
 		case porcupine.Illegal:
 			r.violate(CheckLinearizable, "the %d register operations on %q have no linearization as a fenced register", len(perName[name]), name)
 		case porcupine.Unknown:

@@ -333,7 +333,7 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	// Wait for the clients to finish their last hold: each stops acquiring
 	// at h.until and then releases within a bounded time.
-	grace := h.until.Add(2*h.cfg.TTL + 15*time.Second)
+	grace := h.until.Add(2*h.cfg.TTL + drainSlack)
 	h.mu.Lock()
 	procs := make([]*client, 0, len(h.procs))
 	for _, c := range h.procs {
@@ -378,7 +378,7 @@ func (h *harness) recordExits() {
 		}
 		select {
 		case <-c.p.Exited():
-		case <-time.After(10 * time.Second):
+		case <-time.After(exitWait):
 			h.rec.record(Event{Op: OpExit, Target: c.proc, Err: "did not exit"})
 			continue
 		}
@@ -482,6 +482,25 @@ func (h *harness) stopAll() {
 	}
 }
 
+// The harness's timings.
+const (
+	// drainSlack is added to two TTLs to wait for the clients' last holds:
+	// each stops acquiring at the end of the run and releases within an
+	// Unlock's bound (two TTLs and unlockSlack); the rest is room for a
+	// slow client process to record its release.
+	drainSlack = 15 * time.Second
+	// exitWait bounds the wait for a client process to exit after it was
+	// told to; one that does not is recorded as such.
+	exitWait = 10 * time.Second
+	// faultMargin is added to a fault's length beyond TTL + TTL/4, for the
+	// server's expiry to run after the TTL has passed.
+	faultMargin = 250 * time.Millisecond
+	// warmupMin is the least time the clients run before the first fault.
+	warmupMin = time.Second
+	// progressPoll is how often the nemesis looks for an accepted write.
+	progressPoll = 20 * time.Millisecond
+)
+
 // nemesis injects the fault again and again until the tail of the run,
 // which is left quiet so that recovery after the last heal can be judged.
 // Each round: wait until a client holds a lock, inject, keep the fault
@@ -494,7 +513,7 @@ func (h *harness) nemesis(ctx context.Context) {
 	ttl := h.cfg.TTL
 	// Long enough for the lease to expire on the server, which counts the
 	// TTL from the last renewal (at most TTL/3 before the fault).
-	faultFor := ttl + ttl/4 + 250*time.Millisecond
+	faultFor := ttl + ttl/4 + faultMargin
 	sleep := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
@@ -506,13 +525,13 @@ func (h *harness) nemesis(ctx context.Context) {
 	if h.cfg.Fault == Skew {
 		faultFor = SkewHold * ttl
 	}
-	if !sleep(max(ttl/2, time.Second)) {
+	if !sleep(max(ttl/2, warmupMin)) {
 		return
 	}
 	// A fault before the workload runs tests nothing: wait for the first
 	// accepted write (client processes start slowly on a loaded machine).
 	for h.reg.acceptedCount() == 0 && time.Now().Before(h.until) {
-		if !sleep(20 * time.Millisecond) {
+		if !sleep(progressPoll) {
 			return
 		}
 	}
@@ -573,7 +592,7 @@ func (h *harness) nemesis(ctx context.Context) {
 			if h.reg.acceptedCount() > before {
 				break
 			}
-			if !sleep(20 * time.Millisecond) {
+			if !sleep(progressPoll) {
 				return
 			}
 		}
@@ -819,7 +838,7 @@ func (h *harness) cutEndpoint(i int, frozen, cut bool) {
 // records the Break (OpBreak, aimed at the hold of proc).
 func (h *harness) breakLock(ctx context.Context, name, proc string) {
 	if h.admin == nil {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		octx, cancel := context.WithTimeout(ctx, openTimeout)
 		admin, err := dlock.Open(octx, h.cfg.Deploy.URL(h.cfg.Deploy.Endpoints))
 		cancel()
 		if err != nil {
@@ -830,7 +849,7 @@ func (h *harness) breakLock(ctx context.Context, name, proc string) {
 	}
 	id := h.rec.nextID()
 	h.rec.record(Event{Op: OpBreak, Phase: Invoke, ID: id, Name: name, Target: proc})
-	bctx, cancel := context.WithTimeout(ctx, h.cfg.TTL+5*time.Second)
+	bctx, cancel := context.WithTimeout(ctx, h.cfg.TTL+unlockSlack)
 	err := h.admin.Break(bctx, name)
 	cancel()
 	if err != nil {

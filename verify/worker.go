@@ -74,7 +74,7 @@ func WorkerMain() int {
 	var c *dlock.Client
 	// The backend may be restarting (a fault): keep trying until the deadline.
 	for {
-		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		octx, cancel := context.WithTimeout(ctx, openTimeout)
 		c, err = dlock.Open(octx, cfg.URL)
 		cancel()
 		if err == nil {
@@ -84,7 +84,7 @@ func WorkerMain() int {
 			fmt.Fprintln(os.Stderr, "verify worker: open backend:", err)
 			return 2
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(reopenPause)
 	}
 	runWorker(ctx, cfg, c, rec)
 	c.Close()
@@ -97,6 +97,22 @@ func WorkerMain() int {
 	return 0
 }
 
+const (
+	// openTimeout bounds one attempt to open the backend, as a user's
+	// dlock.Open would be; a worker tries again every reopenPause while a
+	// fault keeps the backend away, until its run ends.
+	openTimeout = 10 * time.Second
+	reopenPause = 200 * time.Millisecond
+	// registerTimeoutMin is the least a write to the fenced register may
+	// take before it counts as unanswered: the register is on loopback.
+	registerTimeoutMin = 2 * time.Second
+	// unlockSlack is added to the TTL-based bounds of a worker's Unlock
+	// (two TTLs) and of the harness's Break (one TTL): past those the lease
+	// has expired on every backend, and waiting longer would only delay
+	// the next grant the run checks.
+	unlockSlack = 5 * time.Second
+)
+
 // runWorker is the client loop: acquire → write the token to the fenced
 // register → read it back → hold a random time (watching Done) → write
 // again → release, until cfg.Until. The second write is made even when the
@@ -104,7 +120,7 @@ func WorkerMain() int {
 // newer holder wrote.
 func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *recorder) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(time.Now().UnixNano())))
-	reg := &registerClient{addr: cfg.Register, timeout: max(2*time.Second, cfg.TTL)}
+	reg := &registerClient{addr: cfg.Register, timeout: max(registerTimeoutMin, cfg.TTL)}
 	defer reg.close()
 	between := func(lo, hi time.Duration) time.Duration {
 		if hi <= lo {
@@ -182,7 +198,7 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		<-watched
 		id = rec.nextID()
 		rec.record(Event{Op: OpRelease, Phase: Invoke, ID: id, Hold: hold, Name: name, Token: tok})
-		uctx, cancel := context.WithTimeout(ctx, 2*cfg.TTL+5*time.Second)
+		uctx, cancel := context.WithTimeout(ctx, 2*cfg.TTL+unlockSlack)
 		err = l.Unlock(uctx)
 		cancel()
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 // lowest create revision under the name's prefix: the algorithm of etcd's
 // concurrency.Mutex. The token is the key's create revision.
 //
-// A waiter watches only the two keys directly ahead of it (no thundering
-// herd), and keeps its lease alive while it waits.
+// A waiter watches only the key directly ahead of it (no thundering herd),
+// and keeps its lease alive while it waits.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	sec := ttlSeconds(req.TTL)
 	for attempt := 0; ; attempt++ {
@@ -108,39 +108,32 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 	}, nil
 }
 
-// wait returns when hd's key is the lowest in the queue pfx, or with an
-// error when ctx ends or the key or its lease is lost.
+// wait returns when hd's key is the oldest in the queue pfx, or with an
+// error when ctx ends or the key or its lease is lost. It is the loop of
+// etcd's waitDeletes: find the key just ahead of ours (the newest create
+// revision below ours), wait for its deletion, and look again, until no
+// key is ahead. Each waiter watches only the key just ahead of it, so a
+// release wakes one waiter, not the whole queue; a waiter that gives up
+// wakes the one behind it, which then finds the next key ahead.
 //
-// A waiter watches the key directly ahead of it and the one ahead of that
-// — never more, so a release wakes at most two waiters, not the whole
-// queue. Keys below ours only ever disappear (a new key always gets a
-// higher revision), so counting them once is enough: when the second key
-// ahead goes and there were only two, the key ahead has become the holder,
-// and its deletion makes us the holder with no further read. The read that
-// would otherwise follow each release is then done while the holder still
-// holds the lock, off the hand-off's path.
+// While it waits, keepQueued renews the lease that keeps our key alive.
 func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
 	leaseErr := d.keepQueued(kctx, hd.lease)
 
-	var near, next *syncedWatch // on the key directly ahead, and the one ahead of it
-	defer func() {
-		for _, w := range []*syncedWatch{near, next} {
-			if w != nil {
-				w.cancel()
-			}
-		}
-	}()
 	atLeast := hd.rev // any state since our key exists answers "who is ahead?"
-	failures := 0
-	for {
-		ahead, readRev, err := d.ahead(ctx, pfx, hd.rev, atLeast)
-		if err == nil && len(ahead) == 0 {
-			return d.confirmOwn(ctx, hd, readRev)
+	for failures := 0; ; {
+		ahead, readRev, err := d.ahead(ctx, pfx, hd, atLeast)
+		if err == nil && ahead == nil {
+			return nil // nothing ahead: the lock is ours
 		}
+		var w *syncedWatch
 		if err == nil {
-			near, next, err = d.watchAhead(ctx, ahead, readRev, near, next)
+			w, err = d.watchDeletion(ctx, string(ahead.Key), ahead.CreateRevision, readRev)
+		}
+		if errors.Is(err, errEntryLost) {
+			return err
 		}
 		if err != nil {
 			// The server is unreachable or has no leader: try again
@@ -156,129 +149,73 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 			continue
 		}
 		failures = 0
-		if gone := goneWatch(near, next); gone != nil {
-			// A key ahead went away before its watch began: drop the
-			// watch and read again, from a state at least that recent.
-			atLeast = max(atLeast, gone.goneAt)
-			near, next = dropWatch(near, gone), dropWatch(next, gone)
-			continue
+		deletedAt, err := d.awaitDeletion(ctx, w, hd, leaseErr)
+		if err != nil {
+			return err
 		}
-		n := len(ahead) // keys ahead: 1, 2, or 3 meaning "3 or more"
-
-		for n > 0 {
-			var nextCh clientv3.WatchChan
-			if next != nil {
-				nextCh = next.ch
-			}
-			select {
-			case wr, ok := <-near.ch:
-				at, broken := deletion(wr, ok)
-				if at == 0 && !broken {
-					continue
-				}
-				near.cancel()
-				near = nil
-				if at > 0 && n == 1 {
-					// The holder went, and nobody else was ahead.
-					return d.confirmOwn(ctx, hd, at)
-				}
-				atLeast = max(atLeast, at)
-				n = 0 // look again
-			case wr, ok := <-nextCh:
-				at, broken := deletion(wr, ok)
-				if at == 0 && !broken {
-					continue
-				}
-				next.cancel()
-				next = nil
-				if at > 0 && n == 2 {
-					n = 1 // the key ahead now holds the lock
-					continue
-				}
-				atLeast = max(atLeast, at)
-				n = 0
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-hd.lost.gone.Done():
-				return fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
-			case err := <-leaseErr:
-				return err
-			}
-		}
+		atLeast = max(atLeast, deletedAt)
 	}
 }
 
-// goneWatch returns the first of ws whose key was gone when it began.
-func goneWatch(ws ...*syncedWatch) *syncedWatch {
-	for _, w := range ws {
-		if w != nil && w.gone {
-			return w
-		}
-	}
-	return nil
-}
+// errEntryLost reports that a waiter's own key went away while it waited:
+// its lease lapsed while the server was down or unreachable, or Break
+// removed it.
+var errEntryLost = fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
 
-// dropWatch cancels w and returns nil if it is gone, else returns w.
-func dropWatch(w, gone *syncedWatch) *syncedWatch {
-	if w == gone {
-		w.cancel()
-		return nil
-	}
-	return w
-}
-
-// watchAhead makes near watch ahead[0] and next watch ahead[1] (if any),
-// keeping the watches it already has on those keys and ending the others.
-func (d *Driver) watchAhead(ctx context.Context, ahead []*mvccpb.KeyValue, readRev int64, near, next *syncedWatch) (*syncedWatch, *syncedWatch, error) {
-	have := []*syncedWatch{near, next}
-	take := func(kv *mvccpb.KeyValue) (*syncedWatch, error) {
-		for i, w := range have {
-			if w != nil && w.key == string(kv.Key) && w.createRev == kv.CreateRevision {
-				have[i] = nil
-				return w, nil
-			}
-		}
-		return d.watchDeletion(ctx, string(kv.Key), kv.CreateRevision, readRev)
-	}
-	var err error
-	near, next = nil, nil
-	near, err = take(ahead[0])
-	if err == nil && len(ahead) > 1 {
-		next, err = take(ahead[1])
-	}
-	for _, w := range have {
-		if w != nil {
-			w.cancel()
-		}
-	}
-	if err != nil {
-		for _, w := range []*syncedWatch{near, next} {
-			if w != nil {
-				w.cancel()
-			}
-		}
-		return nil, nil, err
-	}
-	return near, next, nil
-}
-
-// ahead returns up to three keys ahead of revision rev in queue pfx,
-// nearest first, and the revision read.
+// ahead returns the key just ahead of hd's in queue pfx (nil if none) and
+// the revision read, in a state at revision atLeast or later.
 //
-// The keys below ours only ever disappear, so the answer from any state at
-// or after revision atLeast is true or, if stale, errs only on the safe
-// side (it shows a key that is gone, whose watch then finds it gone). Such
-// a read is served by the local member without a raft round trip, which
-// under write load would wait for the next disk sync.
-func (d *Driver) ahead(ctx context.Context, pfx string, rev, atLeast int64) ([]*mvccpb.KeyValue, int64, error) {
+// The same read checks that hd's own key still exists: nothing ahead of us
+// proves nothing if our key went too. Without this check a waiter would be
+// granted a lock it had already lost — the "lease check missing after
+// waiting" that Jepsen found in etcd's own lock.
+//
+// The keys at or below ours only ever disappear (a new key always gets a
+// higher revision), so the answer from any state at or after atLeast is
+// true or, if stale, errs only on the safe side: it shows a key that is
+// gone, whose watch then finds it gone. Such a read is served by the local
+// member without a raft round trip, which under write load would wait for
+// the next disk sync.
+func (d *Driver) ahead(ctx context.Context, pfx string, hd *holding, atLeast int64) (*mvccpb.KeyValue, int64, error) {
 	resp, err := d.readAtLeast(ctx, atLeast, pfx, clientv3.WithPrefix(),
-		clientv3.WithMaxCreateRev(rev-1),
+		clientv3.WithMaxCreateRev(hd.rev),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(3), clientv3.WithKeysOnly())
+		clientv3.WithLimit(2), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, 0, err
 	}
-	return resp.Kvs, resp.Header.Revision, nil
+	kvs := resp.Kvs
+	if len(kvs) == 0 || kvs[0].CreateRevision != hd.rev || string(kvs[0].Key) != hd.key {
+		return nil, 0, errEntryLost
+	}
+	if len(kvs) == 1 {
+		return nil, resp.Header.Revision, nil
+	}
+	return kvs[1], resp.Header.Revision, nil
+}
+
+// awaitDeletion waits for the deletion of w's key and returns its
+// revision, or 0 if the watch broke (no leader, compaction) and the queue
+// must be read again. It ends w.
+func (d *Driver) awaitDeletion(ctx context.Context, w *syncedWatch, hd *holding, leaseErr <-chan error) (int64, error) {
+	defer w.cancel()
+	if w.gone {
+		return w.goneAt, nil // deleted between our read and the watch
+	}
+	for {
+		select {
+		case wr, ok := <-w.ch:
+			if at, broken := deletion(wr, ok); at > 0 || broken {
+				return at, nil
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-hd.lost.gone.Done():
+			return 0, errEntryLost
+		case err := <-leaseErr:
+			return 0, err
+		}
+	}
 }
 
 // readAtLeast reads from the local member's state (a serializable read)
@@ -348,7 +285,7 @@ func (d *Driver) keepQueued(ctx context.Context, l *lease) <-chan error {
 }
 
 // discard revokes a lease whose keys are unknown, in the background,
-// waiting a second at most; if the revoke fails the lease expires by itself
+// waiting cleanupWait at most; if the revoke fails the lease expires by itself
 // (nothing renews it).
 func (d *Driver) discard(l *lease) {
 	d.cleanup(func(ctx context.Context) { _, _ = d.cli.Revoke(ctx, l.id) })
@@ -369,8 +306,14 @@ func (d *Driver) abandon(key string, l *lease, sec int64) {
 	})
 }
 
-// cleanup runs f in the background with a timeout of its own, and waits a
-// second at most for it.
+// cleanupWait is how long a failed or cancelled acquire waits for its
+// cleanup before returning: long enough for a healthy server to take the
+// entry back, so that the caller's next look finds it gone, short enough
+// not to hold up a caller whose server is unreachable.
+const cleanupWait = time.Second
+
+// cleanup runs f in the background with a timeout of its own, and waits
+// cleanupWait at most for it.
 func (d *Driver) cleanup(f func(ctx context.Context)) {
 	done := make(chan struct{})
 	go func() {
@@ -381,24 +324,6 @@ func (d *Driver) cleanup(f func(ctx context.Context)) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(time.Second):
+	case <-time.After(cleanupWait):
 	}
-}
-
-// confirmOwn checks, in a state at revision atLeast or later, that our own
-// queue entry still exists: nothing ahead of us proves nothing if our key
-// went too (our lease lapsed while the server was down or unreachable, or
-// Break removed it). Without this check a waiter would be granted a lock it
-// had already lost — the "lease check missing after waiting" that Jepsen
-// found in etcd's own lock. It is a read of the local member's state, not a
-// raft round trip.
-func (d *Driver) confirmOwn(ctx context.Context, hd *holding, atLeast int64) error {
-	resp, err := d.readAtLeast(ctx, atLeast, hd.key, clientv3.WithKeysOnly())
-	if err != nil {
-		return err
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != hd.rev {
-		return fmt.Errorf("%w: our queue entry was deleted while waiting (lease expired or key removed)", driver.ErrUnavailable)
-	}
-	return nil
 }

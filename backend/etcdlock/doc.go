@@ -13,17 +13,17 @@
 // seconds) and, in one transaction, puts a key under the lock's prefix
 // attached to that lease and reads the lowest key. The key with the lowest
 // create revision holds the lock; the others wait in the order they
-// arrived, so waiting is always fair (FIFO). A waiter watches only the keys
-// directly ahead of it — the nearest and the one before that — so a
-// release reaches at most two waiters, not the whole queue, and the next
-// holder learns of its grant from the release's watch event alone, with no
-// further read. The
-// watches start at the server's current revision, so etcd pushes the event
-// the moment the release commits (see watch.go for why concurrency.Mutex is
-// slower there), and all watches of a driver share one gRPC stream. A
-// hand-off therefore costs the release's commit and one watch event. A
-// waiter keeps its lease alive while it waits, and a
-// waiter that gives up (its context ends) deletes its key.
+// arrived, so waiting is always fair (FIFO). A waiter watches only the key
+// directly ahead of it, so a release reaches one waiter, not the whole
+// queue; that waiter then reads its local member (no raft round trip) to
+// find nothing left ahead and its own key still there. The watches start
+// at the server's current revision, so etcd pushes the event the moment
+// the release commits (see watch.go for why concurrency.Mutex is slower
+// there), and all watches of a driver share one gRPC stream. A hand-off
+// therefore costs the release's commit, one watch event and one local
+// read. A waiter keeps its lease alive while it waits, and a waiter that
+// gives up (its context ends) deletes its key, which wakes the waiter
+// behind it to watch the next key ahead.
 //
 // TryLock puts its key only if the queue is empty, so a failed attempt
 // leaves nothing behind. Release deletes the key if it is still there (it

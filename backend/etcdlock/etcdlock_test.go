@@ -177,6 +177,51 @@ func TestQueueHoldsOnlyLiveEntries(t *testing.T) {
 	}
 }
 
+// TestWaiterWhoseEntryWasDeletedIsNotGranted: a waiter whose own queue
+// entry goes while it waits (deleted by hand here; a lease that lapsed
+// while the server was unreachable does the same) is not granted the lock
+// when the holder releases, although nothing is ahead of it any more: its
+// Lock fails with ErrUnavailable, and the lock is free for the next comer.
+func TestWaiterWhoseEntryWasDeletedIsNotGranted(t *testing.T) {
+	srv := startServer(t)
+	ctx := testContext(t)
+	eps := srv.Endpoints()
+	raw := newClient(t, eps)
+	holder := newLocker(t, eps)
+	l, err := holder.Mutex("entry").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		wl, err := newLocker(t, eps).Mutex("entry").Lock(ctx)
+		if err == nil {
+			_ = wl.Unlock(ctx)
+			err = fmt.Errorf("granted token %d", wl.Token())
+		}
+		waited <- err
+	}()
+	waitWaiters(t, holder, "entry", 1)
+	newest, err := raw.Get(ctx, etcdlock.DefaultPrefix, clientv3.WithLastCreate()...)
+	if err != nil || len(newest.Kvs) != 1 {
+		t.Fatalf("the waiter's key: %v, %v", newest, err)
+	}
+	if _, err := raw.Delete(ctx, string(newest.Kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Lock of the waiter whose entry was deleted: %v, want ErrUnavailable", err)
+	}
+	l2, err := newLocker(t, eps).Mutex("entry").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the waiter failed: %v", err)
+	}
+	_ = l2.Unlock(ctx)
+}
+
 func TestListFindsNamesByPrefix(t *testing.T) {
 	srv := startServer(t)
 	ctx := testContext(t)

@@ -102,10 +102,10 @@ func TestOpenUnreachableIsUnavailableWithoutPassword(t *testing.T) {
 	}
 }
 
-// TestOpenWithEtcdAuth enables etcd's authentication: the URL's user and
+// TestAuthUserLocksAndWrongOrNoPasswordIsRefused enables etcd's authentication: the URL's user and
 // password open a working client; a wrong password is refused, and no error
 // shows it.
-func TestOpenWithEtcdAuth(t *testing.T) {
+func TestAuthUserLocksAndWrongOrNoPasswordIsRefused(t *testing.T) {
 	srv := startServer(t)
 	ctx := testContext(t)
 	cli := newClient(t, srv.Endpoints())

@@ -28,12 +28,10 @@ import (
 // syncedWatch is a watch for the deletion of one key, started without
 // missing any event after a read that saw the key.
 type syncedWatch struct {
-	key       string
-	createRev int64
-	ch        clientv3.WatchChan
-	cancel    context.CancelFunc
-	gone      bool  // the key was already gone (or replaced) when the watch began
-	goneAt    int64 // the revision of the read that found it gone
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc
+	gone   bool  // the key was already gone (or replaced) when the watch began
+	goneAt int64 // the revision of the read that found it gone
 }
 
 // watchDeletion watches key, which a read at revision seenRev found with
@@ -41,7 +39,7 @@ type syncedWatch struct {
 // established; w.gone reports that the key is already gone.
 func (d *Driver) watchDeletion(ctx context.Context, key string, createRev, seenRev int64) (*syncedWatch, error) {
 	wctx, cancel := context.WithCancel(d.watchCtx(ctx))
-	w := &syncedWatch{key: key, createRev: createRev, cancel: cancel}
+	w := &syncedWatch{cancel: cancel}
 	w.ch = d.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	var created clientv3.WatchResponse
 	select {

@@ -14,6 +14,6 @@ func TestMain(m *testing.M) { dlocktest.Main(m) }
 func TestConformance(t *testing.T) {
 	srv := memlock.NewServer()
 	open := func(ctx context.Context, addrs []string) (driver.Driver, error) { return memlock.New(srv), nil }
-	t.Run("Plain", func(t *testing.T) { dlocktest.Run(t, dlocktest.Harness{Open: open}) })
-	t.Run("Fair", func(t *testing.T) { dlocktest.Run(t, dlocktest.Harness{Open: open, Fair: true}) })
+	t.Run("KeepsTheContract", func(t *testing.T) { dlocktest.Run(t, dlocktest.Harness{Open: open}) })
+	t.Run("KeepsTheContractGrantingInArrivalOrder", func(t *testing.T) { dlocktest.Run(t, dlocktest.Harness{Open: open, Fair: true}) })
 }

@@ -27,6 +27,20 @@ const (
 	pollMax       = time.Second
 	pendingPoll   = 2 * time.Millisecond // while a new holder's bell is being taken
 	pendingPolls  = 50                   // then back off as for a holder without a bell
+
+	// bellStartWait is how long connID waits for the bell connection on
+	// first use; past it the caller goes on without a bell (its waiters
+	// poll), rather than delay a grant on a slow server.
+	bellStartWait = 2 * time.Second
+	// bellConnectTimeout bounds opening the bell connection; the keeper
+	// tries again on the next change of the wanted set.
+	bellConnectTimeout = 5 * time.Second
+	// bellStopWait bounds Close's wait for the keeper to drop its bells;
+	// after it the server ends the connection's locks with the session.
+	bellStopWait = 10 * time.Second
+	// bellRetry is the keeper's pause after a failed round, when the
+	// session was dropped and must be opened again.
+	bellRetry = 100 * time.Millisecond
 )
 
 // heldPoll paces a waiter's looks at a lock whose holder has no bell.
@@ -79,7 +93,7 @@ func (b *bells) connID(ctx context.Context) uint64 {
 	select {
 	case <-b.ready:
 	case <-ctx.Done():
-	case <-time.After(2 * time.Second):
+	case <-time.After(bellStartWait):
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -148,7 +162,7 @@ func (b *bells) close() {
 	if started {
 		select {
 		case <-b.ended:
-		case <-time.After(10 * time.Second):
+		case <-time.After(bellStopWait):
 		}
 	}
 }
@@ -185,7 +199,7 @@ func (b *bells) run() {
 }
 
 func (b *bells) connect() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), bellConnectTimeout)
 	defer cancel()
 	c, err := b.db.Conn(ctx)
 	if err != nil {
@@ -281,7 +295,7 @@ func (b *bells) sync() time.Duration {
 	defer cancel()
 	if err := b.conn.QueryRowContext(ctx, sel.String()).Scan(dest...); err != nil {
 		b.disconnect() // the session's state is unknown: end it, and with it its bells
-		return 100 * time.Millisecond
+		return bellRetry
 	}
 	for _, bell := range drops {
 		delete(b.have, bell)

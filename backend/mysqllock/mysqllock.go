@@ -186,7 +186,7 @@ func configFromURL(ctx context.Context, u *url.URL) (*mysql.Config, []Option, er
 		cfg.Passwd, _ = u.User.Password()
 	}
 	if !q.Has("timeout") {
-		cfg.Timeout = 10 * time.Second
+		cfg.Timeout = DefaultOpTimeout // the dial too, unless the URL says otherwise
 	}
 	return cfg, opts, nil
 }

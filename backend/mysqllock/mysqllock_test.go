@@ -68,9 +68,9 @@ func (s server) sqlDB(t testing.TB) *sql.DB {
 	return db
 }
 
-// TestMariaDB starts one server and runs every test against it: starting
+// TestOnMariaDBServer starts one server and runs every test against it: starting
 // MariaDB takes seconds, and the restart tests need it to themselves.
-func TestMariaDB(t *testing.T) {
+func TestOnMariaDBServer(t *testing.T) {
 	// TLS is offered under a certificate for "localhost" alone, which a
 	// client verifies only if it checks the host it was given.
 	s := server{testenv.StartMariaDBTLS(t, "localhost")}

@@ -90,6 +90,10 @@ func (d *Driver) unregister(name string, ln *localName) {
 	}
 }
 
+// sessionOpenTimeout bounds opening a connection for a waiter's GET_LOCK:
+// the same bound as the driver's default dial timeout (DefaultOpTimeout).
+const sessionOpenTimeout = DefaultOpTimeout
+
 func (d *Driver) takeSession() (*waitSession, error) {
 	d.lmu.Lock()
 	if n := len(d.idle); n > 0 {
@@ -99,7 +103,7 @@ func (d *Driver) takeSession() (*waitSession, error) {
 		return s, nil
 	}
 	d.lmu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), sessionOpenTimeout)
 	defer cancel()
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
@@ -322,12 +326,24 @@ func (w *waiter) sleep(d time.Duration) bool {
 // statement has ended on the server. A statement that does not end by
 // itself at once is blocked in GET_LOCK: it is ended with KILL QUERY, and
 // its session is not reused.
+//
+// It first gives the statement stopGrace to end by itself (the usual case:
+// it was between two waits), then sends KILL QUERY every stopRetry, each
+// bounded by killTimeout, and gives up after stopBound, leaving the
+// session to the server's own timeouts.
+const (
+	stopGrace   = 30 * time.Millisecond
+	stopRetry   = 200 * time.Millisecond
+	killTimeout = 2 * time.Second
+	stopBound   = 10 * time.Second
+)
+
 func (w *waiter) stop() {
 	w.once.Do(func() {
 		close(w.stopped)
 		defer w.d.unregister(w.name, w.ln)
-		wait := 30 * time.Millisecond
-		deadline := time.Now().Add(10 * time.Second)
+		wait := stopGrace
+		deadline := time.Now().Add(stopBound)
 		for {
 			select {
 			case <-w.exited:
@@ -344,11 +360,11 @@ func (w *waiter) stop() {
 			}
 			w.mu.Unlock()
 			if s != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 				_, _ = w.d.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", s.id))
 				cancel()
 			}
-			wait = 200 * time.Millisecond
+			wait = stopRetry
 		}
 	})
 }

@@ -33,6 +33,21 @@ type session struct {
 // at for a sign that the server ended it.
 const watchEvery = 100 * time.Millisecond
 
+// connCheckTimeout bounds the small talk with a session's server that
+// holds no lock decision (a ping, a goodbye, the cancel request sent after
+// a deadline): a loopback or LAN server answers in milliseconds, and a
+// server that does not answer in a second is treated as gone.
+const connCheckTimeout = time.Second
+
+// leaseRetryMin and leaseRetryMax bound the pause of a session-mode waiter
+// whose name a lease-mode lease holds: the lease's remaining time says when
+// to look, but never busier than a round trip nor lazier than a second,
+// since the lease may be released before it expires.
+const (
+	leaseRetryMin = 10 * time.Millisecond
+	leaseRetryMax = time.Second
+)
+
 // watch fires x.lost as soon as the idle connection shows that the session
 // has ended (the server closed it, or sent the error that precedes the
 // close), so that a holder whose connection was cut learns of it within
@@ -64,7 +79,7 @@ func (x *session) watch() {
 			case closed:
 				ended = true
 			case data:
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), connCheckTimeout)
 				ended = x.conn.Ping(ctx) != nil && x.conn.IsClosed()
 				cancel()
 			}
@@ -121,7 +136,7 @@ func (s *sessionSet) park(c *pgx.Conn) {
 }
 
 func closeConn(c *pgx.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), connCheckTimeout)
 	defer cancel()
 	c.Close(ctx)
 }
@@ -182,7 +197,7 @@ func sessionConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
 	// Statements go unprepared, each batch in one round trip.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: connCheckTimeout}
 	}
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
@@ -203,7 +218,7 @@ func (d *Driver) acquireSession(ctx context.Context, req driver.Request) (driver
 		}
 		// The advisory lock was ours but a lease of the table (a client in
 		// lease mode) holds the name: wait for it to end.
-		t := time.NewTimer(driver.Jitter(min(max(retryAfter, 10*time.Millisecond), time.Second)))
+		t := time.NewTimer(driver.Jitter(min(max(retryAfter, leaseRetryMin), leaseRetryMax)))
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -65,8 +65,8 @@ type clusterClosing struct {
 
 func (c clusterClosing) Close() error { c.Driver.Close(); return c.rdb.Close() }
 
-// TestCluster runs everything against one three-master Redis Cluster.
-func TestCluster(t *testing.T) {
+// TestOnThreeMasterCluster runs everything against one three-master Redis Cluster.
+func TestOnThreeMasterCluster(t *testing.T) {
 	cl := testenv.StartRedisCluster(t, 3)
 	t.Run("Conformance", func(t *testing.T) {
 		dlocktest.Run(t, clusterHarness(cl, false))

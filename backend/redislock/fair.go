@@ -157,12 +157,17 @@ func (d *Driver) attemptContext(ctx context.Context) (context.Context, context.C
 	return context.WithTimeout(context.WithoutCancel(ctx), d.waiterTTL)
 }
 
+// giveUpTimeout bounds leaving the queue after the caller's context ended:
+// one script call, so a second is ample; past it the place expires on its
+// own after the waiter TTL.
+const giveUpTimeout = time.Second
+
 // giveUp takes the owner out of the queue, passing on a lock that was
 // granted or handed to it meanwhile, so that a cancelled Lock leaves
 // nothing behind. If Redis cannot be reached, the place expires after the
 // waiter TTL, and a lock after its TTL.
 func (d *Driver) giveUp(ctx context.Context, k *redisscript.Keys, owner string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
 	defer cancel()
 	_ = k.LeaveQueue(cctx, d.rdb, owner, d.wake)
 }

@@ -88,7 +88,10 @@ func open(t *testing.T, rawURL string, opts ...dlock.Option) *dlock.Client {
 	return c
 }
 
-func TestPasswordAndACLUser(t *testing.T) {
+// TestPasswordOrACLUserLocksAndWrongCredentialsAreRefused: the server's
+// password and an ACL user each open a client that locks; a wrong
+// password, or none, is ErrUnavailable without the password in it.
+func TestPasswordOrACLUserLocksAndWrongCredentialsAreRefused(t *testing.T) {
 	srv := testenv.StartRedis(t, testenv.RedisPassword("s3cret"),
 		testenv.RedisUser("locker", "pw-of-locker", "~dlock:*", "&dlock:*", "+@all"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -89,7 +88,7 @@ func (d *Driver) check(ctx context.Context) error {
 	if d.err != nil {
 		return d.err
 	}
-	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
+	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
 		return reply{ok: true, err: n.rdb.Ping(ctx).Err()}
 	})
 	t := count(rs)

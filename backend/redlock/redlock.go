@@ -25,6 +25,11 @@ const MinTTL = 100 * time.Millisecond
 // 1% of the TTL plus 2ms, as in the Redlock description.
 func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
+// adminCallTimeout bounds one node's part of a call that holds no lease
+// (ping, release, inspect, break): no TTL bounds those, and a node slower
+// than this counts as failed, so the quorum answers without it.
+const adminCallTimeout = 5 * time.Second
+
 // nodeTimeout bounds one call to one node.
 func nodeTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl/5, 50*time.Millisecond), 2*time.Second)
@@ -298,7 +303,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 			}
 			// The lock expired on nodes before the rounds were done: the TTL
 			// is too short for these nodes' latency. Try again.
-			return driver.Grant{}, driver.Jitter(5 * time.Millisecond), driver.ErrNotAcquired
+			return driver.Grant{}, driver.Jitter(expiredRetry), driver.ErrNotAcquired
 		}
 		return driver.Grant{Token: token, Since: start, TTL: req.TTL - Drift(req.TTL)}, 0, nil
 	}
@@ -338,8 +343,18 @@ func retryAfter(rs []reply, t tally, quorum int) time.Duration {
 	if need := quorum - t.ok; need > 0 && need <= len(pttls) {
 		return time.Duration(pttls[need-1]) * time.Millisecond
 	}
-	return driver.Jitter(10 * time.Millisecond)
+	return driver.Jitter(unknownExpiryRetry)
 }
+
+const (
+	// expiredRetry is the pause before acquiring again when the lock expired
+	// on some nodes while the rounds ran: short, since the next try may
+	// well be quick enough.
+	expiredRetry = 5 * time.Millisecond
+	// unknownExpiryRetry is the pause when no node's remaining TTL says when
+	// the lock frees: about one round trip to a loopback or LAN node.
+	unknownExpiryRetry = 10 * time.Millisecond
+)
 
 // abandon releases a partial or late acquire on every node (a node may
 // have set the lock although its reply was lost).
@@ -372,7 +387,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 // Release deletes the lock on every node that holds it for this owner.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	k := d.keys(h.Name)
-	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
+	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
 		ok, err := k.Release(ctx, n.rdb, h.Owner, redisscript.WakeAny)
 		return reply{ok: ok, err: err}
 	})
@@ -455,7 +470,7 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	}
 	k := d.keys(name)
 	states := make([]redisscript.State, len(d.nodes))
-	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
+	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
 		st, err := k.Read(ctx, n.rdb)
 		if err == nil {
 			states[n.idx] = st
@@ -530,7 +545,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 		return d.err
 	}
 	k := d.keys(name)
-	rs := d.each(ctx, nil, 5*time.Second, func(ctx context.Context, n *node) reply {
+	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
 		ok, err := k.Break(ctx, n.rdb, redisscript.WakeAny)
 		return reply{ok: ok, err: err}
 	})

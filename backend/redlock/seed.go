@@ -60,6 +60,11 @@ const (
 	reseedBackoff = time.Second
 )
 
+// seedRetry is the back-off between attempts at reading the counters of
+// the locks still pending in a seeding: doubling from a round trip,
+// capped so that a seeding keeps going while a node restarts.
+var seedRetry = driver.Backoff{Base: 10 * time.Millisecond, Cap: 500 * time.Millisecond}
+
 func (d *Driver) stateKey() string { return d.prefix + ":fence-state" }
 
 // describeState says what a node's fence state means, for errors.
@@ -269,7 +274,7 @@ func (d *Driver) readCounters(ctx context.Context, sources []int, need int, trus
 	out := make(map[string]int64, len(pending))
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt > 0 {
-			wait := time.NewTimer(min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond))
+			wait := time.NewTimer(seedRetry.Delay(attempt))
 			select {
 			case <-ctx.Done():
 				wait.Stop()

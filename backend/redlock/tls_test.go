@@ -18,7 +18,7 @@ import (
 // ca= (here a bundle of the three nodes' CAs). A node whose certificate
 // the client cannot verify, a wrong password and a plain-text URL with
 // ca= are clear errors that do not quote the password.
-func TestTLSNodesWithACLUser(t *testing.T) {
+func TestTLSWithACLUserLocksAndMisconfigurationIsAClearError(t *testing.T) {
 	var nodes []*testenv.Redis
 	var bundle []byte
 	for range 3 {

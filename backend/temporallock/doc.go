@@ -67,16 +67,11 @@
 // Many waiters: Temporal admits a limited number of updates in flight on
 // one workflow (history.maxInFlightUpdates, 10 by default), and a wait held
 // open is one; an update refused for the limit is retried by the SDK after
-// 400ms, 800ms, …. Updates are also what a busy mutex workflow chokes on:
-// each runs a workflow task, and in the slow runs of a 32-worker benchmark
-// the server aborted updates in flight by the hundreds ("workflow update
-// was aborted", retried by the SDK too) while workers replayed the history
-// — in server 1.29, a speculative workflow task whose completion fails
-// ("Workflow task not found") makes the server clear the workflow's cached
-// state, which aborts every update not yet completed. The lock meanwhile
-// sits granted to a waiter that does not know it. So dlock keeps updates
-// few and below the limit. Only the first four client waiters in the queue
-// hold their waits open. A waiter behind them gets an immediate "queued"
+// 400ms, 800ms, …. Each update also runs a workflow task, and when a
+// speculative task fails the server aborts every update in flight, which
+// can leave the lock granted to a waiter that never hears of it. So dlock
+// keeps updates few and below the limit. Only the first four client
+// waiters in the queue hold their waits open. A waiter behind them gets an immediate "queued"
 // with a time to ask again: about when the grants ahead of it should be
 // done, at least 250ms and at most a wait slice (see above). A grant is
 // expected to take the recent turnover (hold plus hand-over), or, once the

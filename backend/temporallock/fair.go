@@ -121,7 +121,7 @@ func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Gr
 			return driver.Grant{}, unavailable(ctx, "wait "+strconv.Quote(req.Name), err)
 		}
 		rep = reply{Status: stQueued}
-		if !d.pauseQueued(ctx, req, 500*time.Millisecond) {
+		if !d.pauseQueued(ctx, req, unreachablePause) {
 			return driver.Grant{}, ctx.Err()
 		}
 	}
@@ -143,6 +143,11 @@ func (d *Driver) pauseQueued(ctx context.Context, req driver.Request, wait time.
 
 // placeTimeout bounds one "place" query.
 const placeTimeout = 5 * time.Second
+
+// unreachablePause is how long a queued waiter whose request failed waits
+// before asking again: the server was reachable a moment ago (reachable
+// said so), so it is likely back within a few hundred milliseconds.
+const unreachablePause = 500 * time.Millisecond
 
 // pollPlace waits, for a queued waiter too far back to hold a wait open,
 // until it should send its next "wait": rep.RetryAfter, and while the
@@ -216,7 +221,7 @@ func (d *Driver) acquireDetached(ctx context.Context, req driver.Request, ar acq
 			d.leaveQueue(req, nil)
 			return reply{}, unavailable(ctx, "acquire "+strconv.Quote(req.Name), err)
 		}
-		if !d.pauseQueued(ctx, req, 500*time.Millisecond) {
+		if !d.pauseQueued(ctx, req, unreachablePause) {
 			return reply{}, ctx.Err()
 		}
 	}
@@ -260,13 +265,17 @@ func (d *Driver) leaveQueue(req driver.Request, after <-chan struct{}) {
 	_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
 }
 
-// leaveBound bounds leaveQueue: 5s, room for a release whose workflow task
+// leaveTimeout is the most a cancelled waiter spends leaving the queue
+// (see leaveBound).
+const leaveTimeout = 5 * time.Second
+
+// leaveBound bounds leaveQueue: leaveTimeout, room for a release whose workflow task
 // went to a worker that vanished and is run again elsewhere after
 // workflowTaskTimeout; but no more than the TTL, after which the entry
 // left behind has expired (or will with the lease it was granted), so
 // that waiting longer would only delay the caller.
 func leaveBound(ttl time.Duration) time.Duration {
-	return min(5*time.Second, ttl)
+	return min(leaveTimeout, ttl)
 }
 
 func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq) (reply, error) {

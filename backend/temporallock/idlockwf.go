@@ -81,9 +81,14 @@ func IDLockWorkflow(ctx workflow.Context, s idLockState) error {
 // awaitHandlersFinished waits until no update handler is running, before
 // the run continues as new. It looks again every half second: a handler's
 // end is not an event that re-evaluates an Await condition by itself.
+// handlersRecheck is how often awaitHandlersFinished looks again: often
+// enough not to delay a continue-as-new noticeably, seldom enough to add
+// few timers to the history.
+const handlersRecheck = 500 * time.Millisecond
+
 func awaitHandlersFinished(ctx workflow.Context) error {
 	for !workflow.AllHandlersFinished(ctx) {
-		if _, err := workflow.AwaitWithTimeout(ctx, 500*time.Millisecond, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		if _, err := workflow.AwaitWithTimeout(ctx, handlersRecheck, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 			return err
 		}
 	}

@@ -97,6 +97,16 @@ func (l *idLocker) Release(ctx context.Context, h driver.Held) error {
 	return nil
 }
 
+const (
+	// freeNamePoll is how often a waiter looks for a new lock run while
+	// the name is free: the waiter itself tries to start one meanwhile, so
+	// this only catches another client's run that started first.
+	freeNamePoll = 250 * time.Millisecond
+	// describeRetry is the pause after a failed describe, longer so that an
+	// unreachable server is not asked four times a second per waiter.
+	describeRetry = time.Second
+)
+
 // Subscribe wakes the waiter each time the running lock run ends, by
 // long-polling for its close event: no fixed-interval poll while the lock
 // is held. While the name is free it looks every quarter second for a new
@@ -115,7 +125,7 @@ func (l *idLocker) Subscribe(ctx context.Context, name string) (<-chan struct{},
 		defer stop()
 		woken := "" // the run whose end we last reported
 		for sctx.Err() == nil {
-			pause := driver.Jitter(250 * time.Millisecond)
+			pause := driver.Jitter(freeNamePoll)
 			desc, err := (*Driver)(l).describe(sctx, id, "")
 			run := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 			switch {
@@ -130,7 +140,7 @@ func (l *idLocker) Subscribe(ctx context.Context, name string) (<-chan struct{},
 				woken = run
 				notify()
 			case err != nil && !isNotFound(err):
-				pause = driver.Jitter(time.Second)
+				pause = driver.Jitter(describeRetry)
 			}
 			select {
 			case <-sctx.Done():

@@ -177,21 +177,14 @@ const probeVersion = "probe-workflow-waiters"
 const longPolls = 4
 
 // queryFrom is how many client waiters must be ahead of a polling waiter
-// for it to poll by query rather than by update. Updates are what a busy
-// mutex workflow chokes on: each one runs a workflow task (a speculative
-// one when none is pending), more than the limit in flight are refused
-// and retried by the SDK after 400ms, 800ms, …, and in the slow runs of
-// the 32-worker benchmark the server aborted updates in flight by the
-// hundreds ("workflow update was aborted") while workers replayed the
-// history: in server 1.29, a speculative workflow task whose completion
-// fails ("Workflow task not found") makes the server clear the workflow's
-// cached state, which aborts every update not yet completed, and the
-// worker evicts the workflow. The lock meanwhile sits granted to a waiter
-// that does not know it. So the waiters just behind the long-polling ones
-// poll by update (an update that finds its waiter among the first holds
-// the wait open at once: no second round trip), and those farther back by
-// the "place" query, which takes no update slot and adds nothing to the
-// history: half the updates per grant, and the aborts all but gone.
+// for it to poll by the "place" query rather than by update. Keep updates
+// few on a busy mutex workflow: each runs a workflow task, more than the
+// server's limit in flight are refused, and a speculative task that fails
+// makes the server abort every update in flight, leaving the lock granted
+// to a waiter that never hears of it. A query takes no update slot and adds
+// nothing to the history. The waiters just behind the long-polling ones
+// still poll by update, because an update that finds its waiter among the
+// first holds the wait open at once, saving a round trip.
 const queryFrom = longPolls + 3
 
 // minPoll is the shortest interval between a polling waiter's requests.

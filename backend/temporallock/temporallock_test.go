@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { dlocktest.Main(m) }
 // trip on a busy two-core machine can take a while.
 const testTTL = 10 * time.Second
 
-// server is the one Temporal dev server of a TestTemporal run.
+// server is the one Temporal dev server of a TestOnTemporalDevServer run.
 type server struct {
 	*testenv.Temporal
 }
@@ -96,9 +96,9 @@ func waitReady(t testing.TB, srv server) {
 	}
 }
 
-// TestTemporal runs every test that needs a server against one dev server
+// TestOnTemporalDevServer runs every test that needs a server against one dev server
 // (it takes seconds to start), one after the other.
-func TestTemporal(t *testing.T) {
+func TestOnTemporalDevServer(t *testing.T) {
 	srv := startServer(t)
 	for _, mode := range []Mode{ModeFair, ModeID} {
 		t.Run("Conformance/"+string(mode), func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestTemporal(t *testing.T) {
 	t.Run("IDLeaseSurvivesContinueAsNew", func(t *testing.T) { testIDContinueAsNew(t, srv) })
 	t.Run("WorkerKilledWhileHoldingLock", func(t *testing.T) { testWorkerKilled(t, srv) })
 	t.Run("WorkflowLock", func(t *testing.T) { testWorkflowLock(t, srv) })
-	t.Run("MoreWaitersThanInFlightUpdates", func(t *testing.T) { testManyWaiters(t, srv) })
+	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
 	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })

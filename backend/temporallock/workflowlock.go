@@ -77,6 +77,16 @@ func (l *WorkflowLease) Unlock(ctx workflow.Context) error {
 	return workflow.SignalExternalWorkflow(ctx, l.mutexID, "", sigRelease, ownerReq{Owner: l.owner}).Get(ctx, nil)
 }
 
+const (
+	// requestTimeout bounds one attempt of the local activity that asks the
+	// mutex workflow for the lock: it only enqueues (the grant comes as a
+	// signal), so this is far above a healthy round trip.
+	requestTimeout = 30 * time.Second
+	// requestRetryCap caps the back-off between its attempts, so a
+	// workflow waiting for a lock notices a recovered server within seconds.
+	requestRetryCap = 5 * time.Second
+)
+
 // Lock takes the fair-mode lock name from inside a workflow, waiting in the
 // same FIFO queue as clients that use dlock.Open("temporal://…") or New, and
 // returns its lease. It is deterministic and replay-safe: the owner key is
@@ -122,8 +132,8 @@ func Lock(ctx workflow.Context, name string, opts WorkflowLockOptions) (*Workflo
 	grants := workflow.GetSignalChannel(ctx, sigGrantPrefix+owner)
 
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 5 * time.Second},
+		StartToCloseTimeout: requestTimeout,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: requestRetryCap},
 	})
 	if err := workflow.ExecuteLocalActivity(lctx, requestLock, mutexID, opts.TaskQueue, name, req).Get(lctx, nil); err != nil {
 		return nil, err

@@ -158,7 +158,7 @@ func replay(t *testing.T, files []string) {
 }
 
 // TestReplayRecordedHistories replays histories recorded from real runs
-// (testdata, written by go test -run TestTemporal/WorkflowLock
+// (testdata, written by go test -run TestOnTemporalDevServer/WorkflowLock
 // -update-histories): a change to the lock workflows or the workflow-side
 // API that is not replay-compatible fails here.
 func TestReplayRecordedHistories(t *testing.T) {

@@ -46,9 +46,9 @@ func openURL(t testing.TB, raw string) *Driver {
 	return d
 }
 
-// TestStandalone runs the conformance suite and the ZooKeeper-specific tests
+// TestOnStandaloneServer runs the conformance suite and the ZooKeeper-specific tests
 // against one standalone server, started once for all of them.
-func TestStandalone(t *testing.T) {
+func TestOnStandaloneServer(t *testing.T) {
 	z := testenv.StartZooKeeper(t, testenv.ZooKeeperOptions{})
 	query := "session_timeout=" + testSession.String()
 	open := func(t testing.TB, root string) *Driver { return openURL(t, zkURL(z.Addrs(), root, query)) }
@@ -173,10 +173,10 @@ func TestOpenRejectsBadURLsWithoutShowingThePassword(t *testing.T) {
 	}
 }
 
-// TestEnsemble runs the conformance suite against a 3-server ensemble on
+// TestOnThreeServerEnsemble runs the conformance suite against a 3-server ensemble on
 // loopback, asks a lagging follower, and stops the leader while locks are
 // held and taken.
-func TestEnsemble(t *testing.T) {
+func TestOnThreeServerEnsemble(t *testing.T) {
 	z := testenv.StartZooKeeperEnsemble(t, 3, testenv.ZooKeeperOptions{})
 	query := "session_timeout=" + testSession.String()
 	open := func(t testing.TB, root string) *Driver { return openURL(t, zkURL(z.Addrs(), root, query)) }

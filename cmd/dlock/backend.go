@@ -104,7 +104,7 @@ func (bf *backendFlags) ownOrEmbedded(ctx context.Context, env *cmdEnv, log io.W
 		return nil, err
 	}
 	fmt.Fprintf(log, "starting a throwaway embedded etcd node in %s …\n", dir)
-	ctx, cancel := context.WithTimeout(ctx, max(bf.timeout, 30*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, max(bf.timeout, embeddedStartMin))
 	defer cancel()
 	node, err := startEmbeddedBounded(ctx, dir, "", "")
 	if err != nil {
@@ -157,6 +157,11 @@ func (b *backend) failed(err error) error {
 	}
 	return err
 }
+
+// embeddedStartMin is the least time a throwaway embedded etcd gets to
+// start, whatever -timeout says: an empty node starts within seconds, but
+// on a loaded machine its first disk syncs can take several.
+const embeddedStartMin = 30 * time.Second
 
 // startEmbeddedBounded is startEmbedded that returns when ctx ends even if
 // the server's start is stuck (etcd waits for its database's file lock

@@ -306,7 +306,7 @@ func (f *benchFlags) benchWorker(ctx context.Context, c *dlock.Client, name stri
 		if err != nil {
 			if ctx.Err() == nil {
 				fail(err)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(failedLockPause)
 			}
 			continue
 		}
@@ -360,7 +360,7 @@ func showProgress(w io.Writer, phase string, start time.Time, d time.Duration, t
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(200 * time.Millisecond)
+		t := time.NewTicker(progressEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -410,3 +410,13 @@ func (l latency) columns() [3]string {
 func fmtMS(v float64) string {
 	return round(time.Duration(v * float64(time.Millisecond))).String()
 }
+
+const (
+	// failedLockPause is a bench worker's pause after a failed Lock, so
+	// that a backend that fails at once is not hammered in a tight loop
+	// while the failure is counted.
+	failedLockPause = 10 * time.Millisecond
+	// progressEvery is how often the progress line is redrawn: five times
+	// a second reads as live without flicker.
+	progressEvery = 200 * time.Millisecond
+)

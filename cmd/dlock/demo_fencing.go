@@ -59,6 +59,24 @@ type fencingEvent struct {
 	Detail string        `json:"detail,omitempty"`
 }
 
+// The fencing demo's bounds: generous, so that a slow machine or backend
+// slows the story down rather than breaking it.
+const (
+	// fencingCallTimeout bounds one step that should take milliseconds: a
+	// request to the store, a holder's stop after SIGSTOP, an Unlock.
+	fencingCallTimeout = 10 * time.Second
+	// fencingEventTimeout bounds the wait for a holder's next event, which
+	// may include waiting out holder 1's TTL.
+	fencingEventTimeout = time.Minute
+	// fencingExitWait bounds the wait for a holder process to exit.
+	fencingExitWait = 30 * time.Second
+	// fencingHolderLimit bounds a holder process's whole life.
+	fencingHolderLimit = 2 * time.Minute
+	// fencingBeat is the pause before holder 1 resumes, so that a reader
+	// sees holder 2's release before the stale write.
+	fencingBeat = 500 * time.Millisecond
+)
+
 func fencingCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	var bf backendFlags
 	fs := newFlagSet("dlock demo fencing", fencingUsage, env.stdout)
@@ -87,7 +105,7 @@ func fencingCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: store, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: store, ReadHeaderTimeout: fencingCallTimeout}
 	go srv.Serve(ln)
 	defer srv.Close()
 
@@ -142,8 +160,8 @@ func (d *fencingDemo) run(ctx context.Context) error {
 	h1.signal(syscall.SIGSTOP)
 	// Tell it to write only once it is stopped: a thread that has not yet
 	// taken the stop could read the word and write before holder 2 asks.
-	if !waitStopped(h1.pid(), 10*time.Second) {
-		return fmt.Errorf("holder 1 (pid %d) did not stop within 10s of SIGSTOP", h1.pid())
+	if !waitStopped(h1.pid(), fencingCallTimeout) {
+		return fmt.Errorf("holder 1 (pid %d) did not stop within %v of SIGSTOP", h1.pid(), fencingCallTimeout)
 	}
 	d.say("", "holder 1 is PAUSED (SIGSTOP) between its check and its write —")
 	d.say("", "as by a long GC pause; its lease renewals stop too")
@@ -177,7 +195,7 @@ func (d *fencingDemo) run(ctx context.Context) error {
 	d.say("holder 2", "released the lock")
 	h2.wait()
 
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(fencingBeat)
 	d.say("", "holder 1 RESUMES (SIGCONT), still sure it holds the lock, and writes")
 	h1.signal(syscall.SIGCONT)
 	if ev, err = h1.next(ctx, "wrote"); err != nil {
@@ -255,7 +273,7 @@ func (h *holderProc) signal(sig syscall.Signal) { _ = syscall.Kill(h.pid(), sig)
 
 // next waits for the holder's event of the given kind.
 func (h *holderProc) next(ctx context.Context, kind string) (fencingEvent, error) {
-	timeout := time.After(time.Minute)
+	timeout := time.After(fencingEventTimeout)
 	for {
 		select {
 		case ev := <-h.events:
@@ -278,7 +296,7 @@ func (h *holderProc) next(ctx context.Context, kind string) (fencingEvent, error
 func (h *holderProc) wait() {
 	select {
 	case <-h.exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(fencingExitWait):
 	}
 }
 
@@ -350,7 +368,7 @@ func fencingHolder(ctx context.Context, env *cmdEnv, args []string) error {
 		emit(fencingEvent{Event: "error", Detail: oneLine(err)})
 		return exitStatus(1)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, fencingHolderLimit)
 	defer cancel()
 	c, err := dlock.Open(ctx, os.Getenv("DLOCK_BACKEND"))
 	if err != nil {
@@ -387,7 +405,7 @@ func fencingHolder(ctx context.Context, env *cmdEnv, args []string) error {
 		case <-time.After(*ttl):
 		}
 	}
-	uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+	uctx, ucancel := context.WithTimeout(context.Background(), fencingCallTimeout)
 	defer ucancel()
 	switch err := l.Unlock(uctx); {
 	case err == nil:

@@ -172,7 +172,7 @@ func raceWorkers(ctx context.Context, b *backend, n int, name, store string) ([]
 		}()
 	}
 	barrierR.Close() // the workers hold it now
-	timeout := time.After(2 * time.Minute)
+	timeout := time.After(seckillRunLimit)
 	for range n {
 		select {
 		case err := <-ready:
@@ -293,6 +293,23 @@ func writeStock(path string, n int) error {
 	return os.Rename(tmp, path)
 }
 
+// The seckill demo's bounds: generous, so that a slow machine or backend
+// shows in the report as waits, not as failures.
+const (
+	// seckillRunLimit bounds the whole sale, every worker included.
+	seckillRunLimit = 2 * time.Minute
+	// seckillOpenTimeout bounds a worker's dlock.Open.
+	seckillOpenTimeout = 30 * time.Second
+	// seckillTTL is the lease of a buyer: far above a purchase's few
+	// milliseconds, so that no lease runs out during one.
+	seckillTTL = 10 * time.Second
+	// seckillLockTimeout bounds a buyer's wait for its turn: up to 1000
+	// workers queue, each holding for tens of milliseconds.
+	seckillLockTimeout = time.Minute
+	// seckillUnlockTimeout bounds a buyer's Unlock.
+	seckillUnlockTimeout = 10 * time.Second
+)
+
 // seckillWorker is one buyer: a process started by "dlock demo seckill".
 func seckillWorker(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet(seckillWorkerCmd, "", env.stdout)
@@ -307,7 +324,7 @@ func seckillWorker(ctx context.Context, env *cmdEnv, args []string) error {
 	report := func() error { return json.NewEncoder(env.stdout).Encode(res) }
 	var m *dlock.Mutex
 	if !*noLock {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, seckillOpenTimeout)
 		defer cancel()
 		c, err := dlock.Open(cctx, os.Getenv("DLOCK_BACKEND"))
 		if err == nil {
@@ -319,7 +336,7 @@ func seckillWorker(ctx context.Context, env *cmdEnv, args []string) error {
 			res.Err = oneLine(err)
 			return report()
 		}
-		m = c.Mutex(*name, dlock.WithTTL(10*time.Second))
+		m = c.Mutex(*name, dlock.WithTTL(seckillTTL))
 	}
 	fmt.Fprintln(env.stdout, "ready")
 	io.Copy(io.Discard, os.NewFile(3, "barrier")) // EOF: the race starts
@@ -327,7 +344,7 @@ func seckillWorker(ctx context.Context, env *cmdEnv, args []string) error {
 	start := time.Now()
 	var lease *dlock.Lease
 	if m != nil {
-		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		lctx, cancel := context.WithTimeout(ctx, seckillLockTimeout)
 		defer cancel()
 		l, err := m.Lock(lctx)
 		if err != nil {
@@ -352,7 +369,7 @@ func seckillWorker(ctx context.Context, env *cmdEnv, args []string) error {
 		res.Bought = true
 	}
 	if lease != nil {
-		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		uctx, cancel := context.WithTimeout(ctx, seckillUnlockTimeout)
 		defer cancel()
 		if err := lease.Unlock(uctx); err != nil {
 			res.Err = oneLine(err)

@@ -126,7 +126,7 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 
-	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, devStartTimeout)
 	node, err := startEmbeddedBounded(sctx, *dataDir, *listen, password)
 	cancel()
 	if err != nil {
@@ -263,3 +263,9 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	}
 	return func() { f.Close() }, nil
 }
+
+// devStartTimeout bounds the start of dlock dev's node: more than a
+// throwaway node gets (embeddedStartMin), since it may first replay a
+// large data directory; a start stuck longer (another etcd holding the
+// database's file lock) is reported rather than waited on.
+const devStartTimeout = 60 * time.Second

@@ -73,24 +73,34 @@ func dieOf(sig syscall.Signal) {
 	var dfl [4]uint64
 	setDisposition(sig, &dfl)
 	_ = syscall.Kill(os.Getpid(), sig)
-	time.Sleep(100 * time.Millisecond) // the signal is delivered before Kill returns; this is a bound
+	time.Sleep(signalBound) // the signal is delivered before Kill returns; this is a bound
 }
 
 // waitStopped waits, at most timeout, until every thread of process pid is
 // stopped (by SIGSTOP). kill(2) only starts a stop: until each thread has
 // taken it, the others run on. Without /proc it waits 100ms and trusts
-// that to be enough.
+// that (signalBound) to be enough.
 func waitStopped(pid int, timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		stopped, ok := procfs.AllThreadsStopped(pid)
 		if !ok {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(signalBound)
 			return true
 		}
 		if stopped || time.Now().After(deadline) {
 			return stopped
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(threadStopPoll)
 	}
 }
+
+const (
+	// signalBound is how long dlock trusts a signal it sent to take effect
+	// where it cannot look (no /proc): delivery takes microseconds, so a
+	// tenth of a second is ample.
+	signalBound = 100 * time.Millisecond
+	// threadStopPoll is how often waitStopped looks at the threads: a
+	// stop takes effect within a scheduler tick.
+	threadStopPoll = 2 * time.Millisecond
+)

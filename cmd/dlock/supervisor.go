@@ -149,6 +149,20 @@ type reaped struct {
 	ws  syscall.WaitStatus
 }
 
+const (
+	// parentCheckEvery is how often the supervisor looks whether dlock
+	// itself was stopped (Ctrl-Z reached it, not CMD), to stop CMD's
+	// processes too: a tenth of a second is below what a user notices.
+	parentCheckEvery = 100 * time.Millisecond
+	// killRepeat is how often SIGKILL is sent again to what is left of the
+	// tree, for processes forked while the others were being killed.
+	killRepeat = 20 * time.Millisecond
+	// stopWait is how long stopTree gives the tree to stop on the catchable
+	// signal before SIGSTOP, polling every stopPoll.
+	stopWait = time.Second
+	stopPoll = 5 * time.Millisecond
+)
+
 func (s *supervisor) loop(cmd int, grace time.Duration, ctl *os.File, sigs <-chan os.Signal) {
 	children := make(chan reaped, 16)
 	go func() {
@@ -173,7 +187,7 @@ func (s *supervisor) loop(cmd int, grace time.Duration, ctl *os.File, sigs <-cha
 		}
 		close(lines) // EOF: dlock is gone
 	}()
-	poll := time.NewTicker(100 * time.Millisecond)
+	poll := time.NewTicker(parentCheckEvery)
 	defer poll.Stop()
 	var killAt, killTick <-chan time.Time
 	terminate := func() {
@@ -201,13 +215,13 @@ func (s *supervisor) loop(cmd int, grace time.Duration, ctl *os.File, sigs <-cha
 		case line, ok := <-lines:
 			if !ok {
 				lines = nil
-				killAt, killTick = nil, time.Tick(20*time.Millisecond)
+				killAt, killTick = nil, time.Tick(killRepeat)
 				s.signalTree(syscall.SIGKILL, false)
 				continue
 			}
 			s.command(line, terminate)
 		case <-killAt:
-			killAt, killTick = nil, time.Tick(20*time.Millisecond)
+			killAt, killTick = nil, time.Tick(killRepeat)
 			s.signalTree(syscall.SIGKILL, false)
 		case <-killTick:
 			// Until wait4 says no child is left: a process that forked
@@ -290,14 +304,14 @@ func (s *supervisor) signalTree(sig syscall.Signal, outside bool) {
 
 // stopTree stops every descendant: sig (SIGTSTP, SIGTTIN or SIGTTOU) first,
 // so that a program that catches it can restore the terminal and stop
-// itself; SIGSTOP to those still running a second later.
+// itself; SIGSTOP to those still running stopWait later.
 func (s *supervisor) stopTree(sig syscall.Signal, outside bool) {
 	s.signalTree(sig, outside)
 	for _, force := range []bool{false, true} {
 		if force {
 			s.signalTree(syscall.SIGSTOP, false)
 		}
-		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(stopWait); time.Now().Before(deadline); time.Sleep(stopPoll) {
 			if s.allStopped() {
 				return
 			}

@@ -230,18 +230,28 @@ func addrOrFree(addr string) (string, error) {
 	return l.Addr().String(), nil
 }
 
+const (
+	// authSetupTimeout bounds enabling authentication on the server just
+	// started: a few writes and bcrypt runs, which take seconds at most
+	// even under the race detector.
+	authSetupTimeout = 30 * time.Second
+	// localDialTimeout bounds the connection to the server in this
+	// process, on loopback.
+	localDialTimeout = 5 * time.Second
+)
+
 // enableAuth makes root's password cfg.RootPassword and enables
 // authentication, unless it is enabled already; then it checks that root
 // logs in with that password.
 func enableAuth(ctx context.Context, cfg Config) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, authSetupTimeout)
 	defer cancel()
 	fail := func(err error) error {
 		return fmt.Errorf("etcdserver: enable authentication of the etcd in %s: %w", cfg.Dir, err)
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{cfg.ClientAddr}, Username: "root", Password: cfg.RootPassword,
-		DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop(),
+		DialTimeout: localDialTimeout, Context: ctx, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrAuthFailed) {

@@ -173,6 +173,11 @@ func (h *Hub) connect(ctx context.Context, channel string) error {
 // (go-redis then subscribes its channels again).
 const pingEvery = 5 * time.Second
 
+// unsubscribeTimeout bounds dropping idle channels: one command, and if it
+// does not go through the channels stay subscribed until the next check,
+// which costs only a few unneeded messages.
+const unsubscribeTimeout = 5 * time.Second
+
 // reconnectBackoff paces the reads of a pub/sub connection that keeps
 // failing (go-redis reconnects it on the next read).
 var reconnectBackoff = driver.Backoff{Base: 50 * time.Millisecond, Cap: time.Second, Jitter: 0.5}
@@ -329,7 +334,7 @@ func (h *Hub) linger() {
 			}
 		}
 		if len(idle) > 0 && h.ps != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 			_ = h.ps.Unsubscribe(ctx, idle...)
 			cancel()
 		}

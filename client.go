@@ -1,0 +1,87 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Client is a connection to one backend. It is safe for concurrent use.
+type Client struct {
+	d    driver.Driver
+	caps driver.Capabilities
+	o    options
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+	closed bool
+}
+
+// New returns a Client over a backend driver (for example
+// redislock.New(rdb)). Options given here are the defaults of every Mutex.
+func New(d driver.Driver, opts ...Option) *Client {
+	return &Client{d: d, caps: d.Capabilities(), o: defaultOptions().with(opts), leases: map[*Lease]struct{}{}}
+}
+
+// Capabilities reports what the backend promises.
+func (c *Client) Capabilities() driver.Capabilities { return c.caps }
+
+// Driver returns the backend driver, for backend-specific operations.
+func (c *Client) Driver() driver.Driver { return c.d }
+
+// Close releases the leases this client still holds, including those
+// whose Unlock failed and whose deadline has not passed (best effort,
+// within driver.CleanupTimeout), and closes the backend connection. Leases it could not
+// release expire on the backend after their TTL.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	held := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	ctx, cancel := driver.CleanupContext(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range held {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = l.Unlock(ctx) }()
+	}
+	wg.Wait()
+	return c.d.Close()
+}
+
+func (c *Client) track(l *Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.leases[l] = struct{}{}
+	return true
+}
+
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	c.mu.Unlock()
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+func (c *Client) usable(name string) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return ValidateName(name)
+}

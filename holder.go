@@ -1,0 +1,63 @@
+package dlock
+
+import (
+	"encoding/json"
+	"os"
+	"sync"
+	"time"
+)
+
+// Holder is the metadata a lease carries about its owner: which host and
+// process took it, when (by the holder's clock), and a note (WithNote).
+type Holder struct {
+	Host       string    `json:"host,omitempty"`
+	PID        int       `json:"pid,omitempty"`
+	Note       string    `json:"note,omitempty"`
+	AcquiredAt time.Time `json:"acquired_at,omitzero"`
+}
+
+func decodeHolder(b []byte) Holder {
+	var h Holder
+	if len(b) > 0 && json.Unmarshal(b, &h) != nil {
+		h.Note = string(b) // not ours: show it as it is
+	}
+	return h
+}
+
+var hostname = sync.OnceValue(func() string {
+	h, _ := os.Hostname()
+	return h
+})
+
+// holderPrefix is the constant start of this process's holder metadata:
+// its host and PID, as encoding/json writes them.
+var holderPrefix = sync.OnceValue(func() []byte {
+	b, _ := json.Marshal(Holder{Host: hostname(), PID: os.Getpid()})
+	return b[:len(b)-1] // without the closing brace
+})
+
+// encodeHolder returns the JSON of Holder{host, PID, note, at}, exactly as
+// json.Marshal writes it, without reflecting over the struct on every Lock.
+func encodeHolder(note string, at time.Time) []byte {
+	p := holderPrefix()
+	b := make([]byte, 0, len(p)+len(note)+64)
+	b = append(b, p...)
+	sep := func() {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+	}
+	if note != "" {
+		n, _ := json.Marshal(note)
+		sep()
+		b = append(b, `"note":`...)
+		b = append(b, n...)
+	}
+	if !at.IsZero() {
+		sep()
+		b = append(b, `"acquired_at":"`...)
+		b = at.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
