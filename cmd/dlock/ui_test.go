@@ -179,19 +179,21 @@ func (br *browser) seenDialogs() []string {
 
 // pageRow is a row of the page's lock table, as the browser shows it.
 type pageRow struct {
-	Name, Holder, Token, Waiters string
+	Key                          string // the row's data-name: the lock's name
+	Name, Holder, Token, Waiters string // the text the cells show
 }
 
 func (br *browser) rows(t *testing.T) map[string]pageRow {
 	t.Helper()
 	rows := eval[[]pageRow](t, br, `[...document.querySelectorAll("#locks tbody tr")].map(tr => ({
+		Key: tr.dataset.name,
 		Name: tr.querySelector(".name").textContent,
 		Holder: tr.querySelector(".holder").textContent,
 		Token: tr.querySelector(".token").textContent,
 		Waiters: tr.querySelector(".waiters").textContent}))`)
 	m := map[string]pageRow{}
 	for _, r := range rows {
-		m[r.Name] = r
+		m[r.Key] = r
 	}
 	return m
 }
@@ -324,13 +326,16 @@ func TestUIShowsLocksLiveInABrowser(t *testing.T) {
 	// Names and notes with HTML in them are text.
 	html := `ui/<b>x</b><img src=x onerror=alert(1)>`
 	note := `<i>note</i><script>alert(2)</script>`
-	startDlock(t, dev.env(), "run", "--note", note, html, "--", "sleep", "120")
+	h := startDlock(t, dev.env(), "run", "--note", note, html, "--", "sleep", "120")
 	br.waitRow(t, "the lock named with HTML", html, func(r pageRow, shown bool) error {
-		if !shown || !strings.Contains(r.Holder, note) {
+		if !shown || !strings.Contains(r.Holder, fmt.Sprintf("pid %d", h.pid())) {
 			return fmt.Errorf("row %+v (shown: %v)", r, shown)
 		}
 		return nil
 	})
+	if r := br.rows(t)[html]; r.Name != html || !strings.Contains(r.Holder, note) {
+		t.Errorf("the page shows the name %q and holder %q; want the name %q and note %q as text", r.Name, r.Holder, html, note)
+	}
 	if elements := eval[int](t, br, `document.querySelectorAll("main b, main img, main i, main script").length`); elements != 0 {
 		t.Errorf("the page made %d elements out of a lock's name or note", elements)
 	}
@@ -376,7 +381,7 @@ func TestUIShowsLocksLiveInABrowser(t *testing.T) {
 
 	// The filter by prefix.
 	eval[bool](t, br, `const q = document.querySelector("#prefix"); q.value = "ui/reports"; q.dispatchEvent(new Event("input")); true`)
-	if rows := br.rows(t); len(rows) != 1 || rows["ui/reports/daily"].Name == "" {
+	if rows := br.rows(t); len(rows) != 1 || rows["ui/reports/daily"].Name != "ui/reports/daily" {
 		t.Errorf("filtered by ui/reports, the page shows %+v", rows)
 	}
 
