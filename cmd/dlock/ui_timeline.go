@@ -47,13 +47,27 @@ func newSnapshot(prev *pollSnapshot, at time.Time, infos []dlock.Info) pollSnaps
 		case !in.Held:
 		case in.ExpiresIn > 0:
 			s.deadlines[in.Name] = at.Add(in.ExpiresIn)
-		case prev != nil && prev.locks[in.Name].Held && prev.locks[in.Name].Token == in.Token:
-			if d, ok := prev.deadlines[in.Name]; ok {
-				s.deadlines[in.Name] = d
-			}
+		}
+		// The same grant: keep the latest expiry seen. A backend that
+		// reports whole seconds (etcd) rounds down, so the latest of
+		// several polls is the closest to the true one.
+		if d, ok := prev.deadline(in); ok && (s.deadlines[in.Name].IsZero() || d.After(s.deadlines[in.Name])) {
+			s.deadlines[in.Name] = d
 		}
 	}
 	return s
+}
+
+// deadline is the expiry prev knew for in's grant.
+func (prev *pollSnapshot) deadline(in dlock.Info) (time.Time, bool) {
+	if prev == nil || !in.Held {
+		return time.Time{}, false
+	}
+	if p := prev.locks[in.Name]; !p.Held || p.Token != in.Token {
+		return time.Time{}, false
+	}
+	d, ok := prev.deadlines[in.Name]
+	return d, ok
 }
 
 // timelineEvent is one entry of the timeline.

@@ -40,6 +40,11 @@ func TestTimelineTellsGrantReleaseExpiryAndBreakApart(t *testing.T) {
 			{1100 * time.Millisecond, []dlock.Info{held("a", 5, 0)}, nil},
 			{1300 * time.Millisecond, []dlock.Info{held("a", 7, time.Second)}, []string{"a expiry 5", "a grant 7"}},
 		}},
+		{"expiries reported in whole seconds: the latest estimate counts", nil, []poll{
+			{0, []dlock.Info{held("a", 5, time.Second)}, []string{"a seen 5"}},     // 1.9 s left, says 1 s
+			{800 * time.Millisecond, []dlock.Info{held("a", 5, time.Second)}, nil}, // 1.1 s left, says 1 s
+			{1200 * time.Millisecond, nil, []string{"a release 5"}},
+		}},
 		{"broken from the dashboard", map[string]uint64{"a": 5}, []poll{
 			{0, []dlock.Info{held("a", 5, 10*time.Second), held("b", 6, 10*time.Second)}, []string{"a seen 5", "b seen 6"}},
 			{200 * time.Millisecond, []dlock.Info{held("b", 6, 10*time.Second)}, []string{"a break 5"}},
