@@ -41,8 +41,8 @@ func TestTimelineTellsGrantReleaseExpiryAndBreakApart(t *testing.T) {
 			{1300 * time.Millisecond, []dlock.Info{held("a", 7, time.Second)}, []string{"a expiry 5", "a grant 7"}},
 		}},
 		{"expiries reported in whole seconds: the latest estimate counts", nil, []poll{
-			{0, []dlock.Info{held("a", 5, time.Second)}, []string{"a seen 5"}},     // 1.9 s left, says 1 s
-			{800 * time.Millisecond, []dlock.Info{held("a", 5, time.Second)}, nil}, // 1.1 s left, says 1 s
+			{0, []dlock.Info{held("a", 5, 2*time.Second)}, []string{"a seen 5"}},   // 2 s left, says 2 s
+			{100 * time.Millisecond, []dlock.Info{held("a", 5, time.Second)}, nil}, // 1.9 s left, says 1 s
 			{1200 * time.Millisecond, nil, []string{"a release 5"}},
 		}},
 		{"broken from the dashboard", map[string]uint64{"a": 5}, []poll{
