@@ -15,7 +15,7 @@ const backendHelp = `
 Choosing the backend (every command but dev, which is one):
   1. --backend URL, given before or after the command name; else
   2. the environment variable DLOCK_BACKEND; else
-  3. run, inspect, list, break: the "dlock dev" server running on this machine,
+  3. run, inspect, list, break, ui: the "dlock dev" server running on this machine,
      found through the file it writes (see "dlock dev --help"); with none
      running they stop with an error that says to start "dlock dev" or to
      pass --backend;

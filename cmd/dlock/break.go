@@ -61,39 +61,67 @@ func breakCmd(ctx context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	defer c.Close()
-	info, err := bf.inspect(ctx, c, b, name)
-	switch {
-	case err != nil:
-		return err
-	case !info.Held:
-		return withStatus(1, fmt.Errorf("%s is not held; nothing to break", shown(name)))
-	case *token != 0 && info.Token != *token:
-		return withStatus(1, fmt.Errorf("%s is held by %s, not by token %d; nothing broken", shown(name), describeHolder(info), *token))
-	}
-	if !*yes && askable(os.Stdin) {
+	asked := !*yes && askable(os.Stdin)
+	if asked {
+		info, err := bf.checkGrant(ctx, c, b, name, *token)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintf(env.stderr, "break %s, held by %s? [y/N] ", shown(name), describeHolder(info))
 		if !answeredYes(os.Stdin) {
 			return withStatus(1, fmt.Errorf("%s not broken", shown(name)))
 		}
-		// The answer may come long after the look: look again.
-		now, err := bf.inspect(ctx, c, b, name)
-		if err != nil {
-			return err
-		}
-		if !now.Held || now.Token != info.Token {
-			return withStatus(1, fmt.Errorf("%s changed hands while you answered; nothing broken (run dlock break again)", shown(name)))
-		}
+		// The answer may come long after the look: break only the grant
+		// that was shown.
+		*token = info.Token
+	}
+	info, err := bf.breakGrant(ctx, c, b, name, *token)
+	switch {
+	case asked && errors.Is(err, errNothingBroken):
+		return withStatus(1, fmt.Errorf("%s changed hands while you answered; nothing broken (run dlock break again)", shown(name)))
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(env.stdout, "broke %s: it was held by %s; the next holder gets a higher token\n", shown(name), describeHolder(info))
+	return nil
+}
+
+// errNothingBroken ends the errors of checkGrant and breakGrant that mean
+// the grant asked for does not hold the lock (exit status 1).
+var errNothingBroken = errors.New("nothing broken")
+
+// checkGrant inspects name and returns what it saw if the lock is held
+// and, when token is not 0, held by the grant with that token.
+func (bf *backendFlags) checkGrant(ctx context.Context, c *dlock.Client, b *backend, name string, token uint64) (dlock.Info, error) {
+	info, err := bf.inspect(ctx, c, b, name)
+	switch {
+	case err != nil:
+		return info, err
+	case !info.Held:
+		return info, withStatus(1, fmt.Errorf("%s is not held; %w", shown(name), errNothingBroken))
+	case token != 0 && info.Token != token:
+		return info, withStatus(1, fmt.Errorf("%s is held by %s, not by token %d; %w", shown(name), describeHolder(info), token, errNothingBroken))
+	}
+	return info, nil
+}
+
+// breakGrant breaks name if checkGrant finds the grant asked for, and
+// returns the holder it broke: "dlock break" and the Break button of
+// "dlock ui". The check and the break are two requests (see breakUsage).
+func (bf *backendFlags) breakGrant(ctx context.Context, c *dlock.Client, b *backend, name string, token uint64) (dlock.Info, error) {
+	info, err := bf.checkGrant(ctx, c, b, name, token)
+	if err != nil {
+		return info, err
 	}
 	bctx, cancel := context.WithTimeout(ctx, bf.timeout)
 	defer cancel()
 	switch err := c.Break(bctx, name); {
 	case errors.Is(err, dlock.ErrNotHeld):
-		return withStatus(1, fmt.Errorf("%s was released meanwhile; nothing to break", shown(name)))
+		return info, withStatus(1, fmt.Errorf("%s was released meanwhile; %w", shown(name), errNothingBroken))
 	case err != nil:
-		return b.failed(err)
+		return info, b.failed(err)
 	}
-	fmt.Fprintf(env.stdout, "broke %s: it was held by %s; the next holder gets a higher token\n", shown(name), describeHolder(info))
-	return nil
+	return info, nil
 }
 
 // askable reports whether f is a terminal someone can answer on: a

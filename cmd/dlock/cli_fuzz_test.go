@@ -23,6 +23,7 @@ var knownGood = []struct {
 	{[]string{"demo", "seckill", "--workers", "8"}, "demo", []string{"seckill", "--workers", "8"}, ""},
 	{[]string{"bench", "--json"}, "bench", []string{"--json"}, ""},
 	{[]string{"dev", "--listen", "127.0.0.1:0"}, "dev", []string{"--listen", "127.0.0.1:0"}, ""},
+	{[]string{"ui", "--listen", "127.0.0.1:0", "--allow-break"}, "ui", []string{"--listen", "127.0.0.1:0", "--allow-break"}, ""},
 	{[]string{"help", "run"}, "help", []string{"run"}, ""},
 	{[]string{"--", "list", "a/"}, "list", []string{"a/"}, ""},
 	{[]string{"verify", "--backend", "zk://127.0.0.1:2181/x", "--clients", "8", "--duration", "30s", "--faults", "none"}, "verify",

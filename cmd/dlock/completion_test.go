@@ -34,6 +34,7 @@ func TestBashCompletionOffersCommandsAndFlags(t *testing.T) {
 		{[]string{"dlock", "demo", "seckill", "--w"}, "--workers"},
 		{[]string{"dlock", "dev", "--"}, "--allow-remote --data-dir --listen"},
 		{[]string{"dlock", "verify", "--f"}, "--faults"},
+		{[]string{"dlock", "ui", "--allow"}, "--allow-break --allow-remote"},
 		{[]string{"dlock", "completion", ""}, "bash zsh fish"},
 		{[]string{"dlock", "run", "job", "--", ""}, ""}, // CMD: the shell's own completion
 	} {

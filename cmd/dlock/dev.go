@@ -77,13 +77,9 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: dlock dev takes only flags", fs.Arg(0))
 	}
-	host, port, err := net.SplitHostPort(*listen)
+	host, port, loopback, err := checkListen(*listen, *allowRemote, "the server")
 	if err != nil {
-		return usageErrorf("--listen %q: want host:port (%v)", *listen, err)
-	}
-	loopback := isLoopback(host)
-	if !loopback && !*allowRemote {
-		return usageErrorf("--listen %s: not a loopback address; other machines could reach the server: pass --allow-remote to mean it", *listen)
+		return err
 	}
 	if port == "0" {
 		// etcd would listen on a free port but announce port 0.
@@ -158,6 +154,20 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	<-ctx.Done()
 	fmt.Fprintf(env.stdout, "dlock dev: stopping\n")
 	return nil
+}
+
+// checkListen checks a --listen address: host:port, on the loopback
+// interface unless allowRemote; what is what other machines could reach.
+func checkListen(listen string, allowRemote bool, what string) (host, port string, loopback bool, err error) {
+	host, port, err = net.SplitHostPort(listen)
+	if err != nil {
+		return "", "", false, usageErrorf("--listen %q: want host:port (%v)", listen, err)
+	}
+	loopback = isLoopback(host)
+	if !loopback && !allowRemote {
+		return "", "", false, usageErrorf("--listen %s: not a loopback address; other machines could reach %s: pass --allow-remote to mean it", listen, what)
+	}
+	return host, port, loopback, nil
 }
 
 // isLoopback reports whether host names this machine's loopback interface

@@ -7,6 +7,7 @@
 //	dlock list [PREFIX]                       the locks held or waited on
 //	dlock break NAME                          force-release NAME
 //	dlock dev                                 a local etcd that dlock commands share
+//	dlock ui                                  a live dashboard of the locks, in a web browser
 //	dlock demo seckill | dlock demo fencing   the flash-sale race; Kleppmann's paused holder
 //	dlock bench                               throughput, latency and fairness of a backend
 //	dlock verify                              a backend's guarantees under client-side faults

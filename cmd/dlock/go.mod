@@ -17,6 +17,8 @@ replace (
 )
 
 require (
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/dlock/dlock v0.0.0-00010101000000-000000000000
 	github.com/dlock/dlock/backend/etcdlock v0.0.0-00010101000000-000000000000
 	github.com/dlock/dlock/backend/mysqllock v0.0.0-00010101000000-000000000000
@@ -41,6 +43,7 @@ require (
 	github.com/dlock/dlock/backend/internal/redisscript v0.0.0-00010101000000-000000000000 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/facebookgo/clock v0.0.0-20150410010913-600d898af40a // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-sql-driver/mysql v1.9.1 // indirect

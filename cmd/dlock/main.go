@@ -44,6 +44,7 @@ func commands() []command {
 		{name: "break", summary: "force-release a lock; the next holder gets a higher token", run: breakCmd},
 		{name: "dev", summary: "run a single-node etcd that dlock commands on this machine share", run: devCmd},
 		{name: "demo", summary: "demonstrations: seckill (the flash-sale race), fencing (a paused holder)", run: demoCmd},
+		{name: "ui", summary: "serve a live dashboard of the locks to a web browser", run: uiCmd},
 		{name: "bench", summary: "measure a backend: throughput, acquire and hand-off latency, fairness", run: benchCmd},
 		{name: "verify", summary: "check a backend's guarantees under client-side faults (workload, history, checkers)", run: verifyCmd},
 		{name: "help", summary: "show help for a command", run: helpCmd},
