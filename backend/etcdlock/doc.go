@@ -31,9 +31,9 @@
 // lease for the next acquire, which saves two writes per lock and unlock;
 // an idle lease has no keys and simply expires. Extend renews the lease and checks that the key is still ours.
 // Break deletes the holder's key; the holder learns from a watch on its own
-// key (Grant.Lost) within about 150 ms (the watch of a lock held longer
-// than 50 ms; it starts from the key's creation, so it misses nothing), and
-// at the latest at its next renewal.
+// key (Grant.Lost; the watch of a lock held longer than 50 ms, started from
+// the key's creation, so it misses nothing) before its next renewal
+// (TestBreakIsNoticedByTheHolderAtOnce), and at the latest at that renewal.
 //
 // # Guarantees
 //
@@ -59,9 +59,8 @@
 //
 // Partition: a client cut off from a quorum cannot renew; its lease is lost
 // on its side (Done closes) when its deadline passes, before the cluster's
-// majority lets the lease expire and grants the lock to another. A member
-// that loses its quorum refuses reads and writes, and its watches are
-// cancelled, so waiters connected to it move to another member.
+// majority lets the lease expire and grants the lock to another (dlocktest's
+// PartitionedHolderSeesLossBeforeOthersAcquire).
 //
 // Member partition: when one member of three is cut off from the two
 // others while its clients still reach it — a follower, or the leader — a
@@ -77,7 +76,9 @@
 //
 // Server restart: leases survive in etcd's database, and etcd gives each
 // one a full TTL again once a leader is elected, so a holder that reconnects
-// within the TTL keeps its lock.
+// within the TTL keeps its lock, with its token
+// (TestServerRestartWithinTTLKeepsTheLock, whose server stays down across a
+// failed renewal).
 //
 // Lock-delay: not reported (Capabilities.LockDelay is false, so the
 // portable layer applies WithLockDelay after every grant): telling a
