@@ -100,9 +100,11 @@
 // after the waiter TTL (WithWaiterTTL, default 2s) in any case. Restart of Redis without
 // persistence: every lock is free at once — two holders may then believe
 // they hold the lock until the old one's next renewal fails (within a third
-// of its TTL), and tokens restart from 1: a resource that checks tokens
-// refuses the new holder's writes until its tokens pass the old ones, so
-// use persistence if the resource relies on tokens. Partition: a holder
+// of its TTL; TestRestartWithoutPersistenceFreesHeldLockAndHolderLearnsAtRenewal),
+// and tokens restart from 1 (TestRestartWithoutPersistenceRestartsTokens): a
+// resource that checks tokens refuses the new holder's writes until its
+// tokens pass the old ones, so use persistence if the resource relies on
+// tokens. Partition: a holder
 // cut off from Redis cannot renew; its Lease.Done closes before the TTL
 // runs out on the server, i.e. before anyone else can be granted the lock.
 //
