@@ -56,7 +56,8 @@
 // server persists) and survives server restarts and worker crashes. The
 // first run starts it at its start time in microseconds, so even if an
 // operator terminates a mutex workflow, the next one starts above every
-// token the old one granted. DurableFencing is true.
+// token the old one granted (TestTerminatedMutexWorkflowNextTokenIsHigher).
+// DurableFencing is true.
 //
 // History: the workflow continues as new after 3000 history events (or
 // when the server suggests it), carrying holder, queue and counter;
@@ -201,5 +202,7 @@
 //
 // # Names
 //
-// Any dlock name maps to a workflow ID one-to-one; see WorkflowID.
+// Any dlock name maps to a workflow ID of its own: escaped one-to-one, or,
+// if the escaped form is longer than 200 bytes, hashed (distinct for
+// practical purposes); see WorkflowID.
 package temporallock
