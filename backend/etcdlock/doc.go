@@ -15,7 +15,8 @@
 // create revision holds the lock; the others wait in the order they
 // arrived, so waiting is always fair (FIFO). A waiter watches only the keys
 // directly ahead of it — the nearest and the one before that — so a
-// release reaches at most two waiters, not the whole queue, and the next
+// release reaches at most two waiters, not the whole queue
+// (TestWaitersWatchAtMostTwoKeysAhead), and the next
 // holder learns of its grant from the release's watch event alone, with no
 // further read. The
 // watches start at the server's current revision, so etcd pushes the event

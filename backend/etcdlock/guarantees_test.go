@@ -3,9 +3,14 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/etcdlock"
@@ -87,5 +92,114 @@ func TestServerRestartWithinTTLKeepsTheLock(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock after the restart: %v", err)
+	}
+}
+
+// watchCounter counts the watches open on each key under prefix, across
+// the clients it is installed in, and the most ever open on one key at
+// once.
+type watchCounter struct {
+	prefix string
+	mu     sync.Mutex
+	open   map[string]int
+	most   int
+	mostOn string
+	total  int
+}
+
+// install makes cli's watches go through the counter.
+func (w *watchCounter) install(cli *clientv3.Client) {
+	cli.Watcher = countedWatcher{Watcher: cli.Watcher, c: w}
+}
+
+func (w *watchCounter) state() (most int, on string, total int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most, w.mostOn, w.total
+}
+
+type countedWatcher struct {
+	clientv3.Watcher
+	c *watchCounter
+}
+
+func (cw countedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	w := cw.c
+	if !strings.HasPrefix(key, w.prefix) {
+		return cw.Watcher.Watch(ctx, key, opts...)
+	}
+	w.mu.Lock()
+	w.open[key]++
+	w.total++
+	if w.open[key] > w.most {
+		w.most, w.mostOn = w.open[key], key
+	}
+	w.mu.Unlock()
+	go func() {
+		<-ctx.Done() // a watch lasts until its context ends
+		w.mu.Lock()
+		w.open[key]--
+		w.total--
+		w.mu.Unlock()
+	}()
+	return cw.Watcher.Watch(ctx, key, opts...)
+}
+
+// TestWaitersWatchAtMostTwoKeysAhead: the package doc's "A waiter watches
+// only the keys directly ahead of it — the nearest and the one before
+// that — so a release reaches at most two waiters, not the whole queue".
+// Five clients queue behind a holder and are granted in turn; no key is
+// ever watched by more than two waiters and its own holder (the watch on
+// its own key), so no release wakes the queue.
+func TestWaitersWatchAtMostTwoKeysAhead(t *testing.T) {
+	srv := startServer(t)
+	ctx := testContext(t)
+	const waiters = 5
+	wc := &watchCounter{prefix: etcdlock.DefaultPrefix + "herd/", open: map[string]int{}}
+	locker := func() *dlock.Client {
+		cli := newClient(t, srv.Endpoints())
+		wc.install(cli)
+		d, err := etcdlock.New(cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dlock.New(d, dlock.WithTTL(10*time.Second))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	holder := locker()
+	l, err := holder.Mutex("herd").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, waiters)
+	for i := range waiters {
+		c := locker()
+		go func() {
+			lw, err := c.Mutex("herd").Lock(ctx)
+			if err == nil {
+				err = lw.Unlock(ctx)
+			}
+			done <- err
+		}()
+		waitWaiters(t, holder, "herd", i+1)
+	}
+	// Every waiter watches: the first the holder's key, the others two keys.
+	testenv.Eventually(t, 30*time.Second, "the waiters' watches", func() error {
+		if _, _, total := wc.state(); total < 2*waiters-1 {
+			return fmt.Errorf("%d watches open", total)
+		}
+		return nil
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range waiters {
+		if err := <-done; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	}
+	if most, on, _ := wc.state(); most > 3 {
+		t.Errorf("%d watches were open at once on %q: more than the two waiters behind it and its holder", most, on)
 	}
 }
