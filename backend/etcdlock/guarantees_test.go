@@ -11,6 +11,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/etcdlock"
@@ -43,7 +46,16 @@ func TestServerRestartWithinTTLKeepsTheLock(t *testing.T) {
 	srv := startServer(t)
 	ctx := testContext(t)
 	const ttl = 15 * time.Second // outlasts a failed renewal and the restart
-	d, err := etcdlock.New(newClient(t, srv.Endpoints()))
+	// gRPC's reconnection backoff grows to seconds while the server is
+	// down; kept short, the client reconnects as soon as the server is back.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	d, err := etcdlock.New(cli)
 	if err != nil {
 		t.Fatal(err)
 	}
