@@ -46,7 +46,7 @@
 //
 // Bounds. A bell never outlives the lease by the holder's own clock: it is
 // dropped at release, on a refused renewal, and when the lease's local
-// deadline passes. A waiter's GET_LOCK is bounded by the holder's remaining
+// deadline passes (TestLostLeaseGivesUpItsBell, testBellKept). A waiter's GET_LOCK is bounded by the holder's remaining
 // lease (by the server's clock) and by a cap of 5 s, after which it looks
 // again; the portable layer also retries at the holder's expiry and every
 // couple of seconds. A waiter waits only on a bell held by the connection
