@@ -41,7 +41,7 @@
 // whose context ends deletes its node, in the background if the connection
 // is down at that moment, for as long as the node's session lives; a try-lock
 // that finds the lock held first only lists the queue, and does not enqueue
-// at all.
+// at all (TestFailedTryLockDoesNotQueue).
 //
 // A follower answers reads from its own state, which may lag behind a write
 // another client has already seen succeed. Reads that answer a question

@@ -91,3 +91,32 @@ func TestLeaseDeadlinePassedInLiveSessionDeletesTheNode(t *testing.T) {
 	}
 	mustUnlock(t, l2)
 }
+
+// TestFailedTryLockDoesNotQueue: the package doc's "a try-lock that finds
+// the lock held first only lists the queue, and does not enqueue at all".
+// A TryLock of a held lock changes nothing under the lock's parent: its
+// child version, which every create and delete of a child moves, stays.
+func TestFailedTryLockDoesNotQueue(t *testing.T) {
+	z := testenv.StartZooKeeper(t, testenv.ZooKeeperOptions{})
+	holder := client(t, openURL(t, zkURL(z.Addrs(), "/try", "")))
+	l := mustLock(t, holder, "held")
+	d := openURL(t, zkURL(z.Addrs(), "/try", ""))
+	cversion := func() int32 {
+		t.Helper()
+		ok, st, err := d.conn.Exists(d.lockPath("held"))
+		if err != nil || !ok {
+			t.Fatalf("the lock's parent: exists=%v, %v", ok, err)
+		}
+		return st.Cversion
+	}
+	before := cversion()
+	for range 3 {
+		if _, err := client(t, d).Mutex("held").TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock of a held lock: got %v, want ErrNotAcquired", err)
+		}
+	}
+	if after := cversion(); after != before {
+		t.Errorf("the parent's child version moved from %d to %d across failed TryLocks: they created and deleted nodes", before, after)
+	}
+	mustUnlock(t, l)
+}
