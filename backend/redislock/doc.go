@@ -65,8 +65,9 @@
 // node's subscribers only, there is no hand-off: the release publishes the
 // first waiter's owner key on the lock's channel, and that waiter tries.
 //
-// Waiters are woken only through the queue: a release that finds nobody
-// queued publishes nothing.
+// Waiters are woken only through the queue (TestEveryReleaseWakesTheQueue):
+// a release that finds nobody queued publishes nothing
+// (TestReleaseWithNobodyQueuedPublishesNothing).
 //
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -52,5 +54,44 @@ func TestRestartWithoutPersistenceFreesHeldLockAndHolderLearnsAtRenewal(t *testi
 	}
 	if err := l2.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReleaseWithNobodyQueuedPublishesNothing: the package doc's "a
+// release that finds nobody queued publishes nothing". A client
+// subscribed to every channel sees no message from a Lock and Unlock that
+// nobody waited for: the first message it receives is the one it
+// published itself afterwards (Redis delivers a connection's messages in
+// order, so any message of the release would have come first).
+func TestReleaseWithNobodyQueuedPublishesNothing(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	sub := rdb.PSubscribe(ctx, "*")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	c := open(t, "redis://"+srv.Addr)
+	for range 3 {
+		l, err := c.Mutex("unqueued").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Publish(ctx, "test:sentinel", "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Channel != "test:sentinel" {
+		t.Errorf("a release that nobody waited for published on %q (%q)", msg.Channel, msg.Payload)
 	}
 }
