@@ -38,8 +38,11 @@
 // call that needs no workflow and no worker): if the server answers, the
 // workflow is only slow — its task sat with a worker that stopped, or no
 // worker runs at all — and the waiter asks again, for as long as its
-// context lets it; if not, the server is unreachable, and after 90s
-// without an answer Lock fails with dlock.ErrUnavailable.
+// context lets it (testWaiterOutlivesSlowAnswers); if not, the server is
+// unreachable, and after 90s without an answer Lock fails with
+// dlock.ErrUnavailable. (No test waits the 90s; a frozen server is tested
+// with a shorter context, whose end ends the Lock: dlocktest's
+// FrozenBackendNeverHangsACall.)
 //
 // Leases: the workflow ends a lease with a timer at its end, grants the
 // lock to the next waiter, and refuses the old holder's later renewals
