@@ -79,7 +79,8 @@
 // Server restart: the table and sequence are durable; leases whose TTL ran
 // out during the downtime are granted anew, others remain held and their
 // holders renew them once the server is back (or declare them lost, if the
-// downtime outlasted their deadline); tokens keep increasing.
+// downtime outlasted their deadline); tokens keep increasing
+// (TestServerRestartWithinTTLKeepsTheLock, TestServerCrashWhileLocksAreHeld).
 //
 // A server that does not answer (frozen, or cut off while the connection
 // stays open) never makes a call hang: each operation's statements are

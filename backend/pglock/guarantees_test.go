@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -114,4 +115,20 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal(errors.New("the waiter was never granted the released lock"))
 	}
+}
+
+// TestServerRestartWithinTTLKeepsTheLock: the package doc's "Server
+// restart: ... others remain held and their holders renew them once the
+// server is back". The server is frozen until a renewal of a held lease
+// has failed, then crashed and started again (crash recovery) well within
+// the lease: the holder keeps its lock, with its token.
+func TestServerRestartWithinTTLKeepsTheLock(t *testing.T) {
+	srv, rawURL, ctx := startAlone(t)
+	renewals := &dlocktest.FailedRenewals{Driver: newDriver(t, rawURL)}
+	holder := dlock.New(renewals, dlock.WithTTL(20*time.Second))
+	l, err := holder.Mutex("restart/held").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlocktest.HolderKeepsLockAcrossOutage(t, l, renewals, newClient(t, rawURL), srv.Pause, func() { srv.Restart(t) })
 }
