@@ -85,7 +85,8 @@
 //     passes — before the server lets anyone else take the lock.
 //   - Restart of the server: committed rows survive. Leases that were due
 //     when it stopped are granted anew with higher tokens; live leases stay
-//     held and are renewed once the server is back (if within their TTL).
+//     held and are renewed once the server is back (if within their TTL;
+//     TestServerCrashWithinTTLKeepsTheLock, testCrashWhileHeld).
 //     A server frozen or unreachable for longer than a lease: the holder's
 //     Done has closed by then, and the lease is free when the server runs
 //     again (its clock kept going).

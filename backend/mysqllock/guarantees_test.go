@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -38,4 +39,21 @@ func TestLostLeaseGivesUpItsBell(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestServerCrashWithinTTLKeepsTheLock: the package doc's "Restart of the
+// server: committed rows survive. ... live leases stay held and are
+// renewed once the server is back (if within their TTL)". The server is
+// frozen until a renewal of a held lease has failed, then killed and
+// started again well within the lease: the holder keeps its lock, with
+// its token.
+func TestServerCrashWithinTTLKeepsTheLock(t *testing.T) {
+	s := server{testenv.StartMariaDB(t)}
+	renewals := &dlocktest.FailedRenewals{Driver: s.open(t, s.Addr, "")}
+	holder := dlock.New(renewals, dlock.WithTTL(20*time.Second))
+	l, err := holder.Mutex("crash/held").Lock(testenv.Context(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlocktest.HolderKeepsLockAcrossOutage(t, l, renewals, s.client(t), s.Pause, func() { s.Crash(t) })
 }
