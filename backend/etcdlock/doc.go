@@ -23,8 +23,9 @@
 // the moment the release commits (see watch.go for why concurrency.Mutex is
 // slower there), and all watches of a driver share one gRPC stream. A
 // hand-off therefore costs the release's commit and one watch event. A
-// waiter keeps its lease alive while it waits, and a
-// waiter that gives up (its context ends) deletes its key.
+// waiter keeps its lease alive while it waits
+// (TestWaiterKeepsItsPlaceLongerThanItsTTL), and a waiter that gives up
+// (its context ends) deletes its key (TestQueueHoldsOnlyLiveEntries).
 //
 // TryLock puts its key only if the queue is empty, so a failed attempt
 // leaves nothing behind. Release deletes the key if it is still there (it

@@ -165,3 +165,45 @@ func TestWaitersWatchAtMostTwoKeysAhead(t *testing.T) {
 		t.Errorf("%d watches were open at once on %q: more than the two waiters behind it and its holder", most, on)
 	}
 }
+
+// TestWaiterKeepsItsPlaceLongerThanItsTTL: the package doc's "A waiter
+// keeps its lease alive while it waits". Two waiters queue, in order,
+// behind a holder that keeps the lock for three of their TTLs; their queue
+// entries outlive their TTL, so the first to arrive is granted first, and
+// both are granted.
+func TestWaiterKeepsItsPlaceLongerThanItsTTL(t *testing.T) {
+	srv := startServer(t)
+	ctx := testContext(t)
+	const ttl = 2 * time.Second // etcd's shortest lease
+	holder := newLocker(t, srv.Endpoints(), dlock.WithTTL(ttl))
+	l, err := holder.Mutex("long-wait").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	errs := make(chan error, 2)
+	for i, who := range []string{"first", "second"} {
+		c := newLocker(t, srv.Endpoints(), dlock.WithTTL(ttl))
+		go func() {
+			lw, err := c.Mutex("long-wait").Lock(ctx)
+			if err == nil {
+				order <- who
+				err = lw.Unlock(ctx)
+			}
+			errs <- err
+		}()
+		waitWaiters(t, holder, "long-wait", i+1)
+	}
+	time.Sleep(3 * ttl) // the waiters wait longer than their TTL
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	}
+	if a, b := <-order, <-order; a != "first" || b != "second" {
+		t.Errorf("granted to %s, then %s: a waiter lost its place while it waited", a, b)
+	}
+}
