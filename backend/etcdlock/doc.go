@@ -15,15 +15,17 @@
 // create revision holds the lock; the others wait in the order they
 // arrived, so waiting is always fair (FIFO). A waiter watches only the key
 // directly ahead of it, so a release reaches one waiter, not the whole
-// queue; that waiter then reads its local member (no raft round trip) to
-// find nothing left ahead and its own key still there. The watches start
-// at the server's current revision, so etcd pushes the event the moment
-// the release commits (see watch.go for why concurrency.Mutex is slower
-// there), and all watches of a driver share one gRPC stream. A hand-off
-// therefore costs the release's commit, one watch event and one local
-// read. A waiter keeps its lease alive while it waits, and a waiter that
-// gives up (its context ends) deletes its key, which wakes the waiter
-// behind it to watch the next key ahead.
+// queue (TestWaitersWatchOnlyTheKeyAhead); that waiter then reads its local
+// member (no raft round trip) to find nothing left ahead and its own key
+// still there (TestWaiterWhoseEntryWasDeletedIsNotGranted). The watches
+// start at the server's current revision, so etcd pushes the event the
+// moment the release commits (see watch.go for why concurrency.Mutex is
+// slower there), and all watches of a driver share one gRPC stream. A
+// hand-off therefore costs the release's commit, one watch event and one
+// local read. A waiter keeps its lease alive while it waits
+// (TestWaiterKeepsItsPlaceLongerThanItsTTL), and a waiter that gives up
+// (its context ends) deletes its key (TestQueueHoldsOnlyLiveEntries),
+// which wakes the waiter behind it to watch the next key ahead.
 //
 // TryLock puts its key only if the queue is empty, so a failed attempt
 // leaves nothing behind. Release deletes the key if it is still there (it
@@ -31,9 +33,9 @@
 // lease for the next acquire, which saves two writes per lock and unlock;
 // an idle lease has no keys and simply expires. Extend renews the lease and checks that the key is still ours.
 // Break deletes the holder's key; the holder learns from a watch on its own
-// key (Grant.Lost) within about 150 ms (the watch of a lock held longer
-// than 50 ms; it starts from the key's creation, so it misses nothing), and
-// at the latest at its next renewal.
+// key (Grant.Lost; the watch of a lock held longer than 50 ms, started from
+// the key's creation, so it misses nothing) before its next renewal
+// (TestBreakIsNoticedByTheHolderAtOnce), and at the latest at that renewal.
 //
 // # Guarantees
 //
@@ -59,9 +61,8 @@
 //
 // Partition: a client cut off from a quorum cannot renew; its lease is lost
 // on its side (Done closes) when its deadline passes, before the cluster's
-// majority lets the lease expire and grants the lock to another. A member
-// that loses its quorum refuses reads and writes, and its watches are
-// cancelled, so waiters connected to it move to another member.
+// majority lets the lease expire and grants the lock to another (dlocktest's
+// PartitionedHolderSeesLossBeforeOthersAcquire).
 //
 // Member partition: when one member of three is cut off from the two
 // others while its clients still reach it — a follower, or the leader — a
@@ -77,7 +78,9 @@
 //
 // Server restart: leases survive in etcd's database, and etcd gives each
 // one a full TTL again once a leader is elected, so a holder that reconnects
-// within the TTL keeps its lock.
+// within the TTL keeps its lock, with its token
+// (TestServerRestartWithinTTLKeepsTheLock, whose server stays down across a
+// failed renewal).
 //
 // Lock-delay: not reported (Capabilities.LockDelay is false, so the
 // portable layer applies WithLockDelay after every grant): telling a

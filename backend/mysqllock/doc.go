@@ -46,20 +46,21 @@
 //
 // Bounds. A bell never outlives the lease by the holder's own clock: it is
 // dropped at release, on a refused renewal, and when the lease's local
-// deadline passes. A waiter's GET_LOCK is bounded by the holder's remaining
-// lease (by the server's clock) and by a cap of 5 s, after which it looks
-// again; the portable layer also retries at the holder's expiry and every
-// couple of seconds. A waiter waits only on a bell held by the connection
-// recorded in the row, so waiters passing a bell among themselves never wake
-// each other. In the moment between a grant and the holder taking its bell
-// the waiter looks every 2 ms; where a holder has no bell (a crashed holder
-// whose lease still runs; a bell connection that failed or was stranded by
-// a partition — its session ends by wait_timeout after 60 s) it polls with
-// back-off from 5 ms to 1 s. Break wakes waiters when the broken holder's next renewal is refused
-// (within a third of its TTL) or at their next look. A cancelled Lock ends
-// its waiter's statement with KILL QUERY (a session may kill its own user's
-// statements without extra privileges) and returns only once it has ended,
-// so it leaves nothing behind on the server.
+// deadline passes (TestLostLeaseGivesUpItsBell, testBellKept). A waiter's
+// GET_LOCK is bounded by the holder's remaining lease (by the server's
+// clock) and by a cap of 5 s, after which it looks again; the portable layer
+// also retries at the holder's expiry and every couple of seconds. A waiter
+// waits only on a bell held by the connection recorded in the row, so
+// waiters passing a bell among themselves never wake each other. In the
+// moment between a grant and the holder taking its bell the waiter looks
+// every 2 ms; where a holder has no bell (a crashed holder whose lease still
+// runs; a bell connection that failed or was stranded by a partition — its
+// session ends by wait_timeout after 60 s) it polls with back-off from 5 ms
+// to 1 s. Break wakes waiters when the broken holder's next renewal is
+// refused (within a third of its TTL) or at their next look. A cancelled
+// Lock ends its waiter's statement with KILL QUERY (a session may kill its
+// own user's statements without extra privileges) and returns only once it
+// has ended, so it leaves nothing behind on the server.
 //
 // Bell names are "dlock:" followed by driver.NameHash of the table and the
 // lock name (38 characters; the limit is 64), so any name of up to 1024
@@ -85,7 +86,8 @@
 //     passes — before the server lets anyone else take the lock.
 //   - Restart of the server: committed rows survive. Leases that were due
 //     when it stopped are granted anew with higher tokens; live leases stay
-//     held and are renewed once the server is back (if within their TTL).
+//     held and are renewed once the server is back (if within their TTL;
+//     TestServerCrashWithinTTLKeepsTheLock, testCrashWhileHeld).
 //     A server frozen or unreachable for longer than a lease: the holder's
 //     Done has closed by then, and the lease is free when the server runs
 //     again (its clock kept going).

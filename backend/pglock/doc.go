@@ -43,8 +43,8 @@
 //     the name, so it fits any name. A waiter retries when woken, when the
 //     holder's TTL runs out by the server's clock, and otherwise on a
 //     jittered 2-second safety poll (driver.AcquireByRetry). Should the
-//     LISTEN connection break, every waiter is woken to look for itself
-//     and the connection is made again.
+//     LISTEN connection break, the driver makes it again while its
+//     waiters go on waiting (TestBrokenListenConnectionIsMadeAgain).
 //   - Grant.Recovered (for WithLockDelay) is true when the grant ended a
 //     lease that was not released: expired, crashed or broken.
 //
@@ -69,7 +69,8 @@
 // sequence advance together, after their tokens were handed out), nor
 // across a failover to an asynchronous standby that had not received the
 // WAL; nor if the sequence is reset by hand (setval, or dropping it).
-// Dropping the table leaves the sequence, on purpose.
+// Dropping the table leaves the sequence, on purpose: tokens go on
+// increasing once it is created again (TestDroppedTableKeepsTokensIncreasing).
 //
 // Crash of a holder: its lease expires after its TTL by the server's clock
 // (at once for session locks, below). Partition: the holder cannot renew;
@@ -78,7 +79,8 @@
 // Server restart: the table and sequence are durable; leases whose TTL ran
 // out during the downtime are granted anew, others remain held and their
 // holders renew them once the server is back (or declare them lost, if the
-// downtime outlasted their deadline); tokens keep increasing.
+// downtime outlasted their deadline); tokens keep increasing
+// (TestServerRestartWithinTTLKeepsTheLock, TestServerCrashWhileLocksAreHeld).
 //
 // A server that does not answer (frozen, or cut off while the connection
 // stays open) never makes a call hang: each operation's statements are

@@ -65,8 +65,9 @@
 // node's subscribers only, there is no hand-off: the release publishes the
 // first waiter's owner key on the lock's channel, and that waiter tries.
 //
-// Waiters are woken only through the queue: a release that finds nobody
-// queued publishes nothing.
+// Waiters are woken only through the queue (TestEveryReleaseWakesTheQueue):
+// a release that finds nobody queued publishes nothing
+// (TestReleaseWithNobodyQueuedPublishesNothing).
 //
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
@@ -100,9 +101,11 @@
 // after the waiter TTL (WithWaiterTTL, default 2s) in any case. Restart of Redis without
 // persistence: every lock is free at once — two holders may then believe
 // they hold the lock until the old one's next renewal fails (within a third
-// of its TTL), and tokens restart from 1: a resource that checks tokens
-// refuses the new holder's writes until its tokens pass the old ones, so
-// use persistence if the resource relies on tokens. Partition: a holder
+// of its TTL; TestRestartWithoutPersistenceFreesHeldLockAndHolderLearnsAtRenewal),
+// and tokens restart from 1 (TestRestartWithoutPersistenceRestartsTokens): a
+// resource that checks tokens refuses the new holder's writes until its
+// tokens pass the old ones, so use persistence if the resource relies on
+// tokens. Partition: a holder
 // cut off from Redis cannot renew; its Lease.Done closes before the TTL
 // runs out on the server, i.e. before anyone else can be granted the lock.
 //

@@ -31,7 +31,8 @@
 // is set accordingly. If fewer than a majority grant, or the validity is
 // used up, the lock is released on all nodes and the attempt fails. Each
 // node call is bounded by a timeout (TTL/5, within 50ms..2s), so a dead or
-// frozen node costs one timeout, not the lease.
+// frozen node costs one timeout, not the lease (TestOpenBoundsEachNodeCall;
+// clients given to New need ContextTimeoutEnabled, as Open sets it).
 //
 // Renewal extends the lock on every node that still holds it and succeeds
 // on a majority. Release deletes it on all nodes and publishes a wake-up on
@@ -129,9 +130,12 @@
 //
 // A node restarted empty can still break mutual exclusion: its locks are
 // gone, so another client can win a lock it held plus one more node whose
-// copy expired or was lost. Restarting an empty node only after the
-// longest TTL in use has passed (antirez's "delayed restart") protects the
-// locks; fence states protect the tokens.
+// copy expired or was lost, and the old holder learns of it at its next
+// renewal, refused by a majority (make verify's partition-restart fault,
+// allowance empty-restart). Fence states protect the tokens, not the
+// locks; to protect the locks, restart an empty node only after the
+// longest TTL in use has passed (antirez's "delayed restart"), when every
+// lock it held has expired anyway.
 //
 // # Persistence and eviction
 //

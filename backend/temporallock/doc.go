@@ -38,8 +38,11 @@
 // call that needs no workflow and no worker): if the server answers, the
 // workflow is only slow — its task sat with a worker that stopped, or no
 // worker runs at all — and the waiter asks again, for as long as its
-// context lets it; if not, the server is unreachable, and after 90s
-// without an answer Lock fails with dlock.ErrUnavailable.
+// context lets it (testWaiterOutlivesSlowAnswers); if not, the server is
+// unreachable, and after 90s without an answer Lock fails with
+// dlock.ErrUnavailable. (No test waits the 90s; a frozen server is tested
+// with a shorter context, whose end ends the Lock: dlocktest's
+// FrozenBackendNeverHangsACall.)
 //
 // Leases: the workflow ends a lease with a timer at its end, grants the
 // lock to the next waiter, and refuses the old holder's later renewals
@@ -56,7 +59,8 @@
 // server persists) and survives server restarts and worker crashes. The
 // first run starts it at its start time in microseconds, so even if an
 // operator terminates a mutex workflow, the next one starts above every
-// token the old one granted. DurableFencing is true.
+// token the old one granted (TestTerminatedMutexWorkflowNextTokenIsHigher).
+// DurableFencing is true.
 //
 // History: the workflow continues as new after 3000 history events (or
 // when the server suggests it), carrying holder, queue and counter;
@@ -196,5 +200,7 @@
 //
 // # Names
 //
-// Any dlock name maps to a workflow ID one-to-one; see WorkflowID.
+// Any dlock name maps to a workflow ID of its own: escaped one-to-one, or,
+// if the escaped form is longer than 200 bytes, hashed (distinct for
+// practical purposes); see WorkflowID.
 package temporallock

@@ -41,7 +41,7 @@
 // whose context ends deletes its node, in the background if the connection
 // is down at that moment, for as long as the node's session lives; a try-lock
 // that finds the lock held first only lists the queue, and does not enqueue
-// at all.
+// at all (TestFailedTryLockDoesNotQueue).
 //
 // A follower answers reads from its own state, which may lag behind a write
 // another client has already seen succeed. Reads that answer a question
@@ -143,7 +143,8 @@
 // renewal succeeds, and the node never went away. If the lease's deadline
 // passes while the session survives (a disconnection just longer than the
 // lease), the driver deletes the node itself once it can, since its holder
-// has been told it lost the lock and will not release it.
+// has been told it lost the lock and will not release it
+// (TestLeaseDeadlinePassedInLiveSessionDeletesTheNode).
 //
 // The requested TTL cannot shorten a session: a crashed holder's lock is
 // freed when its session times out, so Capabilities.MinTTL is the session
@@ -160,7 +161,8 @@
 //     difference.
 //   - Holder crash: its session times out (the session timeout after its
 //     last message) and the server deletes its node; the next waiter is
-//     woken by its watch. A clean Close ends the session at once.
+//     woken by its watch. A clean Close ends the session at once
+//     (TestCleanCloseFreesTheLockAtOnce).
 //   - Partition: the holder's side stops confirming renewals and closes
 //     Done at its deadline, before the server can expire the session; the
 //     server expires it a session timeout after it last heard from the
@@ -179,10 +181,14 @@
 //     during the outage sees Done close, and its node is deleted by the
 //     client when it reconnects, or by the server a session timeout after
 //     the restart. Tokens keep increasing either way.
-//   - Ensemble: losing a minority of servers changes nothing for clients
-//     (they reconnect to another server within their session); without a
-//     quorum no lock can be taken or renewed, and holders see Done close at
-//     their deadlines.
+//   - Ensemble: losing a minority of servers does not stop the locks:
+//     clients reconnect to another server within their session, grants go
+//     on with increasing tokens, and a holder either keeps its lock or sees
+//     it lost, never both it and another client holding it (TestEnsemble's
+//     StoppedLeaderDoesNotStopGrants). A server without a quorum cannot
+//     confirm a renewal (its sync waits for a leader), so its clients'
+//     holders see Done close at their deadlines (the follower cut off
+//     above).
 //   - Break deletes the holder's node (it needs the delete permission on
 //     the parent: with digest auth, the same identity); the holder's watch
 //     sees the deletion and Grant.Lost fires at once (in the first third of
