@@ -36,6 +36,7 @@ type Driver struct {
 	quorum   int
 	prefix   string
 	keyCache *redisscript.KeyCache
+	layout   redisscript.Layout
 	closeRDB bool
 	err      error
 	// evictionAllowed: Open accepts nodes whose maxmemory-policy may
@@ -104,7 +105,7 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		}
 	}
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
-	d.keyCache = redisscript.NewKeyCache(d.prefix)
+	d.keyCache = redisscript.NewKeyCache(d.prefix, d.layout)
 	for i, rdb := range nodes {
 		where := fmt.Sprintf("node %d", i)
 		if c, ok := rdb.(*redis.Client); ok {
