@@ -1,0 +1,376 @@
+package redislock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// The tests here run dlock in compat=setnx beside redis-py's Lock (Debian's
+// python3-redis, run by testenv.Python), on one lock key.
+
+// A dlock counter worker: the test binary started with these variables set.
+const (
+	envSetNXWorker = "REDISLOCK_TEST_SETNX_WORKER" // the dlock URL
+	envSetNXArgs   = "REDISLOCK_TEST_SETNX_ARGS"   // "addr name counter log n window"
+)
+
+func init() {
+	if u := os.Getenv(envSetNXWorker); u != "" {
+		os.Exit(setnxWorker(u, strings.Fields(os.Getenv(envSetNXArgs))))
+	}
+}
+
+// setnxWorker n times takes the lock, reads the counter, waits window,
+// writes it + 1 and logs "dlock", then releases; it pauses up to 10ms
+// between turns, as a worker doing other work would (redis-py's workers
+// too), so that the lock is now and then free when a polling redis-py
+// waiter looks.
+func setnxWorker(u string, args []string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr, name, counter, log := args[0], args[1], args[2], args[3]
+	n, _ := strconv.Atoi(args[4])
+	window, _ := time.ParseDuration(args[5])
+	c, err := dlock.Open(ctx, u)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 2
+	}
+	defer c.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	m := c.Mutex(name, dlock.WithTTL(2*time.Second))
+	for range n {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		v, err := rdb.Get(ctx, counter).Int()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		time.Sleep(window)
+		rdb.Set(ctx, counter, v+1, 0)
+		rdb.RPush(ctx, log, "dlock")
+		if err := l.Unlock(ctx); err != nil {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		time.Sleep(rand.N(10 * time.Millisecond))
+	}
+	fmt.Println("DONE", n)
+	return 0
+}
+
+// redisPy runs testdata/redispy_lock.py against srv's lock name with mode
+// and args, and returns the command, started, with its stdout lines.
+func redisPy(t *testing.T, srv *testenv.Redis, name, mode string, args ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	py := testenv.RequirePython(t, "python3-redis")
+	host, port, _ := strings.Cut(srv.Addr, ":")
+	script, _ := filepath.Abs("testdata/redispy_lock.py")
+	cmd := exec.Command(py, append([]string{script, host, port, name, mode}, args...)...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
+// redisPyTry reports whether redis-py's non-blocking acquire of name
+// succeeds (it releases at once if so).
+func redisPyTry(t *testing.T, srv *testenv.Redis, name string) bool {
+	t.Helper()
+	cmd, lines := redisPy(t, srv, name, "try", "5")
+	if !lines.Scan() {
+		t.Fatalf("redis-py try: no answer (%v)", cmd.Wait())
+	}
+	switch lines.Text() {
+	case "True":
+		return true
+	case "False":
+		return false
+	}
+	t.Fatalf("redis-py try: %q", lines.Text())
+	return false
+}
+
+// N dlock processes and N redis-py processes increment one counter under
+// the same lock, with a read–sleep–write window: none is lost, and the two
+// kinds take turns with each other hundreds of times. Run with and
+// without keyspace events. Without them dlock's waiters learn of
+// redis-py's releases by polling (every 100ms or less) while redis-py's
+// poll every 1ms, so dlock gets the lock mostly from its own side's
+// releases, and the sides alternate less often.
+func TestMixedFleetWithRedisPyLosesNoIncrement(t *testing.T) {
+	for _, keyspace := range []bool{true, false} {
+		minSwitches := 100
+		if !keyspace {
+			minSwitches = 20
+		}
+		t.Run(fmt.Sprintf("keyspace_events=%v", keyspace), func(t *testing.T) {
+			testenv.RequirePython(t, "python3-redis")
+			var srv *testenv.Redis
+			if keyspace {
+				srv = testenv.StartRedis(t, testenv.RedisArgs("--notify-keyspace-events", "Kgx"))
+			} else {
+				srv = testenv.StartRedis(t)
+			}
+			const (
+				name, counter, log = "orders:42:lock", "orders:42:stock", "orders:42:turns"
+				workers, n         = 3, 150
+				window             = "2ms"
+			)
+			u := "redis://" + srv.Addr + "?compat=setnx"
+			var wg sync.WaitGroup
+			done := make(chan string, 2*workers)
+			for range workers {
+				child := exec.Command(os.Args[0], "-test.run=^$")
+				child.Env = append(os.Environ(), envSetNXWorker+"="+u,
+					envSetNXArgs+"="+strings.Join([]string{srv.Addr, name, counter, log, strconv.Itoa(n), window}, " "))
+				child.Stderr = os.Stderr
+				out, _ := child.StdoutPipe()
+				if err := child.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+				lines := bufio.NewScanner(out)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					lines.Scan()
+					done <- "dlock: " + lines.Text()
+				}()
+				_, py := redisPy(t, srv, name, "count", counter, log, strconv.Itoa(n), "0.002", "2")
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					py.Scan()
+					done <- "redis-py: " + py.Text()
+				}()
+			}
+			wg.Wait()
+			close(done)
+			for line := range done {
+				if !strings.HasSuffix(line, "DONE "+strconv.Itoa(n)) {
+					t.Errorf("a worker ended with %q", line)
+				}
+			}
+			ctx := context.Background()
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			got, err := rdb.Get(ctx, counter).Int()
+			if err != nil {
+				t.Fatal(err)
+			}
+			turns, err := rdb.LRange(ctx, log, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			switches := 0
+			sides := map[string]int{}
+			for i, s := range turns {
+				sides[s]++
+				if i > 0 && s != turns[i-1] {
+					switches++
+				}
+			}
+			t.Logf("counter %d of %d increments; turns %v; the lock passed between dlock and redis-py %d times", got, 2*workers*n, sides, switches)
+			if got != 2*workers*n {
+				t.Errorf("counter = %d, want %d: %d increments lost", got, 2*workers*n, 2*workers*n-got)
+			}
+			if sides["dlock"] != workers*n || sides["py"] != workers*n {
+				t.Errorf("turns = %v, want %d each", sides, workers*n)
+			}
+			if switches < minSwitches {
+				t.Errorf("the lock passed between dlock and redis-py %d times, want at least %d for the run to show them excluding each other", switches, minSwitches)
+			}
+		})
+	}
+}
+
+// A redis-py holder killed with SIGKILL frees the lock when its timeout
+// runs out, and a dlock waiter is granted it then: not before the kill,
+// and within the timeout (plus a margin) after it. Meanwhile dlock's
+// TryLock finds the lock held, and Inspect shows a holder of unknown
+// identity, with no token, and redis-py's remaining TTL.
+func TestKilledRedisPyHolderFreesLockForDlockWaiter(t *testing.T) {
+	srv := testenv.StartRedis(t) // no keyspace events: the waiter learns of the expiry by itself
+	const name, timeout = "jobs/nightly", 2 * time.Second
+	py, lines := redisPy(t, srv, name, "hold", "2")
+	if !lines.Scan() || lines.Text() != "HELD" {
+		t.Fatalf("redis-py holder: %q", lines.Text())
+	}
+	c := open(t, "redis://"+srv.Addr+"?compat=setnx", dlock.WithTTL(5*time.Second))
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while redis-py holds: %v, want ErrNotAcquired", err)
+	}
+	in, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Held || in.Token != 0 || in.ExpiresIn <= 0 || in.ExpiresIn > timeout || !strings.Contains(in.Holder.Note, "holder unknown") {
+		t.Errorf("Inspect = %+v; want held, token 0, expiring within %v, holder unknown", in, timeout)
+	}
+
+	type result struct {
+		l   *dlock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		got <- result{l, err, time.Now()}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned while redis-py held the lock: %v", r.err)
+	default:
+	}
+	killed := time.Now()
+	if err := py.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock after redis-py's holder was killed: %v", r.err)
+	}
+	defer r.l.Unlock(ctx)
+	t.Logf("granted %v after the kill (redis-py's timeout %v)", r.at.Sub(killed).Round(time.Millisecond), timeout)
+	if r.at.Before(killed) || r.at.Sub(killed) > timeout+time.Second {
+		t.Errorf("granted %v after the kill; want within redis-py's timeout %v (plus 1s)", r.at.Sub(killed), timeout)
+	}
+}
+
+// Each side's lock excludes the other: redis-py's non-blocking acquire
+// fails while dlock holds the key, and dlock's TryLock fails while
+// redis-py holds it.
+func TestDlockAndRedisPyExcludeEachOther(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	const name = "reports:render"
+	c := open(t, "redis://"+srv.Addr+"?compat=setnx")
+	ctx := testenv.Context(t, 30*time.Second)
+	l, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if redisPyTry(t, srv, name) {
+		t.Fatal("redis-py acquired the lock while dlock held it")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !redisPyTry(t, srv, name) {
+		t.Fatal("redis-py could not acquire the lock dlock had released")
+	}
+
+	_, lines := redisPy(t, srv, name, "hold", "30")
+	if !lines.Scan() || lines.Text() != "HELD" {
+		t.Fatalf("redis-py holder: %q", lines.Text())
+	}
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while redis-py holds: %v, want ErrNotAcquired", err)
+	}
+	// Break deletes the key, whoever holds it.
+	if err := c.Break(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	l, err = c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after Break of redis-py's lock: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// Without compat, dlock's locks are keys of its own: redis-py, locking the
+// name, does not see them (the README says so).
+func TestWithoutCompatRedisPyDoesNotSeeDlockLocks(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	const name = "reports:render"
+	c := open(t, "redis://"+srv.Addr)
+	ctx := testenv.Context(t, 30*time.Second)
+	l, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	if !redisPyTry(t, srv, name) {
+		t.Fatal("redis-py could not acquire a name dlock holds in its own layout; the README says it can")
+	}
+}
+
+// List in compat=setnx: with a prefix, every held key under it, foreign
+// ones too; without, the locks dlock has taken.
+func TestSetNXListFindsForeignHoldersUnderPrefix(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	c := open(t, "redis://"+srv.Addr+"?compat=setnx")
+	ctx := testenv.Context(t, 30*time.Second)
+	l, err := c.Mutex("locks:mine").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	_, lines := redisPy(t, srv, "locks:theirs", "hold", "30")
+	if !lines.Scan() || lines.Text() != "HELD" {
+		t.Fatalf("redis-py holder: %q", lines.Text())
+	}
+	names := func(prefix string) string {
+		infos, err := c.List(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns []string
+		for _, in := range infos {
+			ns = append(ns, fmt.Sprintf("%s token=%d", in.Name, in.Token))
+		}
+		return strings.Join(ns, ",")
+	}
+	if got := names("locks:"); got != fmt.Sprintf("locks:mine token=%d,locks:theirs token=0", l.Token()) &&
+		got != fmt.Sprintf("locks:theirs token=0,locks:mine token=%d", l.Token()) {
+		t.Errorf("List(locks:) = %s; want locks:mine and locks:theirs", got)
+	}
+	if got := names(""); got != fmt.Sprintf("locks:mine token=%d", l.Token()) {
+		t.Errorf("List() = %s; want only dlock's lock", got)
+	}
+}
+
+// The compat parameter takes only the layouts there are; names under
+// dlock's own prefix are refused, since the lock key is the name.
+func TestSetNXRefusesUnknownLayoutAndReservedNames(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	_, err := dlock.Open(ctx, "redis://"+srv.Addr+"?compat=redsync")
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), `compat="redsync": want one of setnx`) {
+		t.Errorf("compat=redsync: %v; want ErrInvalidOption naming setnx", err)
+	}
+	c := open(t, "redis://"+srv.Addr+"?compat=setnx")
+	if _, err := c.Mutex("dlock:setnx:fence:x").TryLock(ctx); !errors.Is(err, dlock.ErrInvalidName) {
+		t.Errorf("TryLock of a name under dlock's prefix: %v, want ErrInvalidName", err)
+	}
+}
