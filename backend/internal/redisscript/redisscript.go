@@ -325,7 +325,7 @@ type State struct {
 	Waiters [][]byte // live fair waiters' holder metadata, in queue order
 	Name    string   // from the lock or the waiters hash; "" if neither exists
 	// Foreign: the lock is held by another library's lock (SetNX layout);
-	// Value is then empty.
+	// Value.Owner is then that lock's value, the rest of Value empty.
 	Foreign bool
 }
 

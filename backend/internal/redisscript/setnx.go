@@ -46,6 +46,19 @@ func (l Layout) Keys(prefix, name string) Keys {
 	return k
 }
 
+// SetNXFencePattern is the SCAN pattern of the fence keys of the SetNX
+// layout under prefix.
+func SetNXFencePattern(prefix string) string { return globEscape(prefix+":setnx:fence:") + "*" }
+
+// LockOfFence returns the lock key of the lock whose fence key is fence,
+// in either layout.
+func LockOfFence(prefix, fence string) string {
+	if name, ok := strings.CutPrefix(fence, prefix+":setnx:fence:"); ok {
+		return name
+	}
+	return strings.TrimSuffix(fence, "fence") + "lock"
+}
+
 // CheckName refuses, in the SetNX layout, a name that is one of dlock's
 // own keys (it begins with "<prefix>:"): the lock key is the name, so
 // such a name could be another lock's fence counter.
@@ -60,7 +73,8 @@ func (l Layout) CheckName(prefix, name string) error {
 // ReadSetNX reports the state of a lock in the SetNX layout, in one round
 // trip. A value that is not dlock's value for this name is a foreign
 // holder's (redis-py's random token, redsync's, …): the lock is held, by
-// an owner of unknown identity, with no token.
+// an owner of unknown identity, with no token; Value.Owner is then the
+// whole value, by which Redlock's nodes agree on one holder.
 func (k Keys) ReadSetNX(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
@@ -80,7 +94,7 @@ func (k Keys) ReadSetNX(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	if pv, err := ParseValue(v); err == nil && pv.Name == k.Name {
 		st.Value = pv
 	} else {
-		st.Foreign = true
+		st.Foreign, st.Value.Owner = true, v
 	}
 	return st, nil
 }
@@ -98,7 +112,7 @@ func ScanSetNX(ctx context.Context, rdb redis.UniversalClient, dlockPrefix, pref
 	pattern, strip := globEscape(prefix)+"*", ""
 	if prefix == "" {
 		strip = dlockPrefix + ":setnx:fence:"
-		pattern = globEscape(strip) + "*"
+		pattern = SetNXFencePattern(dlockPrefix)
 	}
 	var names []string
 	err := EachMaster(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
