@@ -88,11 +88,9 @@ func WithEvictionAllowed() Option { return set(func(d *Driver) { d.evictionAllow
 // documentation, "Compat mode".
 func WithCompat(layout string) Option {
 	return func(d *Driver) error {
-		if layout != "" && layout != string(redisscript.SetNX) {
-			return fmt.Errorf("%w: redislock: WithCompat(%q): want one of %s", dlock.ErrInvalidOption, layout, strings.Join(redisscript.Layouts, ", "))
-		}
-		d.layout = redisscript.Layout(layout)
-		return nil
+		l, err := redisscript.ParseLayout("redislock", layout)
+		d.layout = l
+		return err
 	}
 }
 

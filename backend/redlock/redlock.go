@@ -97,11 +97,9 @@ func WithEvictionAllowed() Option {
 // dlock's exclude each other. See the package documentation.
 func WithCompat(layout string) Option {
 	return func(d *Driver) error {
-		if layout != "" && layout != string(redisscript.SetNX) {
-			return fmt.Errorf("%w: redlock: WithCompat(%q): want one of %s", dlock.ErrInvalidOption, layout, strings.Join(redisscript.Layouts, ", "))
-		}
-		d.layout = redisscript.Layout(layout)
-		return nil
+		l, err := redisscript.ParseLayout("redlock", layout)
+		d.layout = l
+		return err
 	}
 }
 

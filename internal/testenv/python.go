@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -27,4 +29,21 @@ func RequirePython(t testing.TB, pkg string) string {
 		Missing(t, pkg, InteropInstall, fmt.Errorf("%s cannot import %s: %v: %s", Python, module, err, strings.TrimSpace(string(out))))
 	}
 	return Python
+}
+
+// StartLines starts cmd, its stderr the test's, and returns a reader of
+// its stdout lines; the process is killed and waited for when the test
+// ends.
+func StartLines(t testing.TB, cmd *exec.Cmd) *bufio.Scanner {
+	t.Helper()
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return bufio.NewScanner(out)
 }

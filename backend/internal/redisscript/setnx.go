@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -31,6 +33,15 @@ const (
 // Layouts are the values of the compat URL parameter of the Redis
 // backends.
 var Layouts = []string{string(SetNX)}
+
+// ParseLayout returns the layout of a WithCompat option: "" (Hashed) or
+// one of Layouts. backend names the caller in the error.
+func ParseLayout(backend, s string) (Layout, error) {
+	if s != "" && !slices.Contains(Layouts, s) {
+		return "", fmt.Errorf("%w: %s: WithCompat(%q): want one of %s", dlock.ErrInvalidOption, backend, s, strings.Join(Layouts, ", "))
+	}
+	return Layout(s), nil
+}
 
 // Keys returns the keys of lock name under prefix.
 func (l Layout) Keys(prefix, name string) Keys {
