@@ -43,4 +43,3 @@ func ForeignHolderKilled(t *testing.T, c *dlock.Client, name string, bound time.
 	}
 	return l
 }
-
