@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/redislock"
 	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -86,11 +89,26 @@ func setnxWorker(u string, args []string) int {
 // and args, and returns the command, started, with its stdout lines.
 func redisPy(t *testing.T, srv *testenv.Redis, name, mode string, args ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
+	cmd := redisPyCmd(t, srv, name, mode, args...)
+	return cmd, testenv.StartLines(t, cmd)
+}
+
+func redisPyCmd(t *testing.T, srv *testenv.Redis, name, mode string, args ...string) *exec.Cmd {
 	py := testenv.RequirePython(t, "python3-redis")
 	host, port, _ := strings.Cut(srv.Addr, ":")
 	script, _ := filepath.Abs("testdata/redispy_lock.py")
-	cmd := exec.Command(py, append([]string{script, host, port, name, mode}, args...)...)
-	return cmd, testenv.StartLines(t, cmd)
+	return exec.Command(py, append([]string{script, host, port, name, mode}, args...)...)
+}
+
+// redisPyStdin is redisPy with a pipe to the script's stdin.
+func redisPyStdin(t *testing.T, srv *testenv.Redis, name, mode string, args ...string) (*exec.Cmd, io.Writer, *bufio.Scanner) {
+	t.Helper()
+	cmd := redisPyCmd(t, srv, name, mode, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, in, testenv.StartLines(t, cmd)
 }
 
 // redisPyTry reports whether redis-py's non-blocking acquire of name
@@ -223,6 +241,85 @@ func TestKilledRedisPyHolderFreesLockForDlockWaiter(t *testing.T) {
 		}
 	})
 	_ = l.Unlock(context.Background())
+}
+
+// A dlock waiter is woken when redis-py releases the lock: by the key's
+// keyspace event where the server announces them, else by its poll. The
+// holder's timeout (30s) is far off, and the waiter gives up after 900ms,
+// before AcquireByRetry's safety poll (2s, jittered down to no less than
+// 1s) would look: only the wake-up can grant it in time.
+func TestDlockWaiterWakesOnRedisPyRelease(t *testing.T) {
+	for _, keyspace := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keyspace_events=%v", keyspace), func(t *testing.T) {
+			testenv.RequirePython(t, "python3-redis")
+			var srv *testenv.Redis
+			if keyspace {
+				srv = testenv.StartRedis(t, testenv.RedisArgs("--notify-keyspace-events", "Kgx"))
+			} else {
+				srv = testenv.StartRedis(t)
+			}
+			const name = "invoices:run"
+			py, release, lines := redisPyStdin(t, srv, name, "release", "30")
+			if !lines.Scan() || lines.Text() != "HELD" {
+				t.Fatalf("redis-py holder: %q (%v)", lines.Text(), py.Wait())
+			}
+			c := open(t, "redis://"+srv.Addr+"?compat=setnx")
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			ctx := testenv.Context(t, 30*time.Second)
+			fence := func() int64 { n, _ := rdb.Get(ctx, "dlock:setnx:fence:"+name).Int64(); return n }
+			before := fence()
+			got := make(chan error, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+				defer cancel()
+				l, err := c.Mutex(name).Lock(wctx)
+				if err == nil {
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			// Every attempt takes a number from the fence counter: once it
+			// moved, the waiter has tried, found the lock held, and waits.
+			testenv.Eventually(t, 10*time.Second, "the waiter's first attempt", func() error {
+				if fence() == before {
+					return errors.New("not yet")
+				}
+				return nil
+			})
+			fmt.Fprintln(release)
+			if !lines.Scan() || lines.Text() != "RELEASED" {
+				t.Fatalf("redis-py release: %q", lines.Text())
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("the dlock waiter was not granted the lock redis-py released: %v", err)
+			}
+		})
+	}
+}
+
+// Open reads notify-keyspace-events: a waiter listens for the key's
+// events only if the server announces deletions (g) and expiries (x) on
+// keyspace channels (K), and polls otherwise.
+func TestSetNXOpenDetectsKeyspaceEvents(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx := testenv.Context(t, 30*time.Second)
+	for flags, want := range map[string]bool{"": false, "Kgx": true, "KA": true, "Kg": false, "Egx": false, "AKE": true} {
+		if err := rdb.ConfigSet(ctx, "notify-keyspace-events", flags).Err(); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse("redis://" + srv.Addr + "?compat=setnx")
+		d, err := redislock.Open(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.(*redislock.Driver).KeyspaceEvents(); got != want {
+			t.Errorf("notify-keyspace-events %q: listens for keyspace events %v, want %v", flags, got, want)
+		}
+		d.Close()
+	}
 }
 
 // Each side's lock excludes the other: redis-py's non-blocking acquire

@@ -9,6 +9,9 @@ usage: redispy_lock.py HOST PORT NAME MODE [ARGS...]
                                   up to 10ms
   hold TTL                        take the lock with timeout TTL s, print
                                   HELD, and hold it until killed
+  release TTL                     take the lock with timeout TTL s, print
+                                  HELD, and release it when a line comes
+                                  on stdin, then print RELEASED
   try TTL                         one non-blocking acquire: print True or
                                   False (and release if True)
 """
@@ -48,6 +51,15 @@ def main():
             return 2
         print("HELD", flush=True)
         time.sleep(600)
+    elif mode == "release":
+        lock = Lock(r, name, timeout=float(args[0]))
+        if not lock.acquire(blocking=False):
+            print("NOT ACQUIRED", flush=True)
+            return 2
+        print("HELD", flush=True)
+        sys.stdin.readline()
+        lock.release()
+        print("RELEASED", flush=True)
     elif mode == "try":
         lock = Lock(r, name, timeout=float(args[0]))
         got = lock.acquire(blocking=False)
