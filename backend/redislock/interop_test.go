@@ -355,9 +355,14 @@ func TestDlockAndRedisPyExcludeEachOther(t *testing.T) {
 	if err := c.Break(ctx, name); err != nil {
 		t.Fatal(err)
 	}
+	first := l.Token()
 	l, err = c.Mutex(name).TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock after Break of redis-py's lock: %v", err)
+	}
+	// dlock's tokens keep increasing across the foreign grants between.
+	if l.Token() <= first {
+		t.Errorf("token %d after redis-py's grants, want more than dlock's earlier %d", l.Token(), first)
 	}
 	_ = l.Unlock(ctx)
 }
