@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -11,8 +12,10 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
+	"github.com/redis/go-redis/v9"
 )
 
 // redlockPy runs testdata/redlockpy.py (Redlock as redlock-py does it, on
@@ -77,4 +80,54 @@ func TestDlockAndRedlockPyExcludeEachOther(t *testing.T) {
 		}
 	})
 	_ = held.Unlock(context.Background())
+}
+
+// A node restarted empty is re-seeded with the compat=setnx fence
+// counters too: those of locks taken before, and that of a lock never
+// taken before whose grant is between its rounds (its first round
+// created the counter, so the seeding finds it and waits for the second
+// round, as it does in dlock's own layout).
+func TestReseedCopiesSetNXCounters(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	c := openSetNX(t, nodes)
+	tok := lockUnlock(t, c, "orders:1")
+
+	fresh := redisscript.SetNX.Keys("dlock", "orders:2")
+	var direct []*redis.Client
+	for _, n := range nodes[:2] {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		t.Cleanup(func() { rdb.Close() })
+		direct = append(direct, rdb)
+		if r, err := fresh.AcquireRead(ctx, rdb, "between", time.Minute, nil, "dlock:fence-state"); err != nil || !r.Granted {
+			t.Fatalf("first round on %s: %+v, %v", n.Addr, r, err)
+		}
+	}
+	nodes[2].Restart()
+	lockUnlock(t, c, "other") // sees n2 without counters, and re-seeds it
+	testenv.Eventually(t, 30*time.Second, "the re-seed of n2 to begin", func() error {
+		if s := fenceState(t, ctx, nodes[2].Addr); !strings.HasPrefix(s, "seeding ") && s != "complete" {
+			return errors.New(s)
+		}
+		return nil
+	})
+	for range 30 {
+		if s := fenceState(t, ctx, nodes[2].Addr); s == "complete" {
+			t.Fatalf("n2 was marked complete while a grant of orders:2 was between its rounds")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, rdb := range direct {
+		if ok, err := fresh.SetToken(ctx, rdb, "between", 7); err != nil || !ok {
+			t.Fatalf("second round: %v, %v", ok, err)
+		}
+	}
+	waitSeeded(t, nodes[2].Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: nodes[2].Addr})
+	defer rdb.Close()
+	for key, want := range map[string]uint64{redisscript.SetNX.Keys("dlock", "orders:1").Fence: tok, fresh.Fence: 7} {
+		if got, _ := rdb.Get(ctx, key).Uint64(); got < want {
+			t.Errorf("%s on the re-seeded node: %d, want >= %d", key, got, want)
+		}
+	}
 }
