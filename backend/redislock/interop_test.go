@@ -420,7 +420,8 @@ func TestSetNXListFindsForeignHoldersUnderPrefix(t *testing.T) {
 }
 
 // The compat parameter takes only the layouts there are; names under
-// dlock's own prefix are refused, since the lock key is the name.
+// dlock's own prefix are refused, since the lock key is the name; so are
+// fair waiting (there is no queue) and Redis Cluster.
 func TestSetNXRefusesUnknownLayoutAndReservedNames(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	ctx := testenv.Context(t, 30*time.Second)
@@ -431,5 +432,13 @@ func TestSetNXRefusesUnknownLayoutAndReservedNames(t *testing.T) {
 	c := open(t, "redis://"+srv.Addr+"?compat=setnx")
 	if _, err := c.Mutex("dlock:setnx:fence:x").TryLock(ctx); !errors.Is(err, dlock.ErrInvalidName) {
 		t.Errorf("TryLock of a name under dlock's prefix: %v, want ErrInvalidName", err)
+	}
+	if _, err := c.Mutex("x", dlock.WithFair()).TryLock(ctx); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("a fair TryLock: %v, want ErrUnsupported (no queue in this layout)", err)
+	}
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	defer cluster.Close()
+	if _, err := redislock.New(cluster, redislock.WithCompat("setnx")); !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "Redis Cluster") {
+		t.Errorf("compat=setnx on Redis Cluster: %v, want ErrInvalidOption naming Redis Cluster", err)
 	}
 }
