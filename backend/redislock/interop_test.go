@@ -100,6 +100,22 @@ func redisPyCmd(t *testing.T, srv *testenv.Redis, name, mode string, args ...str
 	return exec.Command(py, append([]string{script, host, port, name, mode}, args...)...)
 }
 
+// eachKeyspaceSetting runs f as a subtest on a server that announces
+// deletions and expiries (notify-keyspace-events Kgx), and on one that
+// does not (dlock's waiters then poll).
+func eachKeyspaceSetting(t *testing.T, f func(t *testing.T, srv *testenv.Redis, keyspace bool)) {
+	for _, keyspace := range []bool{true, false} {
+		t.Run(fmt.Sprintf("keyspace_events=%v", keyspace), func(t *testing.T) {
+			testenv.RequirePython(t, "python3-redis")
+			var opts []testenv.RedisOption
+			if keyspace {
+				opts = append(opts, testenv.RedisArgs("--notify-keyspace-events", "Kgx"))
+			}
+			f(t, testenv.StartRedis(t, opts...), keyspace)
+		})
+	}
+}
+
 // redisPyStdin is redisPy with a pipe to the script's stdin.
 func redisPyStdin(t *testing.T, srv *testenv.Redis, name, mode string, args ...string) (*exec.Cmd, io.Writer, *bufio.Scanner) {
 	t.Helper()
@@ -137,84 +153,75 @@ func redisPyTry(t *testing.T, srv *testenv.Redis, name string) bool {
 // poll every 1ms, so dlock gets the lock mostly from its own side's
 // releases, and the sides alternate less often.
 func TestMixedFleetWithRedisPyLosesNoIncrement(t *testing.T) {
-	for _, keyspace := range []bool{true, false} {
+	eachKeyspaceSetting(t, func(t *testing.T, srv *testenv.Redis, keyspace bool) {
 		minSwitches := 100
 		if !keyspace {
 			minSwitches = 20
 		}
-		t.Run(fmt.Sprintf("keyspace_events=%v", keyspace), func(t *testing.T) {
-			testenv.RequirePython(t, "python3-redis")
-			var srv *testenv.Redis
-			if keyspace {
-				srv = testenv.StartRedis(t, testenv.RedisArgs("--notify-keyspace-events", "Kgx"))
-			} else {
-				srv = testenv.StartRedis(t)
+		const (
+			name, counter, log = "orders:42:lock", "orders:42:stock", "orders:42:turns"
+			workers, n         = 3, 150
+			window             = "2ms"
+		)
+		u := "redis://" + srv.Addr + "?compat=setnx"
+		var wg sync.WaitGroup
+		done := make(chan string, 2*workers)
+		for range workers {
+			child := exec.Command(os.Args[0], "-test.run=^$")
+			child.Env = append(os.Environ(), envSetNXWorker+"="+u,
+				envSetNXArgs+"="+strings.Join([]string{srv.Addr, name, counter, log, strconv.Itoa(n), window}, " "))
+			lines := testenv.StartLines(t, child)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lines.Scan()
+				done <- "dlock: " + lines.Text()
+			}()
+			_, py := redisPy(t, srv, name, "count", counter, log, strconv.Itoa(n), "0.002", "2")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				py.Scan()
+				done <- "redis-py: " + py.Text()
+			}()
+		}
+		wg.Wait()
+		close(done)
+		for line := range done {
+			if !strings.HasSuffix(line, "DONE "+strconv.Itoa(n)) {
+				t.Errorf("a worker ended with %q", line)
 			}
-			const (
-				name, counter, log = "orders:42:lock", "orders:42:stock", "orders:42:turns"
-				workers, n         = 3, 150
-				window             = "2ms"
-			)
-			u := "redis://" + srv.Addr + "?compat=setnx"
-			var wg sync.WaitGroup
-			done := make(chan string, 2*workers)
-			for range workers {
-				child := exec.Command(os.Args[0], "-test.run=^$")
-				child.Env = append(os.Environ(), envSetNXWorker+"="+u,
-					envSetNXArgs+"="+strings.Join([]string{srv.Addr, name, counter, log, strconv.Itoa(n), window}, " "))
-				lines := testenv.StartLines(t, child)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					lines.Scan()
-					done <- "dlock: " + lines.Text()
-				}()
-				_, py := redisPy(t, srv, name, "count", counter, log, strconv.Itoa(n), "0.002", "2")
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					py.Scan()
-					done <- "redis-py: " + py.Text()
-				}()
+		}
+		ctx := context.Background()
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer rdb.Close()
+		got, err := rdb.Get(ctx, counter).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		turns, err := rdb.LRange(ctx, log, 0, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switches := 0
+		sides := map[string]int{}
+		for i, s := range turns {
+			sides[s]++
+			if i > 0 && s != turns[i-1] {
+				switches++
 			}
-			wg.Wait()
-			close(done)
-			for line := range done {
-				if !strings.HasSuffix(line, "DONE "+strconv.Itoa(n)) {
-					t.Errorf("a worker ended with %q", line)
-				}
-			}
-			ctx := context.Background()
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			defer rdb.Close()
-			got, err := rdb.Get(ctx, counter).Int()
-			if err != nil {
-				t.Fatal(err)
-			}
-			turns, err := rdb.LRange(ctx, log, 0, -1).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			switches := 0
-			sides := map[string]int{}
-			for i, s := range turns {
-				sides[s]++
-				if i > 0 && s != turns[i-1] {
-					switches++
-				}
-			}
-			t.Logf("counter %d of %d increments; turns %v; the lock passed between dlock and redis-py %d times", got, 2*workers*n, sides, switches)
-			if got != 2*workers*n {
-				t.Errorf("counter = %d, want %d: %d increments lost", got, 2*workers*n, 2*workers*n-got)
-			}
-			if sides["dlock"] != workers*n || sides["py"] != workers*n {
-				t.Errorf("turns = %v, want %d each", sides, workers*n)
-			}
-			if switches < minSwitches {
-				t.Errorf("the lock passed between dlock and redis-py %d times, want at least %d for the run to show them excluding each other", switches, minSwitches)
-			}
-		})
-	}
+		}
+		t.Logf("counter %d of %d increments; turns %v; the lock passed between dlock and redis-py %d times", got, 2*workers*n, sides, switches)
+		if got != 2*workers*n {
+			t.Errorf("counter = %d, want %d: %d increments lost", got, 2*workers*n, 2*workers*n-got)
+		}
+		if sides["dlock"] != workers*n || sides["py"] != workers*n {
+			t.Errorf("turns = %v, want %d each", sides, workers*n)
+		}
+		if switches < minSwitches {
+			t.Errorf("the lock passed between dlock and redis-py %d times, want at least %d for the run to show them excluding each other", switches, minSwitches)
+		}
+	})
 }
 
 // A redis-py holder killed with SIGKILL frees the lock when its timeout
@@ -249,53 +256,44 @@ func TestKilledRedisPyHolderFreesLockForDlockWaiter(t *testing.T) {
 // before AcquireByRetry's safety poll (2s, jittered down to no less than
 // 1s) would look: only the wake-up can grant it in time.
 func TestDlockWaiterWakesOnRedisPyRelease(t *testing.T) {
-	for _, keyspace := range []bool{true, false} {
-		t.Run(fmt.Sprintf("keyspace_events=%v", keyspace), func(t *testing.T) {
-			testenv.RequirePython(t, "python3-redis")
-			var srv *testenv.Redis
-			if keyspace {
-				srv = testenv.StartRedis(t, testenv.RedisArgs("--notify-keyspace-events", "Kgx"))
-			} else {
-				srv = testenv.StartRedis(t)
+	eachKeyspaceSetting(t, func(t *testing.T, srv *testenv.Redis, _ bool) {
+		const name = "invoices:run"
+		py, release, lines := redisPyStdin(t, srv, name, "release", "30")
+		if !lines.Scan() || lines.Text() != "HELD" {
+			t.Fatalf("redis-py holder: %q (%v)", lines.Text(), py.Wait())
+		}
+		c := open(t, "redis://"+srv.Addr+"?compat=setnx")
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		defer rdb.Close()
+		ctx := testenv.Context(t, 30*time.Second)
+		fence := func() int64 { n, _ := rdb.Get(ctx, "dlock:setnx:fence:"+name).Int64(); return n }
+		before := fence()
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+			defer cancel()
+			l, err := c.Mutex(name).Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
 			}
-			const name = "invoices:run"
-			py, release, lines := redisPyStdin(t, srv, name, "release", "30")
-			if !lines.Scan() || lines.Text() != "HELD" {
-				t.Fatalf("redis-py holder: %q (%v)", lines.Text(), py.Wait())
+			got <- err
+		}()
+		// Every attempt takes a number from the fence counter: once it
+		// moved, the waiter has tried, found the lock held, and waits.
+		testenv.Eventually(t, 10*time.Second, "the waiter's first attempt", func() error {
+			if fence() == before {
+				return errors.New("not yet")
 			}
-			c := open(t, "redis://"+srv.Addr+"?compat=setnx")
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-			defer rdb.Close()
-			ctx := testenv.Context(t, 30*time.Second)
-			fence := func() int64 { n, _ := rdb.Get(ctx, "dlock:setnx:fence:"+name).Int64(); return n }
-			before := fence()
-			got := make(chan error, 1)
-			go func() {
-				wctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
-				defer cancel()
-				l, err := c.Mutex(name).Lock(wctx)
-				if err == nil {
-					err = l.Unlock(ctx)
-				}
-				got <- err
-			}()
-			// Every attempt takes a number from the fence counter: once it
-			// moved, the waiter has tried, found the lock held, and waits.
-			testenv.Eventually(t, 10*time.Second, "the waiter's first attempt", func() error {
-				if fence() == before {
-					return errors.New("not yet")
-				}
-				return nil
-			})
-			fmt.Fprintln(release)
-			if !lines.Scan() || lines.Text() != "RELEASED" {
-				t.Fatalf("redis-py release: %q", lines.Text())
-			}
-			if err := <-got; err != nil {
-				t.Fatalf("the dlock waiter was not granted the lock redis-py released: %v", err)
-			}
+			return nil
 		})
-	}
+		fmt.Fprintln(release)
+		if !lines.Scan() || lines.Text() != "RELEASED" {
+			t.Fatalf("redis-py release: %q", lines.Text())
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the dlock waiter was not granted the lock redis-py released: %v", err)
+		}
+	})
 }
 
 // Open reads notify-keyspace-events: a waiter listens for the key's

@@ -44,19 +44,14 @@ def main():
                 lock.release()
             time.sleep(random.uniform(0, 0.01))
         print("DONE", n, flush=True)
-    elif mode == "hold":
+    elif mode in ("hold", "release"):
         lock = Lock(r, name, timeout=float(args[0]))
         if not lock.acquire(blocking=False):
             print("NOT ACQUIRED", flush=True)
             return 2
         print("HELD", flush=True)
-        time.sleep(600)
-    elif mode == "release":
-        lock = Lock(r, name, timeout=float(args[0]))
-        if not lock.acquire(blocking=False):
-            print("NOT ACQUIRED", flush=True)
-            return 2
-        print("HELD", flush=True)
+        if mode == "hold":
+            time.sleep(600)
         sys.stdin.readline()
         lock.release()
         print("RELEASED", flush=True)
