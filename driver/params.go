@@ -196,6 +196,18 @@ func DurationParam(dst *time.Duration) func(string) error {
 	}
 }
 
+// ChoiceParam returns a Set that accepts one of valid (as written) into
+// dst; any other value is refused with the list of valid ones.
+func ChoiceParam(dst *string, valid ...string) func(string) error {
+	return func(v string) error {
+		if !slices.Contains(valid, v) {
+			return fmt.Errorf("want one of %s", strings.Join(valid, ", "))
+		}
+		*dst = v
+		return nil
+	}
+}
+
 // StringParam returns a Set that stores the value in dst.
 func StringParam(dst *string) func(string) error {
 	return func(v string) error {

@@ -74,3 +74,15 @@ func TestParseRefusesBadValueAndTwoSpellings(t *testing.T) {
 		}
 	}
 }
+
+func TestChoiceParamRefusesOtherValuesNamingTheValidOnes(t *testing.T) {
+	var mode string
+	ps := driver.Params{Backend: "test", List: []driver.Param{{Name: "compat", Usage: "a layout", Set: driver.ChoiceParam(&mode, "kazoo", "curator")}}}
+	if _, err := ps.Parse(context.Background(), url.Values{"compat": {"curator"}}); err != nil || mode != "curator" {
+		t.Fatalf("compat=curator: mode %q, err %v; want curator, nil", mode, err)
+	}
+	_, err := ps.Parse(context.Background(), url.Values{"compat": {"redsync"}})
+	if !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), `compat="redsync": want one of kazoo, curator`) {
+		t.Errorf("err = %v; want ErrInvalidOption naming the value and kazoo, curator", err)
+	}
+}

@@ -135,6 +135,79 @@
 // another client; the old holder's next renewal fails with ErrLeaseLost,
 // and until then there are two holders.
 //
+// # Compat mode: compat=setnx
+//
+// With compat=setnx in the URL (WithCompat("setnx")), the lock name is a
+// Redis key, verbatim, locked as redis-py's Lock, redsync, bsm/redislock
+// and redlock-py lock it: acquire is SET key <value> NX PX ttl; extend
+// (PEXPIRE) and release (DEL) act only while the key holds the caller's
+// value. dlock's value begins with its random owner key (128 bits), and
+// carries its token, the name and the holder metadata after it; a foreign
+// client compares only its own value, so it sees dlock's as a lock held
+// by someone else, and dlock sees any value that is not its own as a
+// foreign holder. dlock's other keys of the lock are its own:
+//
+//	<prefix>:setnx:fence:<name>  the fence counter, INCRed in the acquire script (dlock-only)
+//	<prefix>:setnx:wake:<name>   the channel dlock's releases publish on
+//
+// A lock name that begins with "<prefix>:" is refused (ErrInvalidName), so
+// a lock key is never one of these. Redis Cluster is refused: the key and
+// its counter could hash to different slots.
+//
+// Waiting has no queue, since a foreign client's release would not serve
+// it: waiters retry (driver.AcquireByRetry). They are woken by dlock's
+// releases on the lock's channel, and by the key's deletion or expiry,
+// whoever held it, when the server announces those on its keyspace
+// channels: Open reads notify-keyspace-events with CONFIG GET and listens
+// on __keyspace@<db>__:<name> if it holds K and g and x (or K and A). To
+// enable it:
+//
+//	CONFIG SET notify-keyspace-events Kgx
+//
+// (and the same line in redis.conf; if the setting already has flags,
+// keep them and add these). Otherwise, and where CONFIG is refused, or
+// with New unless WithKeyspaceEvents is given, a waiter also polls every
+// SetNXPoll (100ms), each pause spread over [50ms, 100ms] by
+// driver.Jitter; and it looks again when the holder's PTTL runs out.
+//
+// What dlock keeps of its contract, and what the foreign side lacks:
+//
+//   - Mutual exclusion: kept, among all clients of either kind, on one
+//     server; the clock assumption is the one above (the TTL runs on the
+//     server's clock).
+//   - Fencing: dlock's grants carry tokens from the counter, increasing
+//     across release, expiry, crash and Break as in the default layout.
+//     Foreign grants take no token: a grant sequence dlock, foreign,
+//     dlock gives the two dlock holders increasing tokens, but the foreign
+//     holder's writes carry none, so a resource that checks tokens cannot
+//     refuse a stale foreign holder's writes, nor a stale dlock holder's
+//     writes made after a foreign grant if the foreign holder wrote no
+//     token. Fencing protects the resource only from dlock's own clients.
+//   - Renewal and loss notice: dlock's leases are renewed at TTL/3 and
+//     Lease.Done closes when a renewal fails (expiry, Break, a foreign
+//     DEL). The foreign side has its own renewal or none (redis-py:
+//     extend() when the application calls it) and no loss notice: it
+//     learns of a loss only when its release or extend is refused.
+//   - Crash of a holder: either kind's lock frees when its TTL runs out.
+//     A foreign lock without a TTL (redis-py with timeout=None) never
+//     frees by itself: Inspect shows it with no expiry, and dlock break
+//     removes it.
+//   - Waiting: dlock's waiters are woken as said above; foreign waiters
+//     poll at their own pace (redis-py: every sleep=0.1s by default), so
+//     after a release dlock's waiters usually win; there is no fairness
+//     across kinds, and WithFair is refused (ErrUnsupported).
+//   - Inspect shows a foreign holder as held, with token 0, an unknown
+//     holder and the key's PTTL as its expiry; Break deletes the key
+//     whoever holds it; List with a prefix SCANs the string keys under
+//     it (every such key is shown as a lock: give the prefix your lock
+//     keys use), and with none lists the names dlock has locked (from
+//     their fence counters), without foreign-only locks.
+//
+// A mixed fleet therefore guarantees mutual exclusion and liveness within
+// the TTLs; fencing and loss notice hold for dlock's clients only.
+// TestMixedFleetWithRedisPyLosesNoIncrement runs three dlock processes
+// and three redis-py processes on one counter.
+//
 // # URL
 //
 //	redis://[user:password@]host:port[/db][?param=value&...]
@@ -146,7 +219,8 @@
 // host and the addr= nodes are seeds, from which go-redis learns the
 // cluster's layout (as redis.ParseClusterURL; a cluster has only database
 // 0). The parameters — the driver's prefix, waiter_ttl, durable_fencing
-// (see Fencing), allow_eviction (see Eviction) and cluster; the TLS
+// (see Fencing), allow_eviction (see Eviction), cluster and compat (see
+// Compat mode); the TLS
 // parameters of rediss:// (ca, cert, key, server_name, skip_verify); and
 // go-redis's own (dial_timeout, read_timeout, pool_size, …; see
 // redis.ParseURL and redis.ParseClusterURL) — are described in the

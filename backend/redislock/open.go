@@ -110,7 +110,9 @@ func parseParams(ctx context.Context, u *url.URL) (urlParams, error) {
 	var waiterTTL time.Duration
 	var eviction, durable bool
 	var hasPrefix bool
+	var compat string
 	params := redisscript.Params("redis", &p.tls,
+		driver.Param{Name: "compat", Usage: "lock the key named by the lock name, as other libraries do (setnx)", Set: driver.ChoiceParam(&compat, redisscript.Layouts...)},
 		driver.Param{Name: "prefix", Usage: "first part of every key", Set: func(v string) error {
 			prefix, hasPrefix = v, true
 			return nil
@@ -127,6 +129,9 @@ func parseParams(ctx context.Context, u *url.URL) (urlParams, error) {
 	p.cluster = p.cluster || rest.Has("addr")
 	if hasPrefix {
 		p.opts = append(p.opts, WithPrefix(prefix))
+	}
+	if compat != "" {
+		p.opts = append(p.opts, WithCompat(compat))
 	}
 	if waiterTTL > 0 {
 		p.opts = append(p.opts, WithWaiterTTL(waiterTTL))
@@ -179,6 +184,14 @@ func (d *Driver) check(ctx context.Context) error {
 	}
 	if err := CheckEviction(ctx, d.rdb, d.where, d.evictionAllowed); err != nil {
 		return err
+	}
+	if d.layout == redisscript.SetNX && !d.keyspace {
+		on, err := redisscript.KeyspaceEvents(ctx, d.rdb)
+		d.keyspace = on
+		if !on {
+			driver.Logger(ctx).DebugContext(ctx, "dlock: redis compat=setnx: the server does not announce deletions and expiries, so waiters poll; CONFIG SET notify-keyspace-events "+redisscript.KeyspaceConfig+" has them woken",
+				"server", d.where, "poll", redisscript.SetNXPoll, "error", err)
+		}
 	}
 	if d.durable {
 		return CheckDurable(ctx, d.rdb, d.where)

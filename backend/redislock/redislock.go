@@ -38,6 +38,12 @@ type Driver struct {
 	noHandoff       bool // tests: behave as on a cluster
 	hub             *redisscript.Hub
 	boundedIO       bool // the client's reads and writes time out by themselves
+	layout          redisscript.Layout
+	// keyspace: the server announces deletions and expiries (compat=setnx
+	// waiters listen for them rather than poll); db is the database they
+	// are announced for.
+	keyspace bool
+	db       int
 }
 
 // Option configures a Driver made by New.
@@ -75,6 +81,25 @@ func WithDurableFencing() Option { return set(func(d *Driver) { d.durable = true
 // documentation.
 func WithEvictionAllowed() Option { return set(func(d *Driver) { d.evictionAllowed = true }) }
 
+// WithCompat selects a compatible layout (URL: compat=setnx): "setnx"
+// locks the key named by the lock name itself, with SET NX PX, as
+// redis-py's Lock, redsync, bsm/redislock and redlock-py do, so that
+// their locks and dlock's exclude each other. See the package
+// documentation, "Compat mode".
+func WithCompat(layout string) Option {
+	return func(d *Driver) error {
+		l, err := redisscript.ParseLayout("redislock", layout)
+		d.layout = l
+		return err
+	}
+}
+
+// WithKeyspaceEvents declares that the server announces deletions and
+// expiries (notify-keyspace-events with K, g and x, or K and A), so that
+// compat=setnx waiters learn of a foreign holder's release without
+// polling. Open reads the setting itself; New cannot.
+func WithKeyspaceEvents() Option { return set(func(d *Driver) { d.keyspace = true }) }
+
 // New returns a driver over rdb (a *redis.Client, a *redis.ClusterClient,
 // a failover client). Close does not close rdb. Its errors wrap
 // dlock.ErrInvalidOption. It does not check the server's eviction policy,
@@ -93,7 +118,10 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 		}
 	}
 	d.where = describe(rdb)
-	d.keyCache = redisscript.NewKeyCache(d.prefix)
+	d.keyCache = redisscript.NewKeyCache(d.prefix, d.layout)
+	if _, cluster := rdb.(*redis.ClusterClient); cluster && d.layout == redisscript.SetNX {
+		return nil, fmt.Errorf("%w: redislock: compat=setnx needs a single Redis server (or Redlock's nodes): on Redis Cluster a lock key and its fence counter may be on different nodes", dlock.ErrInvalidOption)
+	}
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		return nil, fmt.Errorf("%w: redislock: %v", dlock.ErrInvalidOption, err)
 	} else if d.waiterTTL < 3*MinTTL {
@@ -103,8 +131,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 		// After go-redis normalised them, 0 and -1 both mean no timeout.
 		o := c.Options()
 		d.boundedIO = o.ReadTimeout > 0 && o.WriteTimeout > 0
+		d.db = o.DB
 	}
-	if _, single := rdb.(*redis.Client); single && !d.noHandoff {
+	if _, single := rdb.(*redis.Client); single && !d.noHandoff && d.layout != redisscript.SetNX {
 		// Hand-offs need PUBLISH to count this process's subscription,
 		// which a cluster node does only for its own clients.
 		d.proc = d.prefix + ":proc:" + driver.NewNonce()
@@ -112,6 +141,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 	d.wake = redisscript.WakeFirst
 	if d.proc != "" {
 		d.wake = redisscript.HandOff
+	}
+	if d.layout == redisscript.SetNX {
+		d.wake = redisscript.WakeAny // waiters retry (see setnx.go)
 	}
 	d.hub = redisscript.NewHub(rdb, d.proc)
 	return d, nil
@@ -142,13 +174,17 @@ func (d *Driver) unavailable(ctx context.Context, err error) error {
 	return redisscript.Unavailable(ctx, d.where, err)
 }
 
-// Capabilities: fair waiting, no sessions, fencing durable only if declared.
+// Capabilities: fair waiting (not in compat=setnx), no sessions, fencing
+// durable only if declared.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fair: true, DurableFencing: d.durable, MinTTL: MinTTL}
+	return driver.Capabilities{Fair: d.layout != redisscript.SetNX, DurableFencing: d.durable, MinTTL: MinTTL}
 }
 
 // Acquire takes the lock; see the package documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if d.layout == redisscript.SetNX {
+		return d.acquireSetNX(ctx, req)
+	}
 	return d.acquireQueued(ctx, req)
 }
 
@@ -200,6 +236,9 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 // Inspect reports the holder, its token and remaining TTL, and the live
 // fair waiters in order.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
+	if d.layout == redisscript.SetNX {
+		return d.inspectSetNX(ctx, name)
+	}
 	st, err := d.keys(name).Read(ctx, d.rdb)
 	if err != nil {
 		return driver.Info{}, d.unavailable(ctx, err)
@@ -209,7 +248,9 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 
 func infoFrom(name string, st redisscript.State) driver.Info {
 	in := driver.Info{Name: name, Waiters: st.Waiters}
-	if st.Held {
+	if st.Foreign {
+		in.Held, in.Holder, in.ExpiresIn = true, redisscript.ForeignHolder, st.PTTL
+	} else if st.Held {
 		in.Held, in.Token, in.Holder, in.ExpiresIn = true, st.Value.Token, st.Value.Holder, st.PTTL
 	}
 	return in
@@ -219,6 +260,9 @@ func infoFrom(name string, st redisscript.State) driver.Info {
 // It SCANs every key of the driver's prefix (names are hashed into keys),
 // so it costs time in proportion to the number of locks.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if d.layout == redisscript.SetNX {
+		return d.listSetNX(ctx, prefix)
+	}
 	names, err := redisscript.ScanNames(ctx, d.rdb, d.prefix)
 	if err != nil {
 		return nil, d.unavailable(ctx, err)
@@ -242,6 +286,9 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 // Break frees the lock whoever holds it and wakes the next waiter; the
 // fence counter is kept, so the next grant gets a higher token.
 func (d *Driver) Break(ctx context.Context, name string) error {
+	if err := d.layout.CheckName(d.prefix, name); err != nil {
+		return err
+	}
 	ok, err := d.keys(name).Break(ctx, d.rdb, d.wake)
 	if err != nil {
 		return d.unavailable(ctx, err)

@@ -76,6 +76,20 @@ func TestConformanceDurableFencing(t *testing.T) {
 	dlocktest.Run(t, h)
 }
 
+// compat=setnx keeps dlock's contract among dlock's clients, with the
+// waiters woken by keyspace events and, without them, by polling.
+func TestConformanceSetNX(t *testing.T) {
+	h := harness(testenv.StartRedis(t, testenv.RedisArgs("--notify-keyspace-events", "Kgx")), false, redislock.WithCompat("setnx"), redislock.WithKeyspaceEvents())
+	h.URL += "?compat=setnx"
+	dlocktest.Run(t, h)
+}
+
+func TestConformanceSetNXPolling(t *testing.T) {
+	h := harness(testenv.StartRedis(t), false, redislock.WithCompat("setnx"))
+	h.URL += "?compat=setnx"
+	dlocktest.Run(t, h)
+}
+
 func open(t *testing.T, rawURL string, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

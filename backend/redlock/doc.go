@@ -191,6 +191,36 @@
 // not. For correctness, have the resource check the token; for efficiency
 // (avoiding duplicate work), the lease alone is enough.
 //
+// # Compat mode: compat=setnx
+//
+// With compat=setnx in the URL (WithCompat("setnx")), the lock name is a
+// Redis key, verbatim, and each node is locked as redlock-py, and
+// redsync over several pools, lock it: SET key <value> NX PX ttl on every
+// node, granted when a majority answered yes within the validity time
+// (TTL − elapsed − drift), undone on every node otherwise; extend and
+// release act only where the key holds the caller's value. The keys, the
+// reserved names, the value and what a mixed fleet keeps of dlock's
+// contract are those of package redislock's compat mode (its package
+// documentation, point by point), with these differences:
+//
+//   - Fencing: the token is decided across the nodes as in the default
+//     layout (fence states and re-seeding included: a seeding finds the
+//     counters <prefix>:setnx:fence:<name>, and a grant's first round
+//     creates its counter so a seeding between its rounds finds it); it
+//     is dlock-only, and what it guarantees is what the section above
+//     says, for dlock's grants only.
+//   - Waiting: a waiter listens on every node, on the lock's channel, and
+//     on the key's keyspace channel of each node that Open found
+//     announcing deletions and expiries (CONFIG SET notify-keyspace-events
+//     Kgx); unless every node does, it also polls (every 100ms at most,
+//     jittered). New does not read the nodes' configuration: its waiters
+//     poll.
+//   - Inspect reports a foreign holder when a majority of nodes hold the
+//     same foreign value, with the PTTL after which no majority holds it.
+//
+// TestDlockAndRedlockPyExcludeEachOther runs a redlock-py style client
+// (testdata/redlockpy.py, on redis-py) beside dlock on three nodes.
+//
 // # URL
 //
 //	redlock://[user:password@]host1:port1,host2:port2,host3:port3[/db][?param=value&...]
@@ -200,7 +230,7 @@
 // and go-redis parameters (dial_timeout, read_timeout, ...) apply to every
 // node, and so do the TLS parameters of redlocks:// (as for the Redis
 // backend's rediss://; each node's certificate is checked against its own
-// host name). The parameters — prefix, allow_eviction, the TLS parameters
+// host name). The parameters — prefix, allow_eviction, compat, the TLS parameters
 // (ca, cert, key, server_name, skip_verify) and go-redis's — are
 // described in the README's table of URL parameters,
 // https://github.com/dlock/dlock#url-parameters.

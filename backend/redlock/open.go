@@ -28,7 +28,9 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	var opts []Option
 	var tf driver.TLSFiles
 	var eviction bool
+	var compat string
 	params := redisscript.Params("redlock", &tf,
+		driver.Param{Name: "compat", Usage: "lock the key named by the lock name, as other libraries do (setnx)", Set: driver.ChoiceParam(&compat, redisscript.Layouts...)},
 		driver.Param{Name: "prefix", Usage: "first part of every key", Set: func(v string) error {
 			opts = append(opts, WithPrefix(v))
 			return nil
@@ -41,6 +43,9 @@ func Open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	if eviction {
 		opts = append(opts, WithEvictionAllowed())
+	}
+	if compat != "" {
+		opts = append(opts, WithCompat(compat))
 	}
 	scheme := "redis"
 	if strings.EqualFold(u.Scheme, "redlocks") {
@@ -105,6 +110,9 @@ func (d *Driver) check(ctx context.Context) error {
 			n := d.nodes[i]
 			if err := redisscript.CheckEviction(ctx, n.rdb, n.where, d.evictionAllowed); err != nil {
 				return err
+			}
+			if d.layout == redisscript.SetNX {
+				n.keyspace, _ = redisscript.KeyspaceEvents(ctx, n.rdb)
 			}
 		}
 	}

@@ -41,6 +41,7 @@ type Driver struct {
 	quorum   int
 	prefix   string
 	keyCache *redisscript.KeyCache
+	layout   redisscript.Layout
 	closeRDB bool
 	err      error
 	// evictionAllowed: Open accepts nodes whose maxmemory-policy may
@@ -62,6 +63,10 @@ type node struct {
 	rdb   redis.UniversalClient
 	where string
 	hub   *redisscript.Hub
+	db    int
+	// keyspace: the node announces deletions and expiries (compat=setnx:
+	// see setnx.go).
+	keyspace bool
 
 	reseeding   atomic.Bool  // a background re-seed of this node is under way
 	reseedAfter atomic.Int64 // no re-seed before this time (Unix ns), after a failed one
@@ -91,6 +96,18 @@ func WithEvictionAllowed() Option {
 	}
 }
 
+// WithCompat selects a compatible layout (URL: compat=setnx): "setnx"
+// locks, on each node, the key named by the lock name itself, with SET NX
+// PX, as redlock-py and redsync's Redlock do, so that their locks and
+// dlock's exclude each other. See the package documentation.
+func WithCompat(layout string) Option {
+	return func(d *Driver) error {
+		l, err := redisscript.ParseLayout("redlock", layout)
+		d.layout = l
+		return err
+	}
+}
+
 // New returns a driver over independent Redis nodes (not replicas of each
 // other). A lock is held when a majority of them hold it; use an odd
 // number, at least 3. Close does not close the clients. Create them with
@@ -109,13 +126,13 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 		}
 	}
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
-	d.keyCache = redisscript.NewKeyCache(d.prefix)
+	d.keyCache = redisscript.NewKeyCache(d.prefix, d.layout)
 	for i, rdb := range nodes {
-		where := fmt.Sprintf("node %d", i)
+		n := &node{idx: i, rdb: rdb, where: fmt.Sprintf("node %d", i), hub: redisscript.NewHub(rdb, "")}
 		if c, ok := rdb.(*redis.Client); ok {
-			where = c.Options().Addr
+			n.where, n.db = c.Options().Addr, c.Options().DB
 		}
-		d.nodes = append(d.nodes, &node{idx: i, rdb: rdb, where: where, hub: redisscript.NewHub(rdb, "")})
+		d.nodes = append(d.nodes, n)
 	}
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		d.err = fmt.Errorf("%w: redlock: %v", dlock.ErrInvalidOption, err)
@@ -211,6 +228,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	}
 	if req.Fair {
 		return driver.Grant{}, fmt.Errorf("%w: redlock has no fair queue", driver.ErrUnsupported)
+	}
+	if err := d.layout.CheckName(d.prefix, req.Name); err != nil {
+		return driver.Grant{}, err
 	}
 	return driver.AcquireByRetry(ctx, req, d)
 }
@@ -409,7 +429,7 @@ const subscribeTimeout = 5 * time.Second
 // every release publishes on all the nodes that held the lock, a majority,
 // so one of them is always heard.
 func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, func(), error) {
-	channel := d.keys(name).Channel
+	k := d.keys(name)
 	wake := make(chan struct{}, 1)
 	var mu sync.Mutex
 	var stops []func()
@@ -426,23 +446,15 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 	readyc := make(chan error, len(d.nodes))
 	for _, n := range d.nodes {
 		go func() {
-			ready, stop, err := n.hub.Subscribe(context.WithoutCancel(ctx), channel, "", wake)
-			if err != nil {
-				readyc <- redisscript.Unavailable(ctx, n.where, err)
-				return
-			}
-			mu.Lock()
-			if stopped {
-				stop()
-			} else {
-				stops = append(stops, stop)
-			}
-			mu.Unlock()
-			if err := redisscript.WaitReady(ctx, subscribeTimeout, ready); err != nil {
-				readyc <- redisscript.Unavailable(ctx, n.where, err)
-				return
-			}
-			readyc <- nil
+			readyc <- d.subscribeNode(ctx, n, k, wake, func(stop func()) {
+				mu.Lock()
+				defer mu.Unlock()
+				if stopped {
+					stop()
+				} else {
+					stops = append(stops, stop)
+				}
+			})
 		}()
 	}
 	var errs []error
@@ -460,7 +472,37 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 			return nil, nil, d.unreachable(ctx, "subscribe "+name, tally{errs: errs})
 		}
 	}
+	if d.layout == redisscript.SetNX && !d.allKeyspace() {
+		// A foreign release on a node that does not announce it is
+		// learnt by polling (see setnx.go).
+		stop := redisscript.PollWake(wake, redisscript.SetNXPoll)
+		mu.Lock()
+		stops = append(stops, stop)
+		mu.Unlock()
+	}
 	return wake, stopAll, nil
+}
+
+// subscribeNode subscribes wake to the channels of k on node n: the
+// lock's channel, and in compat=setnx the key's keyspace channel if n
+// announces deletions and expiries. keep is given each stop, as soon as
+// there is one.
+func (d *Driver) subscribeNode(ctx context.Context, n *node, k redisscript.Keys, wake chan struct{}, keep func(stop func())) error {
+	channels := []string{k.Channel}
+	if d.layout == redisscript.SetNX && n.keyspace {
+		channels = append(channels, redisscript.KeyspaceChannel(n.db, k.Lock))
+	}
+	for _, c := range channels {
+		ready, stop, err := n.hub.Subscribe(context.WithoutCancel(ctx), c, "", wake)
+		if err != nil {
+			return redisscript.Unavailable(ctx, n.where, err)
+		}
+		keep(stop)
+		if err := redisscript.WaitReady(ctx, subscribeTimeout, ready); err != nil {
+			return redisscript.Unavailable(ctx, n.where, err)
+		}
+	}
+	return nil
 }
 
 // Inspect reports the holder that a majority of nodes agree on.
@@ -468,10 +510,17 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	if d.err != nil {
 		return driver.Info{}, d.err
 	}
+	if err := d.layout.CheckName(d.prefix, name); err != nil {
+		return driver.Info{}, err
+	}
 	k := d.keys(name)
+	read := k.Read
+	if d.layout == redisscript.SetNX {
+		read = k.ReadSetNX
+	}
 	states := make([]redisscript.State, len(d.nodes))
 	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
-		st, err := k.Read(ctx, n.rdb)
+		st, err := read(ctx, n.rdb)
 		if err == nil {
 			states[n.idx] = st
 		}
@@ -495,6 +544,9 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		for _, i := range idx {
 			st := states[i]
 			in.Token, in.Holder = max(in.Token, st.Value.Token), st.Value.Holder
+			if st.Foreign {
+				in.Holder = redisscript.ForeignHolder
+			}
 			pttls = append(pttls, st.PTTL)
 		}
 		// The lock is held until all but quorum-1 of these have expired.
@@ -515,7 +567,13 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	var names []string
 	var errs []error
 	for _, n := range d.nodes {
-		ns, err := redisscript.ScanNames(ctx, n.rdb, d.prefix)
+		var ns []string
+		var err error
+		if d.layout == redisscript.SetNX {
+			ns, err = redisscript.ScanSetNX(ctx, n.rdb, d.prefix, prefix)
+		} else {
+			ns, err = redisscript.ScanNames(ctx, n.rdb, d.prefix)
+		}
 		if err != nil {
 			errs = append(errs, redisscript.Unavailable(ctx, n.where, err))
 			continue
@@ -544,6 +602,9 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	if d.err != nil {
 		return d.err
 	}
+	if err := d.layout.CheckName(d.prefix, name); err != nil {
+		return err
+	}
 	k := d.keys(name)
 	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
 		ok, err := k.Break(ctx, n.rdb, redisscript.WakeAny)
@@ -558,6 +619,17 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: redlock: %q is free", driver.ErrNotHeld, name)
+}
+
+// allKeyspace reports whether every node announces deletions and
+// expiries.
+func (d *Driver) allKeyspace() bool {
+	for _, n := range d.nodes {
+		if !n.keyspace {
+			return false
+		}
+	}
+	return true
 }
 
 // Close closes the pub/sub connections, and the clients if the driver was

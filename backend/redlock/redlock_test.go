@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,23 @@ func harness(nodes []*testenv.Redis) dlocktest.Harness {
 		Endpoints: addrs(nodes),
 		URL:       "redlock://" + strings.Join(addrs(nodes), ","),
 	}
+}
+
+// compat=setnx keeps dlock's contract among dlock's clients; the nodes
+// do not announce deletions, so waiters poll as well.
+func TestConformanceSetNX(t *testing.T) {
+	nodes := startNodes(t, 3)
+	h := harness(nodes)
+	h.URL += "?compat=setnx"
+	h.Open = func(ctx context.Context, proxied []string) (driver.Driver, error) {
+		a := addrs(nodes)
+		if proxied != nil {
+			a = proxied
+		}
+		u, _ := url.Parse("redlock://" + strings.Join(a, ",") + "?compat=setnx")
+		return redlock.Open(ctx, u)
+	}
+	dlocktest.Run(t, h)
 }
 
 func TestConformanceThreeNodes(t *testing.T) { dlocktest.Run(t, harness(startNodes(t, 3))) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock/backend/internal/redisscript"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -248,11 +249,19 @@ func (d *Driver) readCounters(ctx context.Context, sources []int, need int, trus
 	var mu sync.Mutex
 	found := map[string]bool{}
 	rs := d.each(ctx, sources, seedCallTimeout, func(ctx context.Context, n *node) reply {
-		for _, suffix := range []string{"fence", "lock"} {
-			it := n.rdb.Scan(ctx, 0, d.prefix+":{*}:"+suffix, 1000).Iterator()
+		// Found by their fence keys: every fence key, and the lock keys of
+		// the hashed layout. (A compat=setnx lock key is the name itself,
+		// which no pattern finds; its first round creates its fence key,
+		// see acquire.lua.)
+		for _, pattern := range []string{d.prefix + ":{*}:fence", d.prefix + ":{*}:lock", redisscript.SetNXFencePattern(d.prefix)} {
+			it := n.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 			for it.Next(ctx) {
+				fence := it.Val()
+				if b, ok := strings.CutSuffix(fence, "}:lock"); ok {
+					fence = b + "}:fence"
+				}
 				mu.Lock()
-				found[strings.TrimSuffix(it.Val(), suffix)] = true
+				found[fence] = true
 				mu.Unlock()
 			}
 			if err := it.Err(); err != nil {
@@ -289,8 +298,8 @@ func (d *Driver) readCounters(ctx context.Context, sources []int, need int, trus
 			for chunk := range slices.Chunk(pending, seedBatch) {
 				keys := make([]string, 1, 1+2*len(chunk))
 				keys[0] = d.stateKey()
-				for _, b := range chunk {
-					keys = append(keys, b+"fence", b+"lock")
+				for _, fence := range chunk {
+					keys = append(keys, fence, redisscript.LockOfFence(d.prefix, fence))
 				}
 				v, err := readCounters.Run(ctx, n.rdb, keys).Slice()
 				if err != nil {
@@ -348,16 +357,16 @@ func (d *Driver) seedSourcesErr(ctx context.Context, what string, t tally, need 
 // one: a grant may have raised it meanwhile), then marks the node
 // complete if its state is still from.
 func (d *Driver) copyCounters(ctx context.Context, targets []int, counters map[string]int64, from string) error {
-	bases := make([]string, 0, len(counters))
-	for b := range counters {
-		bases = append(bases, b)
+	fences := make([]string, 0, len(counters))
+	for f := range counters {
+		fences = append(fences, f)
 	}
-	slices.Sort(bases)
+	slices.Sort(fences)
 	rs := d.each(ctx, targets, seedCallTimeout, func(ctx context.Context, n *node) reply {
-		for chunk := range slices.Chunk(bases, seedBatch) {
+		for chunk := range slices.Chunk(fences, seedBatch) {
 			keys, args := make([]string, len(chunk)), make([]any, len(chunk))
-			for j, b := range chunk {
-				keys[j], args[j] = b+"fence", counters[b]
+			for j, fence := range chunk {
+				keys[j], args[j] = fence, counters[fence]
 			}
 			if err := raiseCounters.Run(ctx, n.rdb, keys, args...).Err(); err != nil {
 				return reply{err: err}

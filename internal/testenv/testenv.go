@@ -343,3 +343,29 @@ func WantUnavailable(t testing.TB, ctx context.Context, what string, err error) 
 		t.Errorf("%s on a frozen server: %v, want ErrUnavailable", what, err)
 	}
 }
+
+// WaitAcross runs wait (a blocking acquire) in a goroutine, checks that
+// it has not returned before kill (which frees what it waits for: kills a
+// foreign holder), calls kill, and returns wait's error and how long
+// after kill it returned.
+func WaitAcross(t testing.TB, wait func() error, kill func()) (time.Duration, error) {
+	t.Helper()
+	type result struct {
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		err := wait()
+		got <- result{err, time.Now()}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("the wait returned before the kill: %v", r.err)
+	default:
+	}
+	killed := time.Now()
+	kill()
+	r := <-got
+	return r.at.Sub(killed), r.err
+}

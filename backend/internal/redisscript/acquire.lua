@@ -23,6 +23,10 @@ if mode == 'read' then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl ~= -2 then return {0, pttl, counter, state} end
   redis.call('SET', KEYS[1], lock_value(ARGV[1], 0, ARGV[3]), 'PX', ARGV[2])
+  -- The fence key exists from the first round on, so that a seeding that
+  -- runs before the second finds this lock by it (a compat=setnx lock key,
+  -- the name itself, cannot be found by a pattern).
+  if counter == 0 then redis.call('SET', KEYS[2], 0, 'NX') end
   return {1, 0, counter, state}
 end
 if mode == 'fair' and redis.call('LINDEX', KEYS[3], 0) then

@@ -18,6 +18,11 @@
 // nodes only, <prefix>:fence-state, which says whether the node's fence
 // counters are complete (see package redlock).
 //
+// In the SetNX layout (compat=setnx, see setnx.go) the lock key is the
+// name itself, and the other keys are <prefix>:setnx:fence:<name> and
+// the channel <prefix>:setnx:wake:<name> (the queue keys are named alike
+// but never written: that layout has no queue).
+//
 // tag is driver.NameHash(name): the first 128 bits of SHA-256(name) in hex. A lock name is any
 // UTF-8 string of up to 1024 bytes, including "{", "}" and NUL, none of
 // which may appear in a hash tag; the hash maps each name to a fixed-size

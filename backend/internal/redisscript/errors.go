@@ -23,7 +23,7 @@ func Unavailable(ctx context.Context, where string, err error) error {
 		case strings.HasPrefix(msg, "NOAUTH"):
 			what += ": the server requires a password, and none was given"
 		case strings.HasPrefix(msg, "NOPERM"):
-			what += ": the ACL user lacks a permission dlock needs (grant it ~<prefix>:* &<prefix>:* +eval +evalsha +get +pttl +time +lrange +hgetall +scan +hget +subscribe +unsubscribe +ping, or +@all)"
+			what += ": the ACL user lacks a permission dlock needs (grant it ~<prefix>:* &<prefix>:* +eval +evalsha +get +pttl +time +lrange +hgetall +scan +hget +subscribe +unsubscribe +ping, or +@all; with compat=setnx also the lock keys themselves, and &__keyspace@*)"
 		}
 	}
 	return driver.Classify(ctx, what, err)

@@ -9,7 +9,7 @@ import (
 // The cache must return each name's own keys, whatever else shares its
 // slot, also when goroutines replace each other's entries.
 func TestKeyCacheReturnsEachNamesKeys(t *testing.T) {
-	c := NewKeyCache("p")
+	c := NewKeyCache("p", Hashed)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)

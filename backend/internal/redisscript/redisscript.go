@@ -94,13 +94,15 @@ func KeysFor(prefix, name string) Keys {
 // never modify them.
 type KeyCache struct {
 	prefix string
+	layout Layout
 	seed   maphash.Seed
 	slots  [256]atomic.Pointer[Keys]
 }
 
-// NewKeyCache returns a cache of the keys of names under prefix.
-func NewKeyCache(prefix string) *KeyCache {
-	return &KeyCache{prefix: prefix, seed: maphash.MakeSeed()}
+// NewKeyCache returns a cache of the keys of names under prefix, in
+// layout.
+func NewKeyCache(prefix string, layout Layout) *KeyCache {
+	return &KeyCache{prefix: prefix, layout: layout, seed: maphash.MakeSeed()}
 }
 
 // Get returns the keys of name.
@@ -109,7 +111,7 @@ func (c *KeyCache) Get(name string) *Keys {
 	if k := slot.Load(); k != nil && k.Name == name {
 		return k
 	}
-	k := KeysFor(c.prefix, name)
+	k := c.layout.Keys(c.prefix, name)
 	slot.Store(&k)
 	return &k
 }
@@ -322,6 +324,9 @@ type State struct {
 	PTTL    time.Duration
 	Waiters [][]byte // live fair waiters' holder metadata, in queue order
 	Name    string   // from the lock or the waiters hash; "" if neither exists
+	// Foreign: the lock is held by another library's lock (SetNX layout);
+	// Value.Owner is then that lock's value, the rest of Value empty.
+	Foreign bool
 }
 
 // Read reports the state of the lock, in one round trip.

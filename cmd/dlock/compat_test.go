@@ -1,0 +1,61 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// run, inspect, list and break work in compat=setnx, beside a foreign
+// SET NX PX holder (what redis-py's Lock, redsync and bsm/redislock do).
+func TestRunInspectListAndBreakInSetNXCompatMode(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	env := cleanEnv("DLOCK_BACKEND=redis://" + srv.Addr + "?compat=setnx")
+	ctx := testenv.Context(t, time.Minute)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	const name = "jobs:nightly"
+
+	// A foreign holder: dlock sees it, and does not take the lock.
+	if err := rdb.SetNX(ctx, name, "9f2c4e7a1b3d", 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := runDlock(t, env, "inspect", name)
+	for _, want := range []string{"held", "holder unknown", "expires in"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect of a foreign holder lacks %q:\n%s", want, r)
+		}
+	}
+	if r = runDlock(t, env, "run", "--no-wait", name, "--", "true"); r.code != exitNotAcquired {
+		t.Errorf("run --no-wait while a foreign client holds %s: %s; want status %d", name, r, exitNotAcquired)
+	}
+	if r = runDlock(t, env, "list", "jobs:"); r.code != 0 || !strings.Contains(r.stdout, name) {
+		t.Errorf("list jobs: %s; want %s", r, name)
+	}
+	if r = runDlock(t, env, "break", name); r.code != 0 {
+		t.Fatalf("break of the foreign holder: %s", r)
+	}
+	if n, _ := rdb.Exists(ctx, name).Result(); n != 0 {
+		t.Errorf("the key %s is still there after break", name)
+	}
+
+	// dlock's holder: the key itself is taken, so a foreign SET NX fails.
+	holder := startDlock(t, env, "run", name, "--", "sleep", "120")
+	j := waitHeld(t, env, name, holder.pid())
+	if j.Token == 0 {
+		t.Errorf("dlock's holder has no token: %+v", j)
+	}
+	if ok, err := rdb.SetNX(ctx, name, "foreign", 30*time.Second).Result(); err != nil || ok {
+		t.Errorf("a foreign SET NX while dlock run holds %s: %v, %v; want refused", name, ok, err)
+	}
+	if r = runDlock(t, env, "break", name); r.code != 0 {
+		t.Fatalf("break: %s", r)
+	}
+	if res := holder.wait(t); res.code != exitLeaseLost {
+		t.Errorf("the broken holder: %s; want status %d", res, exitLeaseLost)
+	}
+}

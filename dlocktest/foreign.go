@@ -1,0 +1,45 @@
+package dlocktest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// ForeignHolderKilled checks, for a compat mode, a lock name held by a
+// foreign client (another library's lock recipe in a process of its
+// own): c's TryLock finds it held; Inspect shows it held, with token 0,
+// no host or pid (dlock cannot know who it is), and at most bound left;
+// and a Lock of c waiting while kill SIGKILLs the foreign process is
+// granted, after the kill, within bound plus a second. It returns that
+// lease, to be released by the caller.
+func ForeignHolderKilled(t *testing.T, c *dlock.Client, name string, bound time.Duration, kill func()) *dlock.Lease {
+	t.Helper()
+	ctx := testenv.Context(t, bound+30*time.Second)
+	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while a foreign client holds %q: %v, want ErrNotAcquired", name, err)
+	}
+	in, err := c.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in.Held || in.Token != 0 || in.ExpiresIn > bound || in.Holder.Host != "" || in.Holder.PID != 0 {
+		t.Errorf("Inspect = %+v; want held, token 0, no host or pid, expiring within %v", in, bound)
+	}
+	var l *dlock.Lease
+	took, err := testenv.WaitAcross(t, func() (err error) {
+		l, err = c.Mutex(name).Lock(ctx)
+		return err
+	}, kill)
+	if err != nil {
+		t.Fatalf("Lock after the foreign holder of %q was killed: %v", name, err)
+	}
+	t.Logf("granted %v after the kill of the foreign holder (bound %v)", took.Round(time.Millisecond), bound)
+	if took > bound+time.Second {
+		t.Errorf("granted %v after the kill; want within %v (plus 1s)", took, bound)
+	}
+	return l
+}
