@@ -33,6 +33,10 @@ type Lease struct {
 	releasing bool      // an Unlock's release is in flight
 	ended     bool      // Done is closed or closing
 	failures  int       // renewals failed in a row
+	// unanswered: the last request for this lease (a renewal or the
+	// release) got no answer: a loss at the deadline is then the
+	// backend's unreachability, not the holder's lateness.
+	unanswered bool
 	// lostWhileReleasing is a loss reported while a release was in flight;
 	// it ends the lease if that release fails.
 	lostWhileReleasing error
@@ -167,7 +171,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		}
 		return nil
 	case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld):
-		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
+		l.end(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err)))
 		return l.Err()
 	}
 	// The release failed: the lock is still ours on the backend until its
@@ -176,6 +180,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	// of the lease until it ends, so that Close retries the release.
 	l.mu.Lock()
 	l.releasing = false
+	l.unanswered = true
 	lost := l.lostWhileReleasing
 	if lost == nil && !l.ended {
 		if l.expireTimer == nil {
@@ -280,7 +285,8 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	l.mu.Unlock()
 	if backendLost != nil {
 		stop := backendLost.AfterFire(func() {
-			l.lose(fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name))
+			why := l.goneCause(backendLost.Cause(), driver.Now())
+			l.lose(lossOf(why, fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name)))
 		})
 		l.mu.Lock()
 		l.stopWatch = stop
@@ -307,8 +313,12 @@ func (l *Lease) expired() {
 		l.mu.Unlock()
 		return
 	}
+	why := LossExpired
+	if l.unanswered {
+		why = LossUnreachable
+	}
 	l.mu.Unlock()
-	l.lose(fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl))
+	l.lose(lossOf(why, fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl)))
 }
 
 // renew extends the lease once, on the renewal timer's goroutine, and arms
@@ -336,32 +346,111 @@ func (l *Lease) renew() {
 	cancel()
 
 	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {
-		l.lose(fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err))
+		l.lose(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err)))
 		return
 	}
+	rtt := driver.Since(sent)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.unlocked || l.ended {
+		l.mu.Unlock()
 		return
 	}
 	every := l.ttl / 3
 	if err == nil {
-		l.failures = 0
+		l.failures, l.unanswered = 0, false
 		if d := sent.Add(l.ttl - driftMargin(l.ttl)); d.After(l.deadline) {
 			l.deadline = d
 			driver.ResetTimer(l.expireTimer, driver.Until(d))
 		}
 		driver.ResetTimer(l.renewTimer, max(driver.Until(sent.Add(every)), 0))
+		l.mu.Unlock()
+		if h := l.o.hooks.Renewed; h != nil {
+			h(l.name, l.token, rtt)
+		}
 		return
 	}
 	// The backend is unreachable or failing: retry sooner, from TTL/12
 	// backing off to 2·TTL/3, but within a third of the time left before
 	// the deadline (and at least 5ms apart), until the deadline decides.
 	l.failures++
-	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
+	l.unanswered = true
+	attempt := l.failures
 	const floor = 5 * time.Millisecond
 	retry := driver.Backoff{Base: max(every/4, floor), Cap: max(min(2*every, driver.Until(l.deadline)/3), floor), Jitter: 0.5}
 	driver.ResetTimer(l.renewTimer, retry.Delay(l.failures-1))
+	l.mu.Unlock()
+	err = classify(context.Background(), err)
+	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", attempt, "err", err)
+	if h := l.o.hooks.RenewalFailed; h != nil {
+		h(l.name, l.token, err)
+	}
+}
+
+// Why a lease was lost, as LossCause reports it. The client tells them
+// apart by what it saw, under the clock assumption of the package doc:
+//
+//   - LossBroken: the backend said the lease was gone while, by this
+//     client's deadline, its TTL had not run out: someone removed it — a
+//     Break, or an operator's delete; a backend that lost its data (a
+//     Redis restarted without persistence) looks the same.
+//   - LossExpired: the TTL ran out before a renewal was confirmed,
+//     without the backend being unreachable: the holder was late (a paused
+//     process, starved timers), or the backend said the lease was gone
+//     after the deadline. A lease that ran out on the server early (an
+//     operator shortened its TTL) is seen as broken.
+//   - LossSessionLost: the backend session the lease was tied to ended
+//     (a ZooKeeper session expired, a PostgreSQL connection that held it
+//     was closed), as the backend reported it (driver.ErrSessionLost).
+//   - LossUnreachable: the deadline passed while the last renewal (or the
+//     release) got no answer: the backend could not be reached, or failed.
+const (
+	LossExpired     = "expired"
+	LossBroken      = "broken"
+	LossSessionLost = "session_lost"
+	LossUnreachable = "unreachable"
+)
+
+// LossCause tells why a lease was lost, from the error it ended with
+// (Lease.Err, the cause given to Hooks.Lost, Unlock's or Do's error): one
+// of LossExpired, LossBroken, LossSessionLost and LossUnreachable. It
+// returns "" for an error that is not a lease loss.
+func LossCause(err error) string {
+	if le, ok := errors.AsType[*lossError](err); ok {
+		return le.why
+	}
+	if errors.Is(err, driver.ErrSessionLost) {
+		return LossSessionLost
+	}
+	return ""
+}
+
+// lossError is the cause of a lost lease's end: it wraps ErrLeaseLost,
+// and says why.
+type lossError struct {
+	why string
+	err error
+}
+
+func (e *lossError) Error() string { return e.err.Error() }
+func (e *lossError) Unwrap() error { return e.err }
+
+func lossOf(why string, err error) error { return &lossError{why, err} }
+
+// goneCause classifies a loss the backend reported at time at, with err
+// (nil if it said no more than "gone"): a session's end if it says so; a
+// removal if this client's deadline had not passed, since the backend's
+// own TTL could not have run out before it; an expiry otherwise.
+func (l *Lease) goneCause(err error, at time.Time) string {
+	if errors.Is(err, driver.ErrSessionLost) {
+		return LossSessionLost
+	}
+	l.mu.Lock()
+	deadline := l.deadline
+	l.mu.Unlock()
+	if at.Before(deadline) {
+		return LossBroken
+	}
+	return LossExpired
 }
 
 func minTime(a, b time.Time) time.Time {
