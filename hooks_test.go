@@ -203,8 +203,11 @@ func TestAttemptHooksSeeCallersContext(t *testing.T) {
 	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	c := dlock.New(memlock.New(srv), dlock.WithHooks(dlock.Hooks{
 		Acquired: func(string, uint64, time.Duration) { record("client acquired") },
-		Attempt: func(ctx context.Context, name string, wait bool) *dlock.Hooks {
+		Attempt: func(ctx context.Context, a dlock.LockAttempt) *dlock.Hooks {
 			v, _ := ctx.Value(ctxKey{}).(string)
+			if a.Name != "x" || !a.Wait || a.TTL != dlock.DefaultTTL {
+				t.Errorf("Attempt got %+v, want Lock of x with the default TTL", a)
+			}
 			return &dlock.Hooks{
 				Acquired: func(string, uint64, time.Duration) { record("acquired " + v) },
 				Released: func(string, uint64, time.Duration) { record("released " + v) },

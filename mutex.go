@@ -54,7 +54,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	}
 	o := m.o
 	if o.hooks.Attempt != nil {
-		o.hooks = o.hooks.forAttempt(ctx, m.name, wait)
+		o.hooks = o.hooks.forAttempt(ctx, LockAttempt{Name: m.name, Wait: wait, Fair: o.fair, TTL: o.ttl})
 	}
 	c := m.c
 	now := driver.Now()

@@ -136,16 +136,22 @@ type Hooks struct {
 	// hooks, those are called for this attempt and the lease it grants in
 	// place of the others above: a tracer starts there a span that is a
 	// child of ctx's, and ends it in the hooks it returns. The returned
-	// hooks' own Attempt is not called. wait is false for TryLock.
-	Attempt func(ctx context.Context, name string, wait bool) *Hooks
+	// hooks' own Attempt is not called.
+	Attempt func(ctx context.Context, a LockAttempt) *Hooks
+}
+
+// LockAttempt describes one Lock or TryLock call to Hooks.Attempt.
+type LockAttempt struct {
+	Name string
+	Wait bool // Lock: wait for the lock; false for TryLock
+	Fair bool // WithFair
+	TTL  time.Duration
 }
 
 // forAttempt returns the hooks of one Lock or TryLock call.
-func (h *Hooks) forAttempt(ctx context.Context, name string, wait bool) Hooks {
-	if h.Attempt != nil {
-		if a := h.Attempt(ctx, name, wait); a != nil {
-			return *a
-		}
+func (h *Hooks) forAttempt(ctx context.Context, a LockAttempt) Hooks {
+	if a := h.Attempt(ctx, a); a != nil {
+		return *a
 	}
 	return *h
 }
