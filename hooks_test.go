@@ -81,28 +81,52 @@ func TestLossCauseOfPartitionIsUnreachable(t *testing.T) {
 	}
 }
 
-// lateDriver answers a renewal only after the lease's deadline has passed,
-// as a holder paused past its TTL sees it: the loss is the holder's
-// lateness, not the backend's absence.
-type lateDriver struct {
-	*memlock.Driver
-	late time.Duration
+// pausedDriver grants leases whose TTL had run out by the time the grant
+// was processed, and refuses their renewal, as a holder paused past its
+// TTL right after the grant sees it: the loss is the holder's lateness,
+// not the backend's absence nor a break.
+type pausedDriver struct{ *memlock.Driver }
+
+func (d pausedDriver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.Driver.Acquire(ctx, req)
+	g.Since = driver.Now().Add(-2 * req.TTL)
+	return g, err
 }
 
-func (d lateDriver) Extend(_ context.Context, h driver.Held, _ time.Duration) error {
-	time.Sleep(d.late)
+func (pausedDriver) Extend(context.Context, driver.Held, time.Duration) error {
 	return driver.ErrLeaseLost
 }
 
-func TestLossCauseOfALateRenewalIsExpired(t *testing.T) {
+func TestLossCauseOfAPausedHolderIsExpired(t *testing.T) {
 	lost := make(lossRecorder, 1)
-	c := dlock.New(lateDriver{memlock.New(memlock.NewServer()), 500 * time.Millisecond}, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(lost.hooks()))
+	c := dlock.New(pausedDriver{memlock.New(memlock.NewServer())}, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(lost.hooks()))
 	if _, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	cause := lost.next(t)
 	if got := dlock.LossCause(cause); got != dlock.LossExpired {
 		t.Errorf("LossCause(%v) = %q, want %q", cause, got, dlock.LossExpired)
+	}
+}
+
+// slowDriver answers a renewal only after the lease's deadline: the
+// backend did not answer in time, which is unreachability.
+type slowDriver struct{ *memlock.Driver }
+
+func (slowDriver) Extend(context.Context, driver.Held, time.Duration) error {
+	time.Sleep(time.Second)
+	return driver.ErrLeaseLost
+}
+
+func TestLossCauseOfARenewalUnansweredAtTheDeadlineIsUnreachable(t *testing.T) {
+	lost := make(lossRecorder, 1)
+	c := dlock.New(slowDriver{memlock.New(memlock.NewServer())}, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(lost.hooks()))
+	if _, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	cause := lost.next(t)
+	if got := dlock.LossCause(cause); got != dlock.LossUnreachable {
+		t.Errorf("LossCause(%v) = %q, want %q", cause, got, dlock.LossUnreachable)
 	}
 }
 

@@ -37,6 +37,10 @@ type Lease struct {
 	// release) got no answer: a loss at the deadline is then the
 	// backend's unreachability, not the holder's lateness.
 	unanswered bool
+	// renewSent is the send time of the renewal in flight (zero if none):
+	// one sent before the deadline and unanswered at it is unreachability
+	// too, even if the backend's client has not given it up yet.
+	renewSent time.Time
 	// lostWhileReleasing is a loss reported while a release was in flight;
 	// it ends the lease if that release fails.
 	lostWhileReleasing error
@@ -314,7 +318,7 @@ func (l *Lease) expired() {
 		return
 	}
 	why := LossExpired
-	if l.unanswered {
+	if l.unanswered || (!l.renewSent.IsZero() && l.renewSent.Before(l.deadline)) {
 		why = LossUnreachable
 	}
 	l.mu.Unlock()
@@ -333,7 +337,6 @@ func (l *Lease) renew() {
 	if l.expireTimer == nil {
 		l.expireTimer = driver.AfterFunc(driver.Until(deadline), l.expired)
 	}
-	l.mu.Unlock()
 
 	// A renewal that arrives after the deadline proves nothing. Each
 	// attempt is also bounded by TTL/3, the renewal interval: a request
@@ -341,9 +344,14 @@ func (l *Lease) renew() {
 	// that went silent) must not use up the whole lease when a retry,
 	// possibly to a healthy server, would be answered.
 	sent := driver.Now()
+	l.renewSent = sent
+	l.mu.Unlock()
 	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
+	l.mu.Lock()
+	l.renewSent = time.Time{}
+	l.mu.Unlock()
 
 	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {
 		l.lose(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err)))
@@ -393,16 +401,19 @@ func (l *Lease) renew() {
 //     client's deadline, its TTL had not run out: someone removed it — a
 //     Break, or an operator's delete; a backend that lost its data (a
 //     Redis restarted without persistence) looks the same.
-//   - LossExpired: the TTL ran out before a renewal was confirmed,
-//     without the backend being unreachable: the holder was late (a paused
-//     process, starved timers), or the backend said the lease was gone
-//     after the deadline. A lease that ran out on the server early (an
-//     operator shortened its TTL) is seen as broken.
+//   - LossExpired: the TTL ran out though no request for the lease was
+//     left unanswered: the holder was late — a paused process or starved
+//     timers, whose renewal was not even sent before the deadline — or the
+//     backend said the lease was gone once the deadline had passed. A
+//     lease that ran out on the server early (an operator shortened its
+//     TTL) is seen as broken.
 //   - LossSessionLost: the backend session the lease was tied to ended
 //     (a ZooKeeper session expired, a PostgreSQL connection that held it
 //     was closed), as the backend reported it (driver.ErrSessionLost).
-//   - LossUnreachable: the deadline passed while the last renewal (or the
-//     release) got no answer: the backend could not be reached, or failed.
+//   - LossUnreachable: the deadline passed while a renewal sent before it
+//     had no answer yet, or after the last renewal (or the release) had
+//     failed: the backend could not be reached, or failed, or answered
+//     too late.
 const (
 	LossExpired     = "expired"
 	LossBroken      = "broken"
