@@ -32,7 +32,9 @@ func TestBashCompletionOffersCommandsAndFlags(t *testing.T) {
 		{[]string{"dlock", "--backend", "etcd://h:2379", "inspect", "--j"}, "--json"},
 		{[]string{"dlock", "demo", ""}, "seckill fencing"},
 		{[]string{"dlock", "demo", "seckill", "--w"}, "--workers"},
-		{[]string{"dlock", "dev", "--"}, "--allow-remote --data-dir --listen"},
+		{[]string{"dlock", "dev", "--"}, "--allow-remote --data-dir --listen --metrics-addr"},
+		{[]string{"dlock", "run", "--m"}, "--metrics-addr"},
+		{[]string{"dlock", "bench", "--a"}, "--allow-remote"},
 		{[]string{"dlock", "verify", "--f"}, "--faults"},
 		{[]string{"dlock", "completion", ""}, "bash zsh fish"},
 		{[]string{"dlock", "run", "job", "--", ""}, ""}, // CMD: the shell's own completion
