@@ -32,15 +32,15 @@ type Lease struct {
 	unlocked  bool      // Unlock was called: renewal has stopped for good
 	releasing bool      // an Unlock's release is in flight
 	ended     bool      // Done is closed or closing
-	failures  int       // renewals failed in a row
 	// unanswered: the last request for this lease (a renewal or the
 	// release) got no answer: a loss at the deadline is then the
 	// backend's unreachability, not the holder's lateness.
 	unanswered bool
-	// renewSent is the send time of the renewal in flight (zero if none):
-	// one sent before the deadline and unanswered at it is unreachability
-	// too, even if the backend's client has not given it up yet.
-	renewSent time.Time
+	// renewing: a renewal sent before the deadline is in flight; still
+	// unanswered at the deadline, it is unreachability too, even if the
+	// backend's client has not given it up yet.
+	renewing bool
+	failures int // renewals failed in a row
 	// lostWhileReleasing is a loss reported while a release was in flight;
 	// it ends the lease if that release fails.
 	lostWhileReleasing error
@@ -318,7 +318,7 @@ func (l *Lease) expired() {
 		return
 	}
 	why := LossExpired
-	if l.unanswered || (!l.renewSent.IsZero() && l.renewSent.Before(l.deadline)) {
+	if l.unanswered || l.renewing {
 		why = LossUnreachable
 	}
 	l.mu.Unlock()
@@ -344,13 +344,13 @@ func (l *Lease) renew() {
 	// that went silent) must not use up the whole lease when a retry,
 	// possibly to a healthy server, would be answered.
 	sent := driver.Now()
-	l.renewSent = sent
+	l.renewing = sent.Before(deadline)
 	l.mu.Unlock()
 	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
 	l.mu.Lock()
-	l.renewSent = time.Time{}
+	l.renewing = false
 	l.mu.Unlock()
 
 	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {

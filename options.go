@@ -21,13 +21,13 @@ type options struct {
 	lockDelay time.Duration
 	note      string
 	logger    *slog.Logger
-	loggerSet bool // WithLogger was given: Open passes logger to the backend
-	hooks     Hooks
+	loggerSet bool    // WithLogger was given: Open passes logger to the backend
+	hooks     *Hooks  // never nil: noHooks without WithHooks
 	errs      []error // option errors, reported by the first call that uses them
 }
 
 func defaultOptions() options {
-	return options{ttl: DefaultTTL, logger: slog.New(slog.DiscardHandler)}
+	return options{ttl: DefaultTTL, logger: slog.New(slog.DiscardHandler), hooks: noHooks}
 }
 
 func (o options) with(opts []Option) options {
@@ -148,15 +148,18 @@ type LockAttempt struct {
 	TTL  time.Duration
 }
 
+// noHooks are the hooks of a client without WithHooks.
+var noHooks = &Hooks{}
+
 // forAttempt returns the hooks of one Lock or TryLock call.
-func (h *Hooks) forAttempt(ctx context.Context, a LockAttempt) Hooks {
+func (h *Hooks) forAttempt(ctx context.Context, a LockAttempt) *Hooks {
 	if a := h.Attempt(ctx, a); a != nil {
-		return *a
+		return a
 	}
-	return *h
+	return h
 }
 
 // WithHooks installs metrics hooks.
 func WithHooks(h Hooks) Option {
-	return func(o *options) { o.hooks = h }
+	return func(o *options) { o.hooks = &h }
 }
