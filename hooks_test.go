@@ -93,7 +93,12 @@ func (d pausedDriver) Acquire(ctx context.Context, req driver.Request) (driver.G
 	return g, err
 }
 
-func (pausedDriver) Extend(context.Context, driver.Held, time.Duration) error {
+// Extend honours its context as a network client does: a renewal whose
+// deadline has passed fails at once, without an answer.
+func (pausedDriver) Extend(ctx context.Context, _ driver.Held, _ time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return driver.ErrLeaseLost
 }
 

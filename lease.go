@@ -344,7 +344,14 @@ func (l *Lease) renew() {
 	// that went silent) must not use up the whole lease when a retry,
 	// possibly to a healthy server, would be answered.
 	sent := driver.Now()
-	l.renewing = sent.Before(deadline)
+	if !sent.Before(deadline) {
+		// The timer fired after the deadline (the process was paused, or
+		// starved): the lease ran out before a renewal could be sent.
+		l.mu.Unlock()
+		l.expired()
+		return
+	}
+	l.renewing = true
 	l.mu.Unlock()
 	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)

@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,6 +79,71 @@ func TestRunServesMetricsWhileHolding(t *testing.T) {
 	if _, ok := sample(text, "dlock_lease_lost_total"); ok {
 		t.Errorf("a loss is counted while the lease is held:\n%s", text)
 	}
+}
+
+// A holder paused past its TTL (SIGSTOP) finds on waking that its lease
+// ran out: /metrics counts the loss with cause expired — not broken, not
+// unreachable — and no lease held, while CMD (which ignores SIGTERM)
+// keeps dlock in its --grace.
+func TestRunMetricsCountAPausedHoldersLossAsExpired(t *testing.T) {
+	dev := sharedDev(t)
+	dir := t.TempDir()
+	port := strconv.Itoa(testenv.FreePort(t))
+	holder := startDlock(t, dev.env(), append([]string{"run", "--ttl", "2s", "--grace", "20s", "--metrics-addr", port, t.Name(), "--"}, leaseLostScript(dir, true)...)...)
+	waitHeld(t, dev.env(), t.Name(), holder.pid())
+	name := fmt.Sprintf("dlock_lock_name=%q", t.Name())
+	testenv.Eventually(t, 30*time.Second, "a confirmed renewal", func() error {
+		text, err := scrape("127.0.0.1:" + port)
+		if err != nil {
+			return err
+		}
+		if v, _ := sample(text, "dlock_renewal_duration_seconds_count", name); v < 1 {
+			return fmt.Errorf("dlock_renewal_duration_seconds_count = %v", v)
+		}
+		return nil
+	})
+
+	if err := holder.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Granted once the backend expired the paused holder's lease.
+	if r := runDlock(t, dev.env(), "run", "--wait", "60s", t.Name(), "--", "true"); r.code != 0 {
+		t.Fatalf("the lock of a paused holder was not freed after its TTL: %s", r)
+	}
+	if err := holder.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	testenv.Eventually(t, 15*time.Second, "/metrics to count the loss", func() error {
+		var err error
+		if text, err = scrape("127.0.0.1:" + port); err != nil {
+			return err
+		}
+		if _, ok := sample(text, "dlock_lease_lost_total", name); !ok {
+			return errors.New("no dlock_lease_lost_total")
+		}
+		return nil
+	})
+	if v, ok := sample(text, "dlock_lease_lost_total", name, `dlock_loss_cause="expired"`); !ok || v != 1 {
+		t.Errorf("dlock_lease_lost_total{dlock_loss_cause=\"expired\"} = %v (found %v), want 1:\n%s", v, ok, grepLines(text, "dlock_lease_lost_total"))
+	}
+	if v, ok := sample(text, "dlock_lease_held", name); !ok || v != 0 {
+		t.Errorf("dlock_lease_held after the loss = %v (found %v), want 0", v, ok)
+	}
+	if v, ok := sample(text, "dlock_lease_duration_seconds_count", name, `dlock_lease_end="lost"`); !ok || v != 1 {
+		t.Errorf("dlock_lease_duration_seconds_count{dlock_lease_end=\"lost\"} = %v (found %v), want 1", v, ok)
+	}
+}
+
+// grepLines returns the lines of text that start with prefix.
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // "dlock dev --metrics-addr" serves its embedded etcd server's metrics.
