@@ -103,14 +103,21 @@ func (pausedDriver) Extend(ctx context.Context, _ driver.Held, _ time.Duration) 
 }
 
 func TestLossCauseOfAPausedHolderIsExpired(t *testing.T) {
+	wantLossCause(t, pausedDriver{memlock.New(memlock.NewServer())}, dlock.LossExpired)
+}
+
+// wantLossCause takes a lock of d with a 300ms TTL and checks the cause of
+// its loss.
+func wantLossCause(t *testing.T, d driver.Driver, want string) {
+	t.Helper()
 	lost := make(lossRecorder, 1)
-	c := dlock.New(pausedDriver{memlock.New(memlock.NewServer())}, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(lost.hooks()))
+	c := dlock.New(d, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(lost.hooks()))
 	if _, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	cause := lost.next(t)
-	if got := dlock.LossCause(cause); got != dlock.LossExpired {
-		t.Errorf("LossCause(%v) = %q, want %q", cause, got, dlock.LossExpired)
+	if got := dlock.LossCause(cause); got != want {
+		t.Errorf("LossCause(%v) = %q, want %q", cause, got, want)
 	}
 }
 
@@ -124,15 +131,7 @@ func (slowDriver) Extend(context.Context, driver.Held, time.Duration) error {
 }
 
 func TestLossCauseOfARenewalUnansweredAtTheDeadlineIsUnreachable(t *testing.T) {
-	lost := make(lossRecorder, 1)
-	c := dlock.New(slowDriver{memlock.New(memlock.NewServer())}, dlock.WithTTL(300*time.Millisecond), dlock.WithHooks(lost.hooks()))
-	if _, err := c.Mutex("x").Lock(testenv.Context(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	cause := lost.next(t)
-	if got := dlock.LossCause(cause); got != dlock.LossUnreachable {
-		t.Errorf("LossCause(%v) = %q, want %q", cause, got, dlock.LossUnreachable)
-	}
+	wantLossCause(t, slowDriver{memlock.New(memlock.NewServer())}, dlock.LossUnreachable)
 }
 
 // sessionDriver ends every grant's session on demand, as a ZooKeeper

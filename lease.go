@@ -356,9 +356,6 @@ func (l *Lease) renew() {
 	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
-	l.mu.Lock()
-	l.renewing = false
-	l.mu.Unlock()
 
 	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {
 		l.lose(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err)))
@@ -366,6 +363,7 @@ func (l *Lease) renew() {
 	}
 	rtt := driver.Since(sent)
 	l.mu.Lock()
+	l.renewing = false
 	if l.unlocked || l.ended {
 		l.mu.Unlock()
 		return
@@ -457,16 +455,21 @@ func lossOf(why string, err error) error { return &lossError{why, err} }
 // goneCause classifies a loss the backend reported at time at, with err
 // (nil if it said no more than "gone"): a session's end if it says so; a
 // removal if this client's deadline had not passed, since the backend's
-// own TTL could not have run out before it; an expiry otherwise.
+// own TTL could not have run out before it; past the deadline, the
+// backend's unreachability if a request for the lease was left without an
+// answer in time (the one refused now included), else an expiry.
 func (l *Lease) goneCause(err error, at time.Time) string {
 	if errors.Is(err, driver.ErrSessionLost) {
 		return LossSessionLost
 	}
 	l.mu.Lock()
-	deadline := l.deadline
+	deadline, unanswered := l.deadline, l.unanswered || l.renewing
 	l.mu.Unlock()
-	if at.Before(deadline) {
+	switch {
+	case at.Before(deadline):
 		return LossBroken
+	case unanswered:
+		return LossUnreachable
 	}
 	return LossExpired
 }
