@@ -412,9 +412,12 @@ func (l *Lease) renew() {
 //     backend said the lease was gone once the deadline had passed. A
 //     lease that ran out on the server early (an operator shortened its
 //     TTL) is seen as broken.
-//   - LossSessionLost: the backend session the lease was tied to ended
-//     (a ZooKeeper session expired, a PostgreSQL connection that held it
-//     was closed), as the backend reported it (driver.ErrSessionLost).
+//   - LossSessionLost: the backend session the lease was tied to ended,
+//     as the backend reported it (driver.ErrSessionLost): a ZooKeeper
+//     session the server expired. PostgreSQL's session locks do not
+//     report it, since their Break ends the holder's session too: such a
+//     loss reads as broken (or, past the deadline, as expired or
+//     unreachable).
 //   - LossUnreachable: the deadline passed while a renewal sent before it
 //     had no answer yet, or after the last renewal (or the release) had
 //     failed: the backend could not be reached, or failed, or answered
