@@ -32,7 +32,15 @@ type Lease struct {
 	unlocked  bool      // Unlock was called: renewal has stopped for good
 	releasing bool      // an Unlock's release is in flight
 	ended     bool      // Done is closed or closing
-	failures  int       // renewals failed in a row
+	// unanswered: the last request for this lease (a renewal or the
+	// release) got no answer: a loss at the deadline is then the
+	// backend's unreachability, not the holder's lateness.
+	unanswered bool
+	// renewing: a renewal sent before the deadline is in flight; still
+	// unanswered at the deadline, it is unreachability too, even if the
+	// backend's client has not given it up yet.
+	renewing bool
+	failures int // renewals failed in a row
 	// lostWhileReleasing is a loss reported while a release was in flight;
 	// it ends the lease if that release fails.
 	lostWhileReleasing error
@@ -167,7 +175,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		}
 		return nil
 	case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld):
-		l.end(fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err))
+		l.end(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q was no longer ours at release: %w", ErrLeaseLost, l.name, err)))
 		return l.Err()
 	}
 	// The release failed: the lock is still ours on the backend until its
@@ -176,6 +184,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	// of the lease until it ends, so that Close retries the release.
 	l.mu.Lock()
 	l.releasing = false
+	l.unanswered = true
 	lost := l.lostWhileReleasing
 	if lost == nil && !l.ended {
 		if l.expireTimer == nil {
@@ -278,7 +287,8 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	l.mu.Unlock()
 	if backendLost != nil {
 		stop := backendLost.AfterFire(func() {
-			l.lose(fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name))
+			why := l.goneCause(backendLost.Cause(), driver.Now())
+			l.lose(lossOf(why, fmt.Errorf("%w: %q: the backend reports the lease gone", ErrLeaseLost, l.name)))
 		})
 		l.mu.Lock()
 		l.stopWatch = stop
@@ -305,8 +315,12 @@ func (l *Lease) expired() {
 		l.mu.Unlock()
 		return
 	}
+	why := LossExpired
+	if l.unanswered || l.renewing {
+		why = LossUnreachable
+	}
 	l.mu.Unlock()
-	l.lose(fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl))
+	l.lose(lossOf(why, fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl)))
 }
 
 // renew extends the lease once, on the renewal timer's goroutine, and arms
@@ -321,7 +335,6 @@ func (l *Lease) renew() {
 	if l.expireTimer == nil {
 		l.expireTimer = driver.AfterFunc(driver.Until(deadline), l.expired)
 	}
-	l.mu.Unlock()
 
 	// A renewal that arrives after the deadline proves nothing. Each
 	// attempt is also bounded by TTL/3, the renewal interval: a request
@@ -329,37 +342,137 @@ func (l *Lease) renew() {
 	// that went silent) must not use up the whole lease when a retry,
 	// possibly to a healthy server, would be answered.
 	sent := driver.Now()
+	if !sent.Before(deadline) {
+		// The timer fired after the deadline (the process was paused, or
+		// starved): the lease ran out before a renewal could be sent.
+		l.mu.Unlock()
+		l.expired()
+		return
+	}
+	l.renewing = true
+	l.mu.Unlock()
 	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
 	err := l.c.d.Extend(ctx, l.held(), l.ttl)
 	cancel()
 
 	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {
-		l.lose(fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err))
+		l.lose(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err)))
 		return
 	}
+	rtt := driver.Since(sent)
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.renewing = false
 	if l.unlocked || l.ended {
+		l.mu.Unlock()
 		return
 	}
 	every := l.ttl / 3
 	if err == nil {
-		l.failures = 0
+		l.failures, l.unanswered = 0, false
 		if d := sent.Add(l.ttl - driftMargin(l.ttl)); d.After(l.deadline) {
 			l.deadline = d
 			driver.ResetTimer(l.expireTimer, driver.Until(d))
 		}
 		driver.ResetTimer(l.renewTimer, max(driver.Until(sent.Add(every)), 0))
+		l.mu.Unlock()
+		if h := l.o.hooks.Renewed; h != nil {
+			h(l.name, l.token, rtt)
+		}
 		return
 	}
 	// The backend is unreachable or failing: retry sooner, from TTL/12
 	// backing off to 2·TTL/3, but within a third of the time left before
 	// the deadline (and at least 5ms apart), until the deadline decides.
 	l.failures++
-	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", l.failures, "err", err)
+	l.unanswered = true
+	attempt := l.failures
 	const floor = 5 * time.Millisecond
 	retry := driver.Backoff{Base: max(every/4, floor), Cap: max(min(2*every, driver.Until(l.deadline)/3), floor), Jitter: 0.5}
 	driver.ResetTimer(l.renewTimer, retry.Delay(l.failures-1))
+	l.mu.Unlock()
+	err = classify(context.Background(), err)
+	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", attempt, "err", err)
+	if h := l.o.hooks.RenewalFailed; h != nil {
+		h(l.name, l.token, err)
+	}
+}
+
+// Why a lease was lost, as LossCause reports it. The client tells them
+// apart by what it saw, under the clock assumption of the package doc:
+//
+//   - LossBroken: the backend said the lease was gone while, by this
+//     client's deadline, its TTL had not run out: someone removed it — a
+//     Break, or an operator's delete; a backend that lost its data (a
+//     Redis restarted without persistence) looks the same.
+//   - LossExpired: the TTL ran out though no request for the lease was
+//     left unanswered: the holder was late — a paused process or starved
+//     timers, whose renewal was not even sent before the deadline — or the
+//     backend said the lease was gone once the deadline had passed. A
+//     lease that ran out on the server early (an operator shortened its
+//     TTL) is seen as broken.
+//   - LossSessionLost: the backend session the lease was tied to ended,
+//     as the backend reported it (driver.ErrSessionLost): a ZooKeeper
+//     session the server expired. PostgreSQL's session locks do not
+//     report it, since their Break ends the holder's session too: such a
+//     loss reads as broken (or, past the deadline, as expired or
+//     unreachable).
+//   - LossUnreachable: the deadline passed while a renewal sent before it
+//     had no answer yet, or after the last renewal (or the release) had
+//     failed: the backend could not be reached, or failed, or answered
+//     too late.
+const (
+	LossExpired     = "expired"
+	LossBroken      = "broken"
+	LossSessionLost = "session_lost"
+	LossUnreachable = "unreachable"
+)
+
+// LossCause tells why a lease was lost, from the error it ended with
+// (Lease.Err, the cause given to Hooks.Lost, Unlock's or Do's error): one
+// of LossExpired, LossBroken, LossSessionLost and LossUnreachable. It
+// returns "" for an error that is not a lease loss.
+func LossCause(err error) string {
+	if le, ok := errors.AsType[*lossError](err); ok {
+		return le.why
+	}
+	if errors.Is(err, driver.ErrSessionLost) {
+		return LossSessionLost
+	}
+	return ""
+}
+
+// lossError is the cause of a lost lease's end: it wraps ErrLeaseLost,
+// and says why.
+type lossError struct {
+	why string
+	err error
+}
+
+func (e *lossError) Error() string { return e.err.Error() }
+func (e *lossError) Unwrap() error { return e.err }
+
+func lossOf(why string, err error) error { return &lossError{why, err} }
+
+// goneCause classifies a loss the backend reported at time at, with err
+// (nil if it said no more than "gone"): a session's end if it says so; a
+// removal if this client's deadline had not passed, since the backend's
+// own TTL could not have run out before it; past the deadline, the
+// backend's unreachability if a request for the lease was left without an
+// answer in time (the one refused now included), else an expiry.
+func (l *Lease) goneCause(err error, at time.Time) string {
+	if errors.Is(err, driver.ErrSessionLost) {
+		return LossSessionLost
+	}
+	l.mu.Lock()
+	deadline, unanswered := l.deadline, l.unanswered || l.renewing
+	l.mu.Unlock()
+	switch {
+	case at.Before(deadline):
+		return LossBroken
+	case unanswered:
+		return LossUnreachable
+	}
+	return LossExpired
 }
 
 func minTime(a, b time.Time) time.Time {

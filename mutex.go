@@ -52,20 +52,26 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	o := m.o
+	if o.hooks.Attempt != nil {
+		o.hooks = o.hooks.forAttempt(ctx, LockAttempt{Name: m.name, Wait: wait, Fair: o.fair, TTL: o.ttl})
 	}
 	c := m.c
 	now := driver.Now()
-	holder := encodeHolder(m.o.note, now.UTC().Round(time.Millisecond))
-	req := driver.Request{Name: m.name, Owner: driver.NewNonce(), TTL: m.o.ttl, Wait: wait, Fair: m.o.fair, Holder: holder}
+	if err := ctx.Err(); err != nil {
+		o.acquireFailed(m.name, now, err)
+		return nil, err
+	}
+	holder := encodeHolder(o.note, now.UTC().Round(time.Millisecond))
+	req := driver.Request{Name: m.name, Owner: driver.NewNonce(), TTL: o.ttl, Wait: wait, Fair: o.fair, Holder: holder}
 
 	g, err := c.d.Acquire(ctx, req)
 	if err != nil {
 		err = classify(ctx, err)
 		if !errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
-			m.o.logger.Warn("dlock: acquire failed", "name", m.name, "err", err)
+			o.logger.Warn("dlock: acquire failed", "name", m.name, "err", err)
 		}
+		o.acquireFailed(m.name, now, err)
 		return nil, err
 	}
 	if g.Since.IsZero() {
@@ -74,31 +80,41 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if g.TTL <= 0 {
 		g.TTL = req.TTL
 	}
-	l := newLease(c, m.o, req, g)
+	l := newLease(c, o, req, g)
 	if !c.track(l) {
 		l.end(ErrClosed)
 		rctx, cancel := driver.CleanupContext(ctx)
 		defer cancel()
 		_ = c.d.Release(rctx, l.held())
+		o.acquireFailed(m.name, now, ErrClosed)
 		return nil, ErrClosed
+	}
+	// Acquired runs before renewal starts: it comes before any other hook
+	// of the lease, whose loss may be signalled from then on.
+	waited := driver.Since(now)
+	if h := o.hooks.Acquired; h != nil {
+		h(m.name, g.Token, waited)
 	}
 	l.startRenewal(g.Lost)
 
-	if m.o.lockDelay > 0 && (g.Recovered || !c.caps.LockDelay) {
-		if err := l.sleep(ctx, m.o.lockDelay); err != nil {
+	if o.lockDelay > 0 && (g.Recovered || !c.caps.LockDelay) {
+		if err := l.sleep(ctx, o.lockDelay); err != nil {
 			rctx, cancel := driver.CleanupContext(ctx)
 			defer cancel()
 			_ = l.Unlock(rctx)
 			return nil, err
 		}
 	}
-	if m.o.logger.Enabled(ctx, slog.LevelDebug) {
-		m.o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", driver.Since(now))
-	}
-	if h := m.o.hooks.Acquired; h != nil {
-		h(m.name, g.Token, driver.Since(now))
+	if o.logger.Enabled(ctx, slog.LevelDebug) {
+		o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", waited)
 	}
 	return l, nil
+}
+
+func (o *options) acquireFailed(name string, start time.Time, err error) {
+	if h := o.hooks.AcquireFailed; h != nil {
+		h(name, driver.Since(start), err)
+	}
 }
 
 // check reports an invalid name or option before any I/O.

@@ -484,6 +484,11 @@ func (s *suite) testBreak(t *testing.T) {
 	if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
 		t.Errorf("broken lease Err = %v, want ErrLeaseLost", l.Err())
 	}
+	// The holder learns of the break before its deadline (at a renewal, or
+	// from its watch), which is how it tells a break from an expiry.
+	if got := dlock.LossCause(l.Err()); got != dlock.LossBroken {
+		t.Errorf("LossCause of a broken lease = %q, want %q (%v)", got, dlock.LossBroken, l.Err())
+	}
 	if _, err := holder.Mutex(name).TryLock(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Errorf("the new holder's lock must still be held after the broken holder's Do released; TryLock got %v", err)
 	}

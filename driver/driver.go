@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -13,6 +14,12 @@ var (
 	// ErrLeaseLost: the caller's lease ended (expired, broken, or its session
 	// died) before it was released; the lock may now belong to someone else.
 	ErrLeaseLost = errors.New("dlock: lease lost")
+	// ErrSessionLost: the lease ended with the backend session it was
+	// tied to (a ZooKeeper session expired, a database connection that
+	// held it was closed); it wraps ErrLeaseLost. Session backends return
+	// it, or fire Grant.Lost with it, so that the loss's cause can be told
+	// apart from a Break (dlock.LossCause).
+	ErrSessionLost = fmt.Errorf("%w: its session ended", ErrLeaseLost)
 	// ErrNotHeld: there is no lease to act on (already released, or Break on a
 	// free lock).
 	ErrNotHeld = errors.New("dlock: lock not held")

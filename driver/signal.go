@@ -8,17 +8,30 @@ import "context"
 // goroutine of its own however many are held.
 type Signal struct {
 	ctx  context.Context
-	fire context.CancelFunc
+	fire context.CancelCauseFunc
 }
 
 // NewSignal returns a signal that has not fired.
 func NewSignal() *Signal {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Signal{ctx: ctx, fire: cancel}
 }
 
 // Fire fires the signal; later calls do nothing.
-func (s *Signal) Fire() { s.fire() }
+func (s *Signal) Fire() { s.fire(nil) }
+
+// FireCause fires the signal with the reason the lease is gone (such as
+// ErrSessionLost), which Cause returns; later calls do nothing.
+func (s *Signal) FireCause(err error) { s.fire(err) }
+
+// Cause returns the error FireCause gave, or nil if the signal has not
+// fired or was fired by Fire.
+func (s *Signal) Cause() error {
+	if err := context.Cause(s.ctx); err != context.Canceled {
+		return err
+	}
+	return nil
+}
 
 // Done returns a channel that is closed when the signal fires.
 func (s *Signal) Done() <-chan struct{} { return s.ctx.Done() }

@@ -248,8 +248,11 @@ func testServerEndsSession(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Lost not closed 30s after the holder reconnected to learn its session expired")
 	}
-	if err := d.Extend(testenv.Context(t, 30*time.Second), held, time.Hour); !errors.Is(err, driver.ErrLeaseLost) {
-		t.Errorf("Extend after the session expired: %v, want ErrLeaseLost", err)
+	if cause := g.Lost.Cause(); !errors.Is(cause, driver.ErrSessionLost) {
+		t.Errorf("Lost fired with cause %v, want ErrSessionLost (a loss the client can tell from a Break)", cause)
+	}
+	if err := d.Extend(testenv.Context(t, 30*time.Second), held, time.Hour); !errors.Is(err, driver.ErrSessionLost) {
+		t.Errorf("Extend after the session expired: %v, want ErrSessionLost", err)
 	}
 	if err := d.Release(testenv.Context(t, 30*time.Second), held); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Release after the session expired: %v, want ErrLeaseLost", err)

@@ -63,6 +63,10 @@ func (d *Driver) check(ctx context.Context, n *lockNode) error {
 		return d.fail(ctx, "check "+n.path, err)
 	}
 	if !r.ok || r.st.EphemeralOwner != n.session || r.st.Czxid != n.czxid {
+		if cause := d.sessionCause(n.session); cause != nil {
+			n.vanishWith(cause)
+			return fmt.Errorf("%w: lock node %s went with it", cause, n.path)
+		}
 		n.vanish()
 		return fmt.Errorf("%w: lock node %s is gone", driver.ErrLeaseLost, n.path)
 	}
@@ -111,8 +115,8 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 		case errors.Is(err, zk.ErrSessionExpired) || d.conn.SessionID() != n.session:
 			// The session ended, and the node with it, before our delete
 			// took effect: the lease was lost, not released.
-			n.vanish()
-			return fmt.Errorf("%w: %q: the session of the lock node ended", driver.ErrLeaseLost, h.Name)
+			n.vanishWith(driver.ErrSessionLost)
+			return fmt.Errorf("%w: %q: the session of the lock node ended", driver.ErrSessionLost, h.Name)
 		case errors.Is(err, zk.ErrNoNode) && retried:
 			// NoNode, in the node's own session, after an attempt whose
 			// reply was lost: that attempt deleted it.
@@ -196,11 +200,25 @@ func (n *lockNode) expire() bool {
 	return true
 }
 
-func (n *lockNode) vanish() {
+func (n *lockNode) vanish() { n.vanishWith(nil) }
+
+// sessionCause is driver.ErrSessionLost if the connection's session is no
+// longer session (the server expired it, and its nodes with it), else nil:
+// a node of a live session that is gone was deleted (a Break).
+func (d *Driver) sessionCause(session int64) error {
+	if d.conn.SessionID() != session {
+		return driver.ErrSessionLost
+	}
+	return nil
+}
+
+// vanishWith is vanish with the reason the node is gone, if known
+// (driver.ErrSessionLost), for Grant.Lost's Cause.
+func (n *lockNode) vanishWith(cause error) {
 	n.mu.Lock()
 	n.done = true
 	n.mu.Unlock()
-	n.vanishOnce.Do(n.vanished.Fire)
+	n.vanishOnce.Do(func() { n.vanished.FireCause(cause) })
 }
 
 // release marks the node as being deleted by its holder, whose own watch
@@ -262,7 +280,7 @@ func (n *lockNode) keep() {
 		_, w, err := n.d.watchNode(context.Background(), n.path)
 		if err != nil {
 			if !n.isReleasing() {
-				n.vanish()
+				n.vanishWith(n.d.sessionCause(n.session))
 				if !errors.Is(err, zk.ErrNoNode) {
 					n.d.remove(n.path, n.session)
 				}
@@ -293,7 +311,11 @@ func (n *lockNode) keep() {
 				}
 				continue
 			}
-			n.vanish()
+			if ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired) {
+				n.vanishWith(driver.ErrSessionLost) // the node went with its session
+				return
+			}
+			n.vanishWith(n.d.sessionCause(n.session))
 			return
 		case <-held:
 			held = nil

@@ -41,7 +41,7 @@ throwaway etcd nor this user's "dlock dev", it asks on a terminal; without
 a terminal it refuses (status 64) unless --yes is given.
 
 Flags:
-{{flags}}` + backendHelp + `
+{{flags}}` + backendHelp + metricsHelp + `
 The throwaway etcd runs inside the bench process and shares its CPU.
 
 With --json: {"schema": 1, "backend", "workers", "hold_ms",
@@ -62,13 +62,15 @@ Example:
 
 type benchFlags struct {
 	backendFlags
-	workers  int
-	keys     int
-	duration time.Duration
-	hold     time.Duration
-	ttl      time.Duration
-	json     bool
-	yes      bool
+	metrics   metricsFlags
+	telemetry dlock.Option // reports to --metrics-addr; nil without it
+	workers   int
+	keys      int
+	duration  time.Duration
+	hold      time.Duration
+	ttl       time.Duration
+	json      bool
+	yes       bool
 }
 
 // latency is a distribution summary, in milliseconds in JSON; with no
@@ -121,6 +123,7 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&f.yes, "yes", false, "write to a backend other than the throwaway etcd or dlock dev without asking")
 	fs.BoolVar(&f.yes, "y", false, "short for --yes")
+	f.metrics.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -138,11 +141,22 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	case f.ttl <= 0:
 		return usageErrorf("--ttl %v: must be positive", f.ttl)
 	}
+	if f.metrics.addr != "" {
+		if _, _, err := f.metrics.check(); err != nil {
+			return err
+		}
+	}
 	b, err := f.ownOrEmbedded(ctx, env, env.stderr)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	metrics, err := f.metrics.start(env, b.url)
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	f.telemetry = metrics.option()
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	prefix := "bench/" + hex.EncodeToString(suffix[:])
@@ -216,7 +230,7 @@ func (f *benchFlags) openClients(ctx context.Context, b *backend) ([]*dlock.Clie
 	var wg sync.WaitGroup
 	for i := range clients {
 		wg.Go(func() {
-			clients[i], errs[i] = f.open(ctx, b, dlock.WithTTL(f.ttl))
+			clients[i], errs[i] = f.open(ctx, b, dlock.WithTTL(f.ttl), f.telemetry)
 		})
 	}
 	wg.Wait()

@@ -44,7 +44,7 @@ by default $XDG_DATA_HOME/dlock/dev (~/.local/share/dlock/dev): not a cache
 directory, since deleting it restarts the tokens from 1.
 
 Flags:
-{{flags}}
+{{flags}}` + metricsHelp + `
 Example:
   dlock dev &
   dlock run my-job -- ./job.sh
@@ -54,7 +54,9 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	fs := newFlagSet("dlock dev", devUsage, env.stdout)
 	dataDir := fs.String("data-dir", "", "keep etcd's data in `DIR` (default $XDG_DATA_HOME/dlock/dev or ~/.local/share/dlock/dev)")
 	listen := fs.String("listen", "127.0.0.1:2379", "serve clients on `host:port` (port 0: a free port); a loopback address unless --allow-remote")
-	allowRemote := fs.Bool("allow-remote", false, "let --listen name an address other machines can reach")
+	allowRemote := fs.Bool("allow-remote", false, "let --listen and --metrics-addr name addresses other machines can reach")
+	var metrics metricsFlags
+	metrics.register(fs, false)
 	// dev is the one command without --backend: it is the backend. Given
 	// after "dev" the flag package would only say it is not defined; given
 	// before, it would be ignored while a server starts. Either is a
@@ -81,6 +83,14 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	// dev takes no lock: its /metrics has the embedded etcd server's
+	// metrics and the process's.
+	metrics.allowRemote = *allowRemote
+	ms, err := metrics.start(env, "etcd://")
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
 	if port == "0" {
 		// etcd would listen on a free port but announce port 0.
 		l, err := net.Listen("tcp", *listen)

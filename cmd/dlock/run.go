@@ -83,7 +83,7 @@ Exit status:
   2 (most commands' failures), 126 or 127 (the shell's), or 128+N (a
   signal), but a CMD that itself exits with one of them cannot be told
   apart.
-` + backendHelp + `
+` + backendHelp + metricsHelp + `
 Examples:
   dlock run nightly-backup -- ./backup.sh
   dlock run --no-wait deploy -- make deploy || echo "a deploy is running"
@@ -92,9 +92,11 @@ Examples:
 
 type runFlags struct {
 	backendFlags
-	ttl    time.Duration
-	wait   time.Duration
-	noWait bool
+	metrics   metricsFlags
+	telemetry dlock.Option // reports to --metrics-addr; nil without it
+	ttl       time.Duration
+	wait      time.Duration
+	noWait    bool
 	// waitGiven tells "--wait 0" (give up at once, as flock -w 0) from no
 	// --wait (wait as long as it takes).
 	waitGiven bool
@@ -116,6 +118,7 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	fs.StringVar(&f.note, "note", "", "free `text` that dlock inspect shows next to this holder")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired (with its token) and released")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
+	f.metrics.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -128,6 +131,12 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	ms, err := f.metrics.start(env, b.url)
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	f.telemetry = ms.option()
 
 	// From here on, signals are ours: before CMD starts they abandon the
 	// wait (leaving nothing behind), afterwards they go to CMD's group.
@@ -218,7 +227,7 @@ func (f *runFlags) acquire(env *cmdEnv, b *backend, name string, sigs <-chan os.
 }
 
 func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dlock.Client, *dlock.Lease, error) {
-	opts := []dlock.Option{dlock.WithTTL(f.ttl), dlock.WithNote(f.note)}
+	opts := []dlock.Option{dlock.WithTTL(f.ttl), dlock.WithNote(f.note), f.telemetry}
 	if f.fair {
 		opts = append(opts, dlock.WithFair())
 	}

@@ -14,6 +14,8 @@ const (
 	etcdServer = "go.etcd.io/etcd/server/v3"
 	grpc       = "google.golang.org/grpc"
 	porcupine  = "github.com/anishathalye/porcupine"
+	otel       = "go.opentelemetry.io/otel"
+	prometheus = "github.com/prometheus/client_golang"
 )
 
 // clients are the engines' client modules: a program that uses one backend
@@ -27,28 +29,33 @@ var clients = []string{
 	"go.temporal.io/sdk",
 }
 
-// consumers are the programs in testdata: the directory, and the engine
-// client the backend it imports is built on ("" for none).
+// consumers are the programs in testdata: the directory, the engine
+// client the backend it imports is built on ("" for none), and whether it
+// imports dlockotel.
 var consumers = []struct {
-	dir    string
-	client string
+	dir       string
+	client    string
+	telemetry bool
 }{
-	{"portable", ""},
-	{"etcdlock", "go.etcd.io/etcd/client/v3"},
-	{"redislock", "github.com/redis/go-redis/v9"},
-	{"redlock", "github.com/redis/go-redis/v9"},
-	{"zklock", "github.com/go-zookeeper/zk"},
-	{"pglock", "github.com/jackc/pgx/v5"},
-	{"mysqllock", "github.com/go-sql-driver/mysql"},
-	{"temporallock", "go.temporal.io/sdk"},
+	{"portable", "", false},
+	{"dlockotel", "", true},
+	{"etcdlock", "go.etcd.io/etcd/client/v3", false},
+	{"redislock", "github.com/redis/go-redis/v9", false},
+	{"redlock", "github.com/redis/go-redis/v9", false},
+	{"zklock", "github.com/go-zookeeper/zk", false},
+	{"pglock", "github.com/jackc/pgx/v5", false},
+	{"mysqllock", "github.com/go-sql-driver/mysql", false},
+	{"temporallock", "go.temporal.io/sdk", false},
 }
 
 // TestBackendModuleGraphs builds each consumer program as a module of its
 // own (outside the workspace, through its replace directives, as a user's
 // module would resolve published versions) and checks its module graph:
 // no etcd server, no Temporal SDK unless it is the backend's client, no
-// engine client but its own, nothing from the verification, and gRPC only
-// for the backends whose client speaks it. The consumer's go.mod is
+// engine client but its own, nothing from the verification, gRPC only for
+// the backends whose client speaks it, OpenTelemetry only for the program
+// that imports dlockotel, and Prometheus for neither of those two (the
+// CLI brings it; the etcd client does too). The consumer's go.mod is
 // copied, not edited: a backend whose requirements grew shows here, with
 // the module that came in.
 func TestBackendModuleGraphs(t *testing.T) {
@@ -71,6 +78,15 @@ func TestBackendModuleGraphs(t *testing.T) {
 			if c.client != "go.etcd.io/etcd/client/v3" && c.client != "go.temporal.io/sdk" {
 				unwanted = append(unwanted, grpc)
 			}
+			if c.telemetry && !slices.Contains(mods, otel) {
+				t.Errorf("the graph of a program importing dlockotel lacks %s: %v", otel, mods)
+			}
+			if c.client == "" {
+				unwanted = append(unwanted, prometheus)
+				if !c.telemetry {
+					unwanted = append(unwanted, otel)
+				}
+			}
 			for _, m := range unwanted {
 				if slices.Contains(mods, m) {
 					t.Errorf("a program importing only dlock and %s gets %s in its module graph", c.dir, m)
@@ -81,7 +97,8 @@ func TestBackendModuleGraphs(t *testing.T) {
 }
 
 // TestPortableLayerNeedsNothing: dlock, driver, dlocktest and memlock need
-// nothing outside the standard library.
+// nothing outside the standard library; in particular, importing dlock
+// pulls in nothing of OpenTelemetry (dlockotel is a module of its own).
 func TestPortableLayerNeedsNothing(t *testing.T) {
 	mods := moduleGraph(t, filepath.Join("testdata", "portable"))
 	if want := []string{"example.com/consumer/portable", "github.com/dlock/dlock"}; !slices.Equal(mods, want) {
