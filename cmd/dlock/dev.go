@@ -79,7 +79,7 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: dlock dev takes only flags", fs.Arg(0))
 	}
-	host, port, loopback, err := checkListen(*listen, *allowRemote, "the server")
+	host, port, loopback, err := checkListen("--listen", *listen, *allowRemote, "the server")
 	if err != nil {
 		return err
 	}
@@ -168,14 +168,14 @@ func devCmd(ctx context.Context, env *cmdEnv, args []string) error {
 
 // checkListen checks a --listen address: host:port, on the loopback
 // interface unless allowRemote; what is what other machines could reach.
-func checkListen(listen string, allowRemote bool, what string) (host, port string, loopback bool, err error) {
+func checkListen(flag, listen string, allowRemote bool, what string) (host, port string, loopback bool, err error) {
 	host, port, err = net.SplitHostPort(listen)
 	if err != nil {
-		return "", "", false, usageErrorf("--listen %q: want host:port (%v)", listen, err)
+		return "", "", false, usageErrorf("%s %q: want host:port (%v)", flag, listen, err)
 	}
 	loopback = isLoopback(host)
 	if !loopback && !allowRemote {
-		return "", "", false, usageErrorf("--listen %s: not a loopback address; other machines could reach %s: pass --allow-remote to mean it", listen, what)
+		return "", "", false, usageErrorf("%s %s: not a loopback address; other machines could reach %s: pass --allow-remote to mean it", flag, listen, what)
 	}
 	return host, port, loopback, nil
 }

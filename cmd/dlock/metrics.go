@@ -60,13 +60,9 @@ func (mf *metricsFlags) check() (addr string, loopback bool, err error) {
 	if !strings.Contains(addr, ":") {
 		addr = net.JoinHostPort("127.0.0.1", addr)
 	}
-	host, _, err := net.SplitHostPort(addr)
+	_, _, loopback, err = checkListen("--metrics-addr", addr, mf.allowRemote, "the metrics, lock names included")
 	if err != nil {
-		return "", false, usageErrorf("--metrics-addr %q: want host:port or a port (%v)", mf.addr, err)
-	}
-	loopback = isLoopback(host)
-	if !loopback && !mf.allowRemote {
-		return "", false, usageErrorf("--metrics-addr %s: not a loopback address; other machines could read the metrics, lock names included: pass --allow-remote to mean it", mf.addr)
+		return "", false, err
 	}
 	return addr, loopback, nil
 }

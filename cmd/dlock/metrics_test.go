@@ -166,6 +166,21 @@ func TestDevServesEtcdMetrics(t *testing.T) {
 	}
 }
 
+// "dlock ui --metrics-addr" serves /metrics beside the dashboard: the
+// process's own metrics, and dlock's for the locks its Break button takes.
+func TestUIServesMetrics(t *testing.T) {
+	dev := sharedDev(t)
+	port := strconv.Itoa(testenv.FreePort(t))
+	startUI(t, dev.env(), "--metrics-addr", port)
+	text, err := scrape("127.0.0.1:" + port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := sample(text, "go_goroutines"); !ok || v < 1 {
+		t.Errorf("go_goroutines = %v (found %v), want at least 1", v, ok)
+	}
+}
+
 // --metrics-addr takes the bind-safety rule of dlock dev's --listen: an
 // address other machines can reach needs --allow-remote.
 func TestMetricsAddrRefusesNonLoopbackWithoutAllowRemote(t *testing.T) {
@@ -176,6 +191,7 @@ func TestMetricsAddrRefusesNonLoopbackWithoutAllowRemote(t *testing.T) {
 		{"run", "--metrics-addr", ":" + port, t.Name(), "--", "true"},
 		{"bench", "--metrics-addr", "0.0.0.0:" + port, "--duration", "100ms"},
 		{"dev", "--metrics-addr", "0.0.0.0:" + port, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()},
+		{"ui", "--metrics-addr", "0.0.0.0:" + port, "--listen", "127.0.0.1:0"},
 	} {
 		r := runDlock(t, dev.env(), args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "--allow-remote") {

@@ -53,7 +53,7 @@ something that authenticates. The backend's URL is shown to the page with
 its password removed. Ctrl-C stops it.
 
 Flags:
-{{flags}}` + backendHelp + `
+{{flags}}` + backendHelp + metricsHelp + `
 Example:
   dlock ui                              # then open http://127.0.0.1:8765/
   dlock ui --listen 127.0.0.1:0 --allow-break
@@ -74,18 +74,35 @@ func uiCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	bf.register(fs)
 	listen := fs.String("listen", "127.0.0.1:8765", "serve the dashboard on `host:port` (port 0: a free port); a loopback address unless --allow-remote")
 	allowBreak := fs.Bool("allow-break", false, "show a Break button on each held lock")
-	allowRemote := fs.Bool("allow-remote", false, "let --listen name an address other machines can reach")
+	allowRemote := fs.Bool("allow-remote", false, "let --listen and --metrics-addr name an address other machines can reach")
+	var mf metricsFlags
+	mf.register(fs, false)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected argument %q: dlock ui takes only flags", fs.Arg(0))
 	}
-	_, _, loopback, err := checkListen(*listen, *allowRemote, "the dashboard")
+	_, _, loopback, err := checkListen("--listen", *listen, *allowRemote, "the dashboard")
 	if err != nil {
 		return err
 	}
-	b, c, err := bf.connect(ctx, env)
+	mf.allowRemote = *allowRemote
+	if mf.addr != "" {
+		if _, _, err := mf.check(); err != nil {
+			return err
+		}
+	}
+	b, err := bf.shared(env)
+	if err != nil {
+		return err
+	}
+	ms, err := mf.start(env, b.url)
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	c, err := bf.open(ctx, b, ms.option())
 	if err != nil {
 		return err
 	}
