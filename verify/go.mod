@@ -26,6 +26,7 @@ require (
 	github.com/dlock/dlock/backend/temporallock v0.0.0-00010101000000-000000000000
 	github.com/dlock/dlock/backend/zklock v0.0.0-00010101000000-000000000000
 	github.com/dlock/dlock/internal/etcdserver v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
@@ -66,7 +67,6 @@ require (
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/robfig/cron v1.2.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
