@@ -28,6 +28,7 @@ func TestParseURL(t *testing.T) {
 		{"etcd://h:1?prefix=", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "", DialTimeout: 5 * time.Second}, false},
 		{"etcds://h:1", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "dlock/", DialTimeout: 5 * time.Second}, true},
 		{"etcd://h:1?tls=1&server-name=etcd.example", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "dlock/", DialTimeout: 5 * time.Second}, true},
+		{"etcd://h:1?compat=etcdctl", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "dlock/", Compat: "etcdctl", DialTimeout: 5 * time.Second}, false},
 	} {
 		u, err := url.Parse(c.url)
 		if err != nil {
@@ -68,6 +69,8 @@ func TestParseURLRejectsBadInputWithoutPassword(t *testing.T) {
 		{"etcd://:hunter2@h:1", "user name"},
 		{"etcd://u:hunter2@", "no host"},
 		{"redis://u:hunter2@h:1", "scheme"},
+		{"etcd://u:hunter2@h:1?compat=kazoo", `compat="kazoo": want one of etcdctl`},
+		{"etcd://u:hunter2@h:1?compat=etcdctl&prefix=app/", "prefix does not apply with compat=etcdctl"},
 	} {
 		u, err := url.Parse(c.url)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -61,28 +60,15 @@ func setnxWorker(u string, args []string) int {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	m := c.Mutex(name, dlock.WithTTL(2*time.Second))
-	for range n {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
+	return dlocktest.CountTurns(n, 10*time.Millisecond, dlocktest.MutexTurns(ctx, m), func(uint64) error {
 		v, err := rdb.Get(ctx, counter).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			fmt.Println("ERROR", err)
-			return 2
+			return err
 		}
 		time.Sleep(window)
 		rdb.Set(ctx, counter, v+1, 0)
-		rdb.RPush(ctx, log, "dlock")
-		if err := l.Unlock(ctx); err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
-		time.Sleep(rand.N(10 * time.Millisecond))
-	}
-	fmt.Println("DONE", n)
-	return 0
+		return rdb.RPush(ctx, log, "dlock").Err()
+	})
 }
 
 // redisPy runs testdata/redispy_lock.py against srv's lock name with mode
