@@ -27,19 +27,14 @@ import (
 // etcd's own lock recipe: "etcdctl lock" (Debian's etcd-client, 3.4) and
 // concurrency.Mutex (etcd's Go client, in processes of their own).
 
-// A counter worker: the test binary started with these variables set.
-const (
-	envCountWorker = "ETCDLOCK_TEST_COUNT_WORKER" // "dlock" or "mutex"
-	envCountArgs   = "ETCDLOCK_TEST_COUNT_ARGS"   // "endpoint name counter log n window"
-)
-
 func init() {
-	if kind := os.Getenv(envCountWorker); kind != "" {
-		os.Exit(countWorker(kind, strings.Fields(os.Getenv(envCountArgs))))
+	for _, kind := range []string{"dlock", "mutex"} {
+		dlocktest.Worker(kind, func(args []string) int { return countWorker(kind, args) })
 	}
 }
 
-// countWorker n times takes the lock name — with dlock in compat=etcdctl,
+// countWorker (args: endpoint name counter log n window) n times takes
+// the lock name — with dlock in compat=etcdctl,
 // or with concurrency.Mutex — reads the counter file, waits window, writes
 // it + 1 and appends "KIND TOKEN" to the log file, then releases and
 // pauses up to 5ms (dlocktest.CountTurns). A Mutex's token is its key's
@@ -227,10 +222,7 @@ func TestMixedFleetWithEtcdctlAndMutexLosesNoIncrement(t *testing.T) {
 	}
 	for range workers {
 		for _, kind := range []string{"dlock", "mutex"} {
-			child := exec.Command(os.Args[0], "-test.run=^$")
-			child.Env = append(os.Environ(), envCountWorker+"="+kind, envCountArgs+"="+strings.Join(
-				[]string{srv.Endpoints()[0], name, counter, log, strconv.Itoa(nGo), window.String()}, " "))
-			run(kind, child)
+			run(kind, dlocktest.WorkerCommand(kind, srv.Endpoints()[0], name, counter, log, strconv.Itoa(nGo), window.String()))
 		}
 		run(kindCtl, exec.Command("sh", script, etcdctl, srv.Endpoints()[0], name, counter, log,
 			strconv.Itoa(nEtcdctl), strconv.FormatFloat(window.Seconds(), 'f', -1, 64)))
