@@ -63,6 +63,6 @@ func holderOf(kv *mvccpb.KeyValue) []byte {
 	}
 	b, _ := json.Marshal(struct {
 		Note string `json:"note"`
-	}{fmt.Sprintf("not dlock (etcdctl lock or concurrency.Mutex): lease %x, key %q", kv.Lease, kv.Key)})
+	}{fmt.Sprintf("not dlock (etcdctl lock or concurrency.Mutex): lease %x, key %s", kv.Lease, kv.Key)})
 	return b
 }
