@@ -90,6 +90,17 @@ func TestParseURLRejectsBadInputWithoutPassword(t *testing.T) {
 	}
 }
 
+func TestWithCompatTakesOnlyKnownLayouts(t *testing.T) {
+	cli := newClient(t, []string{"127.0.0.1:1"}) // not dialled
+	if _, err := etcdlock.New(cli, etcdlock.WithCompat("etcdctl")); err != nil {
+		t.Errorf("WithCompat(etcdctl): %v", err)
+	}
+	_, err := etcdlock.New(cli, etcdlock.WithCompat("kazoo"))
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "want one of etcdctl") {
+		t.Errorf("WithCompat(kazoo): %v; want ErrInvalidOption naming etcdctl", err)
+	}
+}
+
 func TestOpenUnreachableIsUnavailableWithoutPassword(t *testing.T) {
 	ctx := testContext(t)
 	// A port nobody listens on: a free one, closed again.
