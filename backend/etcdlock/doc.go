@@ -130,7 +130,7 @@
 //     (TestMixedFleetWithEtcdctlAndMutexLosesNoIncrement: 2 dlock
 //     processes, 2 etcdctl lock loops and 2 concurrency.Mutex processes,
 //     500 read–sleep–write increments, none lost, the lock passing between
-//     dlock and the others at least 100 times: about 240 in our runs).
+//     dlock and the others at least 100 times: 224 to 372 in our runs).
 //   - Order: one FIFO queue for both kinds; WithFair holds across them.
 //   - Fencing token: dlock's is its key's create revision, as in its own
 //     layout, and a foreign grant's key has one of the same sequence: the
@@ -143,9 +143,10 @@
 //     the lock was free at once: after a wait they are the revision of the
 //     read that found it free, which can exceed the token of a dlock
 //     waiter queued meanwhile, so a resource that took them as tokens
-//     would refuse that holder's writes (the test requires one etcdctl
-//     turn with ETCD_LOCK_REV past its key's create revision; 99 of 100
-//     were, in our runs). The token is the create revision of
+//     would refuse that holder's writes (the test requires an etcdctl
+//     turn with ETCD_LOCK_REV past its key's create revision, and one with
+//     it at or past the token of the dlock holder after it: in our runs,
+//     99 and 45 of 100 turns). The token is the create revision of
 //     the key: etcdctl get "$ETCD_LOCK_KEY" -w json (create_revision), or
 //     Get(m.Key()) after Lock; for writes to etcd itself, a transaction
 //     guarded by m.IsOwner().
