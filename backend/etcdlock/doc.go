@@ -146,7 +146,7 @@
 //     would refuse that holder's writes (the test requires an etcdctl
 //     turn with ETCD_LOCK_REV past its key's create revision, and one with
 //     it at or past the token of the dlock holder after it: in our runs,
-//     99 and 45 of 100 turns). The token is the create revision of
+//     99 and 28 to 45 of 100 turns). The token is the create revision of
 //     the key: etcdctl get "$ETCD_LOCK_KEY" -w json (create_revision), or
 //     Get(m.Key()) after Lock; for writes to etcd itself, a transaction
 //     guarded by m.IsOwner().

@@ -225,8 +225,13 @@ func TestMixedFleetWithEtcdctlAndMutexLosesNoIncrement(t *testing.T) {
 		for _, kind := range []string{"dlock", "mutex"} {
 			run(kind, dlocktest.WorkerCommand(kind, srv.Endpoints()[0], name, counter, log, strconv.Itoa(nGo), window.String()))
 		}
-		run(kindCtl, exec.Command("sh", script, etcdctl, srv.Endpoints()[0], name, counter, log,
-			strconv.Itoa(nEtcdctl), strconv.FormatFloat(window.Seconds(), 'f', -1, 64)))
+		loop := exec.Command("sh", script, etcdctl, srv.Endpoints()[0], name, counter, log,
+			strconv.Itoa(nEtcdctl), strconv.FormatFloat(window.Seconds(), 'f', -1, 64))
+		// The loop's etcdctl and sh children go with it if the test ends
+		// early: it leads a process group of its own.
+		loop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		run(kindCtl, loop)
+		t.Cleanup(func() { _ = syscall.Kill(-loop.Process.Pid, syscall.SIGKILL) })
 	}
 	wg.Wait()
 	close(done)
