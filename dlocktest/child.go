@@ -2,6 +2,7 @@ package dlocktest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,14 +20,51 @@ const (
 	envChildTTL  = "DLOCKTEST_CHILD_TTL"
 )
 
+// A worker process: the test binary started by WorkerCommand.
+const (
+	envWorker     = "DLOCKTEST_WORKER"      // the worker's name
+	envWorkerArgs = "DLOCKTEST_WORKER_ARGS" // its arguments, a JSON array
+)
+
+var workers = map[string]func(args []string) int{}
+
+// Worker registers run as the worker name, which WorkerCommand starts in
+// a process of its own (a mixed-fleet test's dlock or foreign-library
+// workers): call it from the test package's init. run gets the arguments
+// given to WorkerCommand and returns the process's exit status.
+func Worker(name string, run func(args []string) int) { workers[name] = run }
+
+// WorkerCommand returns the command that runs the worker name (see
+// Worker) with args: the test binary again, whose TestMain must be Main.
+func WorkerCommand(name string, args ...string) *exec.Cmd {
+	b, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorker+"="+name, envWorkerArgs+"="+string(b))
+	return cmd
+}
+
+func runWorker(name string) int {
+	var args []string
+	run, ok := workers[name]
+	if err := json.Unmarshal([]byte(os.Getenv(envWorkerArgs)), &args); err != nil || !ok {
+		fmt.Printf("ERROR worker %q (registered: %v): %v\n", name, ok, err)
+		return 2
+	}
+	return run(args)
+}
+
 // Main is the TestMain of a backend's test package:
 //
 //	func TestMain(m *testing.M) { dlocktest.Main(m) }
 //
 // When the suite has started the test binary as a child process, Main takes
-// the lock it was told to, prints its token, and holds it until killed;
-// otherwise it runs the tests.
+// the lock it was told to, prints its token, and holds it until killed; as
+// a worker (WorkerCommand), it runs the worker; otherwise it runs the
+// tests.
 func Main(m *testing.M) {
+	if name := os.Getenv(envWorker); name != "" {
+		os.Exit(runWorker(name))
+	}
 	if os.Getenv(envChildURL) != "" {
 		os.Exit(runChild())
 	}

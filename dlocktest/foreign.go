@@ -1,7 +1,10 @@
 package dlocktest
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -18,6 +21,15 @@ import (
 // lease, to be released by the caller.
 func ForeignHolderKilled(t *testing.T, c *dlock.Client, name string, bound time.Duration, kill func()) *dlock.Lease {
 	t.Helper()
+	return ForeignHolderKilledWithToken(t, c, name, 0, bound, kill)
+}
+
+// ForeignHolderKilledWithToken is ForeignHolderKilled for a layout in
+// which a foreign grant has a token of the same sequence as dlock's (such
+// as etcd's create revision): Inspect shows that token, and the lease
+// granted after the kill has a higher one.
+func ForeignHolderKilledWithToken(t *testing.T, c *dlock.Client, name string, token uint64, bound time.Duration, kill func()) *dlock.Lease {
+	t.Helper()
 	ctx := testenv.Context(t, bound+30*time.Second)
 	if _, err := c.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock while a foreign client holds %q: %v, want ErrNotAcquired", name, err)
@@ -26,8 +38,8 @@ func ForeignHolderKilled(t *testing.T, c *dlock.Client, name string, bound time.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !in.Held || in.Token != 0 || in.ExpiresIn > bound || in.Holder.Host != "" || in.Holder.PID != 0 {
-		t.Errorf("Inspect = %+v; want held, token 0, no host or pid, expiring within %v", in, bound)
+	if !in.Held || in.Token != token || in.ExpiresIn > bound || in.Holder.Host != "" || in.Holder.PID != 0 {
+		t.Errorf("Inspect = %+v; want held, token %d, no host or pid, expiring within %v", in, token, bound)
 	}
 	var l *dlock.Lease
 	took, err := testenv.WaitAcross(t, func() (err error) {
@@ -38,8 +50,49 @@ func ForeignHolderKilled(t *testing.T, c *dlock.Client, name string, bound time.
 		t.Fatalf("Lock after the foreign holder of %q was killed: %v", name, err)
 	}
 	t.Logf("granted %v after the kill of the foreign holder (bound %v)", took.Round(time.Millisecond), bound)
+	if l.Token() <= token {
+		t.Errorf("granted token %d after the foreign holder's %d; want a higher one", l.Token(), token)
+	}
 	if took > bound+time.Second {
 		t.Errorf("granted %v after the kill; want within %v (plus 1s)", took, bound)
 	}
 	return l
+}
+
+// CountTurns is the loop of a worker process in a mixed-fleet test (the
+// test binary started as a child): n times it calls lock, which takes the
+// lock and returns the grant's token and its release, runs turn (the
+// read–sleep–write under test) with that token, releases, and pauses for
+// up to pause, as a worker doing other work would, so that the lock is
+// now and then free when a foreign waiter looks. It prints "DONE n" on
+// stdout when all are done, or "ERROR …" at the first error, and returns
+// the process's exit status: 0, or 2.
+func CountTurns(n int, pause time.Duration, lock func() (token uint64, unlock func() error, err error), turn func(token uint64) error) int {
+	for range n {
+		token, unlock, err := lock()
+		if err == nil {
+			err = turn(token)
+			if uerr := unlock(); err == nil {
+				err = uerr
+			}
+		}
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		time.Sleep(rand.N(pause))
+	}
+	fmt.Println("DONE", n)
+	return 0
+}
+
+// MutexTurns returns a lock for CountTurns that takes m with ctx.
+func MutexTurns(ctx context.Context, m *dlock.Mutex) func() (uint64, func() error, error) {
+	return func() (uint64, func() error, error) {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		return l.Token(), func() error { return l.Unlock(ctx) }, nil
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -32,7 +33,7 @@ func (d *Driver) info(ctx context.Context, name string, queue []*mvccpb.KeyValue
 	h := queue[0]
 	in.Held = true
 	in.Token = uint64(h.CreateRevision)
-	in.Holder = h.Value
+	in.Holder = holderOf(h)
 	if h.Lease != 0 {
 		ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
 		if err != nil {
@@ -41,7 +42,7 @@ func (d *Driver) info(ctx context.Context, name string, queue []*mvccpb.KeyValue
 		in.ExpiresIn = max(time.Duration(ttl.TTL)*time.Second, 0)
 	}
 	for _, w := range queue[1:] {
-		in.Waiters = append(in.Waiters, w.Value)
+		in.Waiters = append(in.Waiters, holderOf(w))
 	}
 	return in, nil
 }
@@ -49,6 +50,9 @@ func (d *Driver) info(ctx context.Context, name string, queue []*mvccpb.KeyValue
 // List reads every queue whose name starts with prefix in one range read
 // (see the key layout in keys.go).
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if d.compat == CompatEtcdctl {
+		return d.listMutexes(ctx, prefix)
+	}
 	resp, err := d.cli.Get(ctx, d.prefix+escapeName(prefix), clientv3.WithPrefix())
 	if err != nil {
 		return nil, unavailable(ctx, "get", err)
@@ -104,4 +108,25 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 		// The holder released meanwhile: break whoever holds it now.
 	}
 	return fmt.Errorf("%w: etcd: %q changed hands too often to break", driver.ErrUnavailable, name)
+}
+
+// listMutexes is List in compat=etcdctl, where a lock's keys are not
+// under a prefix of dlock's: it reads the names of the keys that begin
+// with prefix (every key in the cluster for an empty prefix), keeps those
+// of concurrency.Mutex's layout, and inspects each of their locks.
+func (d *Driver) listMutexes(ctx context.Context, prefix string) ([]driver.Info, error) {
+	resp, err := d.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, unavailable(ctx, "get", err)
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, kv := range resp.Kvs {
+		if name, ok := mutexName(kv); ok && strings.HasPrefix(name, prefix) && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return driver.ListByInspect(ctx, names, d.Inspect)
 }

@@ -16,6 +16,7 @@ import (
 // a test can stop and start again.
 type deployment struct {
 	members []*testenv.Etcd
+	compat  string // the compat parameter of its drivers, if any
 }
 
 func (d *deployment) endpoints() []string {
@@ -26,14 +27,20 @@ func (d *deployment) endpoints() []string {
 	return eps
 }
 
-func (d *deployment) url() string { return "etcd://" + strings.Join(d.endpoints(), ",") }
+func (d *deployment) url() string {
+	u := "etcd://" + strings.Join(d.endpoints(), ",")
+	if d.compat != "" {
+		u += "?compat=" + d.compat
+	}
+	return u
+}
 
 // open connects a driver of its own to addrs, or to the members.
 func (d *deployment) open(ctx context.Context, addrs []string) (driver.Driver, error) {
 	if addrs == nil {
 		addrs = d.endpoints()
 	}
-	return etcdlock.Connect(ctx, etcdlock.Config{Endpoints: addrs, Prefix: etcdlock.DefaultPrefix, DialTimeout: 10 * time.Second})
+	return etcdlock.Connect(ctx, etcdlock.Config{Endpoints: addrs, Prefix: etcdlock.DefaultPrefix, Compat: d.compat, DialTimeout: 10 * time.Second})
 }
 
 // stop stops member i (SIGTERM); its data stays.
@@ -88,6 +95,14 @@ func harness(d *deployment) dlocktest.Harness {
 
 func TestConformanceSingleNode(t *testing.T) {
 	dlocktest.Run(t, harness(singleNode(t)))
+}
+
+// In compat=etcdctl, dlock keeps its whole contract among its own
+// clients: only the keys are named otherwise.
+func TestConformanceEtcdctlCompat(t *testing.T) {
+	d := singleNode(t)
+	d.compat = etcdlock.CompatEtcdctl
+	dlocktest.Run(t, harness(d))
 }
 
 func TestConformanceThreeMembers(t *testing.T) {

@@ -24,6 +24,7 @@ type Driver struct {
 	cli    *clientv3.Client
 	owned  bool // Close closes cli
 	prefix string
+	compat string // "" (dlock's layout) or CompatEtcdctl
 	pool   leasePool
 
 	streamOnce sync.Once

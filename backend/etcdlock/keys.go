@@ -46,13 +46,21 @@ func escapeName(name string) string { return driver.EscapeName(name, keepInKey) 
 // cannot have produced.
 func unescapeName(s string) (name string, ok bool) { return driver.UnescapeName(s, keepInKey) }
 
-// namePrefix is the key prefix under which the queue of lock name lives.
+// namePrefix is the key prefix under which the queue of lock name lives:
+// in compat=etcdctl, the name itself and "/", as concurrency.NewMutex
+// makes it.
 func (d *Driver) namePrefix(name string) string {
+	if d.compat == CompatEtcdctl {
+		return name + "/"
+	}
 	return d.prefix + escapeName(name) + "/"
 }
 
 // lockKey is the key an acquirer holding lease puts in the queue of name.
 func (d *Driver) lockKey(name string, lease clientv3.LeaseID) string {
+	if d.compat == CompatEtcdctl {
+		return mutexKey(d.namePrefix(name), lease)
+	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(lease))
 	return d.namePrefix(name) + hex.EncodeToString(b[:])

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 func TestEscapedNamesAreInjectiveAndKeepPrefixes(t *testing.T) {
@@ -56,6 +58,32 @@ func TestSplitKey(t *testing.T) {
 	for _, k := range []string{"q/x/" + owner, "p/x", "p/x/", "p/x/y/z", "p//" + owner} {
 		if _, _, ok := d.splitKey(k); ok {
 			t.Errorf("splitKey(%q) accepted a key dlock does not write", k)
+		}
+	}
+}
+
+// In compat=etcdctl a key is concurrency.Mutex's: the name verbatim, "/",
+// and the lease ID in hex without leading zeros; List keeps only keys of
+// that form whose hex is their own lease's.
+func TestEtcdctlCompatKeysAreMutexKeys(t *testing.T) {
+	d := newDriver(nil)
+	d.compat = CompatEtcdctl
+	const lease = 0x35fa24534d3e803 // 15 hex digits
+	key := d.lockKey("x/y%", lease)
+	if key != "x/y%/35fa24534d3e803" {
+		t.Fatalf("lockKey = %q", key)
+	}
+	if name, ok := mutexName(&mvccpb.KeyValue{Key: []byte(key), Lease: lease}); !ok || name != "x/y%" {
+		t.Errorf("mutexName(%q) = %q, %v", key, name, ok)
+	}
+	for _, kv := range []*mvccpb.KeyValue{
+		{Key: []byte(key)},                                   // no lease
+		{Key: []byte(key), Lease: lease + 1},                 // another lease
+		{Key: []byte("x/y%/035fa24534d3e803"), Lease: lease}, // leading zero
+		{Key: []byte("/35fa24534d3e803"), Lease: lease},      // no name
+	} {
+		if name, ok := mutexName(kv); ok {
+			t.Errorf("mutexName(%q, lease %x) = %q, accepted a key concurrency.Mutex does not write", kv.Key, kv.Lease, name)
 		}
 	}
 }

@@ -32,6 +32,7 @@ const DefaultDialTimeout = 5 * time.Second
 type Config struct {
 	Endpoints   []string // host:port
 	Prefix      string
+	Compat      string // "" (dlock's layout) or CompatEtcdctl: see WithCompat
 	Username    string
 	Password    string
 	DialTimeout time.Duration
@@ -43,8 +44,8 @@ type Config struct {
 //	etcd://[user:password@]host1:2379[,host2:2379…][/][?param=value&…]
 //	etcds://…   (TLS)
 //
-// with the parameters prefix, connect_timeout, tls, ca, cert, key and
-// server_name (see the README's table of URL parameters; tls is implied by
+// with the parameters prefix, compat, connect_timeout, tls, ca, cert, key
+// and server_name (see the README's table of URL parameters; tls is implied by
 // etcds:// and by each of the last four). A host without a port gets
 // DefaultPort. Errors never contain the password. A deprecated spelling of
 // a parameter is logged on slog.Default; Open logs it on the logger given
@@ -91,16 +92,24 @@ func parseURL(ctx context.Context, u *url.URL) (Config, error) {
 		}
 	}
 	useTLS := scheme == "etcds"
+	hasPrefix := false
 	var tf driver.TLSFiles
 	params := driver.Params{Backend: "etcd", List: append([]driver.Param{
-		{Name: "prefix", Usage: "key prefix of the locks", Set: driver.StringParam(&cfg.Prefix)},
+		{Name: "prefix", Usage: "key prefix of the locks", Set: func(v string) error {
+			cfg.Prefix, hasPrefix = v, true
+			return nil
+		}},
 		{Name: "connect_timeout", Usage: "how long connecting may take", Set: driver.DurationParam(&cfg.DialTimeout), Deprecated: []string{"dial-timeout"}},
 		{Name: "tls", Usage: "use TLS", Set: driver.BoolParam(&useTLS)},
 	}, driver.TLSParams(&tf)...)}
 	params.List[3].Deprecated = []string{"cacert"}      // ca
 	params.List[6].Deprecated = []string{"server-name"} // server_name
+	params.List = append(params.List, driver.Param{Name: "compat", Usage: "lock the keys etcdctl lock and concurrency.Mutex use (etcdctl)", Set: driver.ChoiceParam(&cfg.Compat, Layouts...)})
 	if _, err := params.Parse(ctx, u.Query()); err != nil {
 		return Config{}, err
+	}
+	if hasPrefix && cfg.Compat != "" {
+		return bad("prefix does not apply with compat=%s, where the lock name is the key prefix itself, as etcdctl lock takes it", cfg.Compat)
 	}
 	if useTLS || scheme == "etcds" || tf.Set() {
 		tc, err := tf.Config(nil)
@@ -166,6 +175,7 @@ func Connect(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d := newDriver(cli)
 	d.prefix = cfg.Prefix
+	d.compat = cfg.Compat
 	d.owned = true
 	return d, nil
 }

@@ -28,6 +28,7 @@ func TestParseURL(t *testing.T) {
 		{"etcd://h:1?prefix=", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "", DialTimeout: 5 * time.Second}, false},
 		{"etcds://h:1", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "dlock/", DialTimeout: 5 * time.Second}, true},
 		{"etcd://h:1?tls=1&server-name=etcd.example", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "dlock/", DialTimeout: 5 * time.Second}, true},
+		{"etcd://h:1?compat=etcdctl", etcdlock.Config{Endpoints: []string{"h:1"}, Prefix: "dlock/", Compat: "etcdctl", DialTimeout: 5 * time.Second}, false},
 	} {
 		u, err := url.Parse(c.url)
 		if err != nil {
@@ -68,6 +69,8 @@ func TestParseURLRejectsBadInputWithoutPassword(t *testing.T) {
 		{"etcd://:hunter2@h:1", "user name"},
 		{"etcd://u:hunter2@", "no host"},
 		{"redis://u:hunter2@h:1", "scheme"},
+		{"etcd://u:hunter2@h:1?compat=kazoo", `compat="kazoo": want one of etcdctl`},
+		{"etcd://u:hunter2@h:1?compat=etcdctl&prefix=app/", "prefix does not apply with compat=etcdctl"},
 	} {
 		u, err := url.Parse(c.url)
 		if err != nil {
@@ -84,6 +87,17 @@ func TestParseURLRejectsBadInputWithoutPassword(t *testing.T) {
 		if strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("ParseURL(%q) error shows the password: %v", c.url, err)
 		}
+	}
+}
+
+func TestWithCompatTakesOnlyKnownLayouts(t *testing.T) {
+	cli := newClient(t, []string{"127.0.0.1:1"}) // not dialled
+	if _, err := etcdlock.New(cli, etcdlock.WithCompat("etcdctl")); err != nil {
+		t.Errorf("WithCompat(etcdctl): %v", err)
+	}
+	_, err := etcdlock.New(cli, etcdlock.WithCompat("kazoo"))
+	if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "want one of etcdctl") {
+		t.Errorf("WithCompat(kazoo): %v; want ErrInvalidOption naming etcdctl", err)
 	}
 }
 

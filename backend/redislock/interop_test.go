@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -29,29 +27,20 @@ import (
 // The tests here run dlock in compat=setnx beside redis-py's Lock (Debian's
 // python3-redis, run by testenv.Python), on one lock key.
 
-// A dlock counter worker: the test binary started with these variables set.
-const (
-	envSetNXWorker = "REDISLOCK_TEST_SETNX_WORKER" // the dlock URL
-	envSetNXArgs   = "REDISLOCK_TEST_SETNX_ARGS"   // "addr name counter log n window"
-)
+func init() { dlocktest.Worker("setnx", setnxWorker) }
 
-func init() {
-	if u := os.Getenv(envSetNXWorker); u != "" {
-		os.Exit(setnxWorker(u, strings.Fields(os.Getenv(envSetNXArgs))))
-	}
-}
-
-// setnxWorker n times takes the lock, reads the counter, waits window,
+// setnxWorker (args: URL addr name counter log n window) n times takes
+// the lock, reads the counter, waits window,
 // writes it + 1 and logs "dlock", then releases; it pauses up to 10ms
 // between turns, as a worker doing other work would (redis-py's workers
 // too), so that the lock is now and then free when a polling redis-py
 // waiter looks.
-func setnxWorker(u string, args []string) int {
+func setnxWorker(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	addr, name, counter, log := args[0], args[1], args[2], args[3]
-	n, _ := strconv.Atoi(args[4])
-	window, _ := time.ParseDuration(args[5])
+	u, addr, name, counter, log := args[0], args[1], args[2], args[3], args[4]
+	n, _ := strconv.Atoi(args[5])
+	window, _ := time.ParseDuration(args[6])
 	c, err := dlock.Open(ctx, u)
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -61,28 +50,15 @@ func setnxWorker(u string, args []string) int {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	m := c.Mutex(name, dlock.WithTTL(2*time.Second))
-	for range n {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
+	return dlocktest.CountTurns(n, 10*time.Millisecond, dlocktest.MutexTurns(ctx, m), func(uint64) error {
 		v, err := rdb.Get(ctx, counter).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			fmt.Println("ERROR", err)
-			return 2
+			return err
 		}
 		time.Sleep(window)
 		rdb.Set(ctx, counter, v+1, 0)
-		rdb.RPush(ctx, log, "dlock")
-		if err := l.Unlock(ctx); err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
-		time.Sleep(rand.N(10 * time.Millisecond))
-	}
-	fmt.Println("DONE", n)
-	return 0
+		return rdb.RPush(ctx, log, "dlock").Err()
+	})
 }
 
 // redisPy runs testdata/redispy_lock.py against srv's lock name with mode
@@ -167,10 +143,7 @@ func TestMixedFleetWithRedisPyLosesNoIncrement(t *testing.T) {
 		var wg sync.WaitGroup
 		done := make(chan string, 2*workers)
 		for range workers {
-			child := exec.Command(os.Args[0], "-test.run=^$")
-			child.Env = append(os.Environ(), envSetNXWorker+"="+u,
-				envSetNXArgs+"="+strings.Join([]string{srv.Addr, name, counter, log, strconv.Itoa(n), window}, " "))
-			lines := testenv.StartLines(t, child)
+			lines := testenv.StartLines(t, dlocktest.WorkerCommand("setnx", u, srv.Addr, name, counter, log, strconv.Itoa(n), window))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -59,3 +59,58 @@ func TestRunInspectListAndBreakInSetNXCompatMode(t *testing.T) {
 		t.Errorf("the broken holder: %s; want status %d", res, exitLeaseLost)
 	}
 }
+
+// run, inspect, list and break work in compat=etcdctl, beside etcdctl
+// lock: dlock shows its holder and waiters, named by their lease and key,
+// and its own holder's key makes etcdctl lock wait.
+func TestRunInspectListAndBreakInEtcdctlCompatMode(t *testing.T) {
+	srv := testenv.StartEtcd(t, testenv.EtcdConfig{})
+	env := cleanEnv("DLOCK_BACKEND=etcd://" + srv.Endpoints()[0] + "?compat=etcdctl")
+	const name = "jobs/nightly"
+
+	// A foreign holder: dlock sees it, and does not take the lock.
+	lines := testenv.StartLines(t, srv.Etcdctl(t, "lock", "--ttl=30", name))
+	if !lines.Scan() {
+		t.Fatal("etcdctl lock printed no key")
+	}
+	key := lines.Text()
+	r := runDlock(t, env, "inspect", name)
+	for _, want := range []string{"held", "not dlock", key, "expires in"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect of an etcdctl holder lacks %q:\n%s", want, r)
+		}
+	}
+	if r = runDlock(t, env, "run", "--no-wait", name, "--", "true"); r.code != exitNotAcquired {
+		t.Errorf("run --no-wait while etcdctl holds %s: %s; want status %d", name, r, exitNotAcquired)
+	}
+	if r = runDlock(t, env, "list", "jobs/"); r.code != 0 || !strings.Contains(r.stdout, name) {
+		t.Errorf("list jobs/: %s; want %s", r, name)
+	}
+	if r = runDlock(t, env, "break", name); r.code != 0 {
+		t.Fatalf("break of the etcdctl holder: %s", r)
+	}
+	if out, err := srv.Etcdctl(t, "get", "--prefix", "--keys-only", name+"/").Output(); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("keys under %s/ after break: %q, %v; want none", name, out, err)
+	}
+
+	// dlock's holder: etcdctl lock queues behind it, and runs once the
+	// holder is broken.
+	holder := startDlock(t, env, "run", name, "--", "sleep", "120")
+	if j := waitHeld(t, env, name, holder.pid()); j.Token == 0 {
+		t.Errorf("dlock's holder has no token: %+v", j)
+	}
+	waiter := testenv.StartLines(t, srv.Etcdctl(t, "lock", name, "--", "echo", "RAN"))
+	waitWaiters(t, env, name, 1)
+	if w := lockState(t, env, name).Waiters[0]; !strings.Contains(w.Note, "not dlock") {
+		t.Errorf("the etcdctl waiter is shown as %+v", w)
+	}
+	if r = runDlock(t, env, "break", name); r.code != 0 {
+		t.Fatalf("break: %s", r)
+	}
+	if res := holder.wait(t); res.code != exitLeaseLost {
+		t.Errorf("the broken holder: %s; want status %d", res, exitLeaseLost)
+	}
+	if !waiter.Scan() || waiter.Text() != "RAN" {
+		t.Errorf("etcdctl lock after the break: %q; want RAN", waiter.Text())
+	}
+}
