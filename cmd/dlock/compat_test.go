@@ -1,10 +1,12 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock/internal/testenv"
@@ -51,6 +53,67 @@ func TestRunInspectListAndBreakInSetNXCompatMode(t *testing.T) {
 	}
 	if ok, err := rdb.SetNX(ctx, name, "foreign", 30*time.Second).Result(); err != nil || ok {
 		t.Errorf("a foreign SET NX while dlock run holds %s: %v, %v; want refused", name, ok, err)
+	}
+	if r = runDlock(t, env, "break", name); r.code != 0 {
+		t.Fatalf("break: %s", r)
+	}
+	if res := holder.wait(t); res.code != exitLeaseLost {
+		t.Errorf("the broken holder: %s; want status %d", res, exitLeaseLost)
+	}
+}
+
+// run, inspect, list and break work in compat=kazoo, beside a foreign
+// holder's node as kazoo's Lock makes it (<uuid4 hex>__lock__<sequence>,
+// ephemeral sequential), and dlock's holder makes a node that kazoo
+// recognises.
+func TestRunInspectListAndBreakInKazooCompatMode(t *testing.T) {
+	z := testenv.StartZooKeeper(t, testenv.ZooKeeperOptions{})
+	env := cleanEnv("DLOCK_BACKEND=zk://" + strings.Join(z.Addrs(), ",") + "?compat=kazoo&session_timeout=4s")
+	conn, _, err := zk.Connect(z.Addrs(), 10*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const name = "/jobs/nightly"
+	acl := zk.WorldACL(zk.PermAll)
+	for _, p := range []string{"/jobs", name} {
+		if _, err := conn.Create(p, nil, 0, acl); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A foreign holder: dlock sees it, and does not take the lock.
+	if _, err := conn.Create(name+"/4f0c9e2ab7d14c3f9a51e6b2d8c07a13__lock__", []byte("billing-7"), zk.FlagEphemeralSequential, acl); err != nil {
+		t.Fatal(err)
+	}
+	r := runDlock(t, env, "inspect", name)
+	for _, want := range []string{"held", "kazoo contender", "billing-7"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect of a foreign holder lacks %q:\n%s", want, r)
+		}
+	}
+	if r = runDlock(t, env, "run", "--no-wait", name, "--", "true"); r.code != exitNotAcquired {
+		t.Errorf("run --no-wait while a kazoo client holds %s: %s; want status %d", name, r, exitNotAcquired)
+	}
+	if r = runDlock(t, env, "list", "/jobs/"); r.code != 0 || !strings.Contains(r.stdout, name) {
+		t.Errorf("list /jobs/: %s; want %s", r, name)
+	}
+	if r = runDlock(t, env, "break", name); r.code != 0 {
+		t.Fatalf("break of the foreign holder: %s", r)
+	}
+	if kids, _, err := conn.Children(name); err != nil || len(kids) != 0 {
+		t.Errorf("contenders after break: %q, %v; want none", kids, err)
+	}
+
+	// dlock's holder: its node is one kazoo's Lock counts as a contender.
+	holder := startDlock(t, env, "run", name, "--", "sleep", "120")
+	j := waitHeld(t, env, name, holder.pid())
+	if j.Token == 0 {
+		t.Errorf("dlock's holder has no token: %+v", j)
+	}
+	kazooNode := regexp.MustCompile(`^[0-9a-f]{32}__lock__\d{10}$`)
+	if kids, _, err := conn.Children(name); err != nil || len(kids) != 1 || !kazooNode.MatchString(kids[0]) {
+		t.Errorf("dlock's holder's node: %q, %v; want one <32 hex>__lock__<10 digits>", kids, err)
 	}
 	if r = runDlock(t, env, "break", name); r.code != 0 {
 		t.Fatalf("break: %s", r)
