@@ -1,7 +1,10 @@
 package dlocktest
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -72,4 +75,31 @@ func MixedFleetTurns(t *testing.T, counter int, turns []string, sides [2]string,
 	if switches < minSwitches {
 		t.Errorf("the lock passed between %s and %s %d times, want at least %d for the run to show them excluding each other", sides[0], sides[1], switches, minSwitches)
 	}
+}
+
+// FleetWorker is the loop of a dlock worker process in a mixed-fleet run:
+// n times it takes m, runs turn (which reads the counter, waits, writes it
+// + 1 and logs its side), and releases; it pauses up to 10ms between
+// turns, as a worker doing other work would (the foreign workers too), so
+// that the lock is now and then free when a foreign waiter looks. It
+// prints "DONE n", or "ERROR" and the cause, and returns the exit status.
+func FleetWorker(ctx context.Context, m *dlock.Mutex, n int, turn func(context.Context) error) int {
+	for range n {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		if err := turn(ctx); err != nil {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		if err := l.Unlock(ctx); err != nil {
+			fmt.Println("ERROR", err)
+			return 2
+		}
+		time.Sleep(rand.N(10 * time.Millisecond))
+	}
+	fmt.Println("DONE", n)
+	return 0
 }

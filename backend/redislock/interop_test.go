@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -41,11 +40,9 @@ func init() {
 	}
 }
 
-// setnxWorker n times takes the lock, reads the counter, waits window,
-// writes it + 1 and logs "dlock", then releases; it pauses up to 10ms
-// between turns, as a worker doing other work would (redis-py's workers
-// too), so that the lock is now and then free when a polling redis-py
-// waiter looks.
+// setnxWorker is a dlock worker of the fleet (dlocktest.FleetWorker):
+// each turn reads the counter, waits window, writes it + 1 and logs
+// "dlock".
 func setnxWorker(u string, args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -60,29 +57,17 @@ func setnxWorker(u string, args []string) int {
 	defer c.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	m := c.Mutex(name, dlock.WithTTL(2*time.Second))
-	for range n {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
+	return dlocktest.FleetWorker(ctx, c.Mutex(name, dlock.WithTTL(2*time.Second)), n, func(ctx context.Context) error {
 		v, err := rdb.Get(ctx, counter).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			fmt.Println("ERROR", err)
-			return 2
+			return err
 		}
 		time.Sleep(window)
-		rdb.Set(ctx, counter, v+1, 0)
-		rdb.RPush(ctx, log, "dlock")
-		if err := l.Unlock(ctx); err != nil {
-			fmt.Println("ERROR", err)
-			return 2
+		if err := rdb.Set(ctx, counter, v+1, 0).Err(); err != nil {
+			return err
 		}
-		time.Sleep(rand.N(10 * time.Millisecond))
-	}
-	fmt.Println("DONE", n)
-	return 0
+		return rdb.RPush(ctx, log, "dlock").Err()
+	})
 }
 
 // redisPy runs testdata/redispy_lock.py against srv's lock name with mode

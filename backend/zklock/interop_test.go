@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,10 +45,9 @@ func init() {
 	}
 }
 
-// compatWorker n times takes the lock, reads the counter node, waits
-// window, writes it + 1 and creates a LOG/t- sequential node with data
-// "dlock", then releases; it pauses up to 10ms between turns, as the
-// foreign workers do.
+// compatWorker is a dlock worker of the fleet (dlocktest.FleetWorker):
+// each turn reads the counter node, waits window, writes it + 1 and
+// creates a LOG/t- sequential node with data "dlock".
 func compatWorker(raw string, args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -64,37 +62,20 @@ func compatWorker(raw string, args []string) int {
 	}
 	c := dlock.New(d)
 	defer c.Close()
-	m := c.Mutex(name)
-	fmt.Println("READY")
-	for range n {
-		l, err := m.Lock(ctx)
+	conn := d.Conn()
+	return dlocktest.FleetWorker(ctx, c.Mutex(name), n, func(context.Context) error {
+		data, _, err := conn.Get(counter)
 		if err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
-		data, _, err := d.Conn().Get(counter)
-		if err != nil {
-			fmt.Println("ERROR", err)
-			return 2
+			return err
 		}
 		v, _ := strconv.Atoi(string(data))
 		time.Sleep(window)
-		if _, err := d.Conn().Set(counter, []byte(strconv.Itoa(v+1)), -1); err != nil {
-			fmt.Println("ERROR", err)
-			return 2
+		if _, err := conn.Set(counter, []byte(strconv.Itoa(v+1)), -1); err != nil {
+			return err
 		}
-		if _, err := d.Conn().Create(log+"/t-", []byte("dlock"), zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
-		if err := l.Unlock(ctx); err != nil {
-			fmt.Println("ERROR", err)
-			return 2
-		}
-		time.Sleep(rand.N(10 * time.Millisecond))
-	}
-	fmt.Println("DONE", n)
-	return 0
+		_, err = conn.Create(log+"/t-", []byte("dlock"), zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		return err
+	})
 }
 
 // foreign starts the foreign recipe's client of a layout.
@@ -212,13 +193,8 @@ func testMixedFleet(t *testing.T, z *testenv.ZooKeeper, f foreign, u, base strin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for lines.Scan() {
-				if l := lines.Text(); l != "READY" {
-					done <- side + ": " + l
-					return
-				}
-			}
-			done <- side + ": ended without a word"
+			lines.Scan()
+			done <- side + ": " + lines.Text()
 		}()
 	}
 	for range workers {
