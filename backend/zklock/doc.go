@@ -251,7 +251,8 @@
 // its path, and its next create would fail with NoNode), or containers,
 // as Curator's creatingParentContainersIfNeeded does. Both layouts begin
 // the node's name with its GUID (kazoo borrowed Curator's protected mode),
-// so a create whose reply is lost is recovered as in dlock's layout.
+// so a create whose reply is lost is recovered as in dlock's layout
+// (TestCompat/*/ConnectionCutsDuringLockLeaveNoOrphans).
 //
 // dlock's side keeps its contract: the token is its node's czxid, and
 // increases across dlock's grants with foreign grants between them (a

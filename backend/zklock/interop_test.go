@@ -166,6 +166,9 @@ func TestCompat(t *testing.T) {
 				testWithoutCompat(t, client, zkURL(z.Addrs(), "", "session_timeout="+compatSession.String()), root+"/own")
 			})
 			t.Run("ListFindsForeignHoldersUnderPrefix", func(t *testing.T) { testCompatList(t, client, u, root+"/locks") })
+			t.Run("ConnectionCutsDuringLockLeaveNoOrphans", func(t *testing.T) {
+				cutLocksLeaveNoOrphans(t, z, "", "compat="+layout+"&session_timeout="+testSession.String(), root+"/cuts")
+			})
 			t.Run("PathIsMadeAsTheForeignRecipeMakesItAndItsDataKept", func(t *testing.T) { testCompatPath(t, z, u, layout, root+"/made/here") })
 		})
 	}
