@@ -139,15 +139,16 @@ func (d *Driver) deleteOnce(ctx context.Context, path string) (bool, error) {
 	return err == nil, err
 }
 
-// listMax bounds the nodes listPaths visits.
-const listMax = 10000
+// listMax bounds the nodes listPaths visits (a variable for tests).
+var listMax = 10000
 
 // listPaths is List in a compat layout, where lock names are paths of the
 // application's tree: it walks the nodes whose path starts with prefix
-// (from the node that holds the prefix's last segment: "/locks/ord" looks
-// at /locks/ord* and below), skipping /zookeeper, and inspects those with
-// contender nodes (see isContender). The prefix must start with "/"; "/" walks the whole tree,
-// which List refuses past 10,000 nodes.
+// (from the parent of the prefix's last segment: "/locks/ord" looks at
+// /locks/ord* and below), skipping /zookeeper, and inspects those with
+// contender nodes (see isContender). The prefix must start with "/"; "/"
+// walks the whole tree. A walk that would visit more than listMax nodes
+// fails, asking for a longer prefix.
 func (d *Driver) listPaths(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if !strings.HasPrefix(prefix, "/") {
 		return nil, fmt.Errorf("%w: with compat, List takes a path prefix such as /locks/, not %q", driver.ErrInvalidName, prefix)

@@ -344,6 +344,11 @@ func testCompatList(t *testing.T, f foreign, u, base string) {
 	if _, err := c.List(ctx, "locks"); !errors.Is(err, dlock.ErrInvalidName) {
 		t.Errorf("List of a prefix that is not a path: %v, want ErrInvalidName", err)
 	}
+	defer func(n int) { listMax = n }(listMax)
+	listMax = 3
+	if _, err := c.List(ctx, base+"/"); err == nil || !strings.Contains(err.Error(), "give a longer prefix") {
+		t.Errorf("List past listMax nodes: %v, want an error asking for a longer prefix", err)
+	}
 }
 
 func openClient(t *testing.T, u string) *dlock.Client {
