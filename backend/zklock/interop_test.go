@@ -162,6 +162,7 @@ func TestCompat(t *testing.T) {
 			t.Run("MixedFleetLosesNoIncrement", func(t *testing.T) { testMixedFleet(t, z, client, u, root+"/fleet") })
 			t.Run("KilledForeignHolderFreesLockForDlockWaiter", func(t *testing.T) { testKilledForeignHolder(t, client, u, root+"/jobs/nightly") })
 			t.Run("DlockAndForeignExcludeEachOther", func(t *testing.T) { testExcludeEachOther(t, client, u, root+"/reports/render") })
+			t.Run("ForeignWaiterQueuesBehindDlockHolder", func(t *testing.T) { testForeignWaiter(t, client, u, root+"/queue") })
 			t.Run("WithoutCompatForeignDoesNotSeeDlockLocks", func(t *testing.T) {
 				testWithoutCompat(t, client, zkURL(z.Addrs(), "", "session_timeout="+compatSession.String()), root+"/own")
 			})
@@ -298,6 +299,40 @@ func testExcludeEachOther(t *testing.T, f foreign, u, name string) {
 		t.Errorf("token %d after the %s grants, want more than dlock's earlier %d", l.Token(), f.layout, first)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// A foreign client that asks while dlock holds the lock queues behind
+// dlock's node: Inspect shows it as a waiter, and it is granted when dlock
+// releases (its watch is on dlock's node: neither library polls).
+func testForeignWaiter(t *testing.T, f foreign, u, name string) {
+	c := openClient(t, u)
+	ctx := testenv.Context(t, time.Minute)
+	l, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lines := f.start(t, name, "hold")
+	testenv.Eventually(t, 30*time.Second, "the foreign waiter behind dlock's holder", func() error {
+		in, err := c.Inspect(ctx, name)
+		switch {
+		case err != nil:
+			return err
+		case in.Token != l.Token() || len(in.Waiters) != 1:
+			return fmt.Errorf("%+v", in)
+		case !strings.Contains(in.Waiters[0].Note, f.layout+" contender"):
+			return testenv.Final(fmt.Errorf("waiter %+v, want a note naming a %s contender", in.Waiters[0], f.layout))
+		}
+		return nil
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !lines.Scan() || lines.Text() != "HELD" {
+		t.Fatalf("the %s waiter after dlock's release: %q", f.layout, lines.Text())
+	}
+	if in, err := c.Inspect(ctx, name); err != nil || !in.Held || in.Token != 0 {
+		t.Errorf("Inspect after the hand-off: %+v, %v; want held by the foreign client", in, err)
+	}
 }
 
 // Without compat, dlock's locks are nodes of its own layout: the foreign
