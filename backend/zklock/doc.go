@@ -235,7 +235,8 @@
 // name. A waiter watches the node just ahead (and, from third place back,
 // the one ahead of that, as in dlock's layout), and lists the queue again
 // when it goes, as both libraries do; a foreign waiter whose predecessor
-// is dlock's node watches that node, and is woken when dlock releases.
+// is dlock's node watches that node, and is woken when dlock releases
+// (TestCompat/*/ForeignWaiterQueuesBehindDlockHolder).
 // Both libraries compare sequences as strings, so neither orders its queue
 // across the wrap of the sequence after 2³¹ changes of the parent's
 // children; in a compat layout dlock follows them, since a mixed queue
