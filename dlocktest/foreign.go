@@ -59,6 +59,36 @@ func ForeignHolderKilledWithToken(t *testing.T, c *dlock.Client, name string, to
 	return l
 }
 
+// MixedFleetTurns checks the outcome of a mixed-fleet run, in which the
+// workers of two sides (dlock's and a foreign library's) each took perSide
+// turns at incrementing one counter under one lock: counter is the
+// counter's final value, and turns the side of each increment, in order.
+// No increment may be lost, each side must have had its turns, and the
+// lock must have passed between the sides at least minSwitches times, for
+// the run to show them excluding each other.
+func MixedFleetTurns(t *testing.T, counter int, turns []string, sides [2]string, perSide, minSwitches int) {
+	t.Helper()
+	switches := 0
+	count := map[string]int{}
+	for i, s := range turns {
+		count[s]++
+		if i > 0 && s != turns[i-1] {
+			switches++
+		}
+	}
+	want := 2 * perSide
+	t.Logf("counter %d of %d increments; turns %v; the lock passed between %s and %s %d times", counter, want, count, sides[0], sides[1], switches)
+	if counter != want {
+		t.Errorf("counter = %d, want %d: %d increments lost", counter, want, want-counter)
+	}
+	if count[sides[0]] != perSide || count[sides[1]] != perSide {
+		t.Errorf("turns = %v, want %d each", count, perSide)
+	}
+	if switches < minSwitches {
+		t.Errorf("the lock passed between %s and %s %d times, want at least %d for the run to show them excluding each other", sides[0], sides[1], switches, minSwitches)
+	}
+}
+
 // CountTurns is the loop of a worker process in a mixed-fleet test (the
 // test binary started as a child): n times it calls lock, which takes the
 // lock and returns the grant's token and its release, runs turn (the

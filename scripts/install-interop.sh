@@ -10,4 +10,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 apt_install python3-redis python3-kazoo libcurator-recipes-java etcd-client
+# javac, for the small Curator program the compat=curator tests compile
+# (ZooKeeper itself needs only a JRE).
+apt_install default-jdk-headless
 /usr/bin/python3 -c 'import redis, kazoo' >/dev/null

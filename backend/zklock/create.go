@@ -15,7 +15,7 @@ import (
 // created is the outcome of create.
 type created struct {
 	path           string
-	session, czxid int64 // czxid 0: not known (the node was found after a lost reply)
+	session, czxid int64 // czxid 0: not known (a compat create, or the node was found after a lost reply)
 	only           bool  // it was its parent's only child: the holder
 }
 
@@ -26,7 +26,7 @@ type created struct {
 // deleted by the server as an empty container) is created and the create
 // retried.
 func (d *Driver) create(ctx context.Context, parent, guid string, data []byte) (created, error) {
-	prefix := parent + "/" + protectedPrefix + guid + lockMarker
+	prefix := parent + "/" + d.nodePrefix(guid)
 	session := d.conn.SessionID()
 	unknown := false // a create may have succeeded without our learning it
 	fail := func(err error) (created, error) {
@@ -90,6 +90,14 @@ func (d *Driver) createOnce(ctx context.Context, prefix string, data []byte, par
 	ch := make(chan result, 1)
 	sent := driver.Now()
 	go func() {
+		if d.compat != "" {
+			// A compat lock path is the application's node, whose data
+			// the empty write below would erase: a plain create, whose
+			// czxid enqueue reads.
+			p, err := d.conn.Create(prefix, data, zk.FlagEphemeralSequential, d.acl)
+			ch <- result{c: created{path: p, session: session}, err: err}
+			return
+		}
 		res, err := d.conn.Multi(
 			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Version: -1})
@@ -143,7 +151,7 @@ func (d *Driver) findGUID(ctx context.Context, parent, guid string) (string, err
 	if err != nil {
 		return "", err
 	}
-	want := protectedPrefix + guid + lockMarker
+	want := d.nodePrefix(guid)
 	for _, k := range kids {
 		if strings.HasPrefix(k, want) {
 			return parent + "/" + k, nil
@@ -174,12 +182,19 @@ func (d *Driver) removeGUID(parent, guid string, session int64) {
 	}
 }
 
-// makeParent creates a lock's parent as a container node, and the root
-// first if it is missing.
+// makeParent creates a lock's parent: in dlock's layout a container node,
+// and the root first if it is missing; in a compat layout the lock path
+// and its ancestors, as the foreign recipe's clients do (see makePath).
 func (d *Driver) makeParent(ctx context.Context, parent string) error {
+	switch d.compat {
+	case Kazoo:
+		return d.makePath(ctx, parent, 0)
+	case Curator:
+		return d.makePath(ctx, parent, zk.FlagContainer)
+	}
 	_, err := roundTrip(ctx, d, func() (string, error) { return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl) })
 	if errors.Is(err, zk.ErrNoNode) {
-		if err = d.makeRoot(ctx); err == nil {
+		if err = d.makePath(ctx, d.root, 0); err == nil {
 			_, err = roundTrip(ctx, d, func() (string, error) { return d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl) })
 		}
 	}
@@ -187,18 +202,4 @@ func (d *Driver) makeParent(ctx context.Context, parent string) error {
 		return nil
 	}
 	return err
-}
-
-// makeRoot creates the root and its ancestors as persistent nodes.
-func (d *Driver) makeRoot(ctx context.Context) error {
-	for i := 1; i <= len(d.root); i++ {
-		if i < len(d.root) && d.root[i] != '/' {
-			continue
-		}
-		_, err := roundTrip(ctx, d, func() (string, error) { return d.conn.Create(d.root[:i], nil, 0, d.acl) })
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return err
-		}
-	}
-	return nil
 }

@@ -202,9 +202,102 @@
 // previous holder released or was lost, so WithLockDelay waits after
 // every grant.
 //
+// # Compat layouts: kazoo and Curator
+//
+// With ?compat=kazoo or ?compat=curator, dlock writes and reads the lock
+// nodes of kazoo's Lock (Python) or Curator's InterProcessMutex (Java), so
+// that during a migration dlock and those clients exclude each other on
+// one lock. Without compat, dlock's locks live under its root in a layout
+// of its own, and kazoo and Curator do not see them
+// (TestCompat/*/WithoutCompatForeignDoesNotSeeDlockLocks).
+//
+// The lock name is the lock path given to zk.Lock(path) or to new
+// InterProcessMutex(client, path), verbatim: an absolute ZooKeeper path
+// such as /locks/orders — not "/", without a trailing "/", an empty, "."
+// or ".." segment, a character ZooKeeper refuses in paths, and not under
+// /zookeeper. Any other name is refused with ErrInvalidName, which says
+// so; the URL takes no root. A contender node is an ephemeral sequential
+// child of the path, named as the foreign recipe names its own:
+//
+//	kazoo:    <path>/<guid>__lock__<sequence>     guid: 32 hex digits
+//	curator:  <path>/_c_<guid>-lock-<sequence>    guid: 36-character UUID
+//
+// Its data is dlock's holder metadata. dlock's GUID is a version-8 UUID,
+// which neither library makes (both make version 4): Inspect tells dlock's
+// contenders from foreign ones by it.
+//
+// dlock orders its nodes and the foreign ones in one queue, the foreign
+// recipe's way. kazoo's Lock counts as contenders the children whose name
+// ends in "__lock__" and a ten-digit sequence (its Lock and WriteLock
+// nodes; it ignores ReadLock's "__rlock__" nodes, and so does dlock), and
+// sorts them by that sequence as a string. InterProcessMutex counts every
+// child, and sorts them as strings by what follows the last "lock-" in the
+// name. A waiter watches the node just ahead (and, from third place back,
+// the one ahead of that, as in dlock's layout), and lists the queue again
+// when it goes, as both libraries do; a foreign waiter whose predecessor
+// is dlock's node watches that node, and is woken when dlock releases
+// (TestCompat/*/ForeignWaiterQueuesBehindDlockHolder).
+// Both libraries compare sequences as strings, so neither orders its queue
+// across the wrap of the sequence after 2³¹ changes of the parent's
+// children; in a compat layout dlock follows them, since a mixed queue
+// must have one order.
+//
+// The create is a plain one, followed by a read of the new node's stat for
+// its czxid (the token): the transaction with an empty write to the
+// parent that dlock's own layout uses would erase the data of the
+// application's lock node. An uncontended lock thus costs two round trips
+// instead of one. Missing nodes on the path are created as the foreign
+// recipe creates them: persistent, as kazoo's ensure_path does (a
+// container would be deleted under a kazoo Lock that has already ensured
+// its path, and its next create would fail with NoNode), or containers,
+// as Curator's creatingParentContainersIfNeeded does. Both layouts begin
+// the node's name with its GUID (kazoo borrowed Curator's protected mode),
+// so a create whose reply is lost is recovered as in dlock's layout
+// (TestCompat/*/ConnectionCutsDuringLockLeaveNoOrphans).
+//
+// dlock's side keeps its contract: the token is its node's czxid, and
+// increases across dlock's grants with foreign grants between them (a
+// node is granted after every node ahead of it, all created before it);
+// the lease is renewed by a sync and a read, and its loss is notified, as
+// above; Inspect shows a foreign holder or waiter, with token 0, no host
+// or pid, and a note that quotes its node's data (kazoo's identifier,
+// Curator's client address); Break deletes the holder's node, foreign or
+// not. List takes a path prefix ("/locks/"), walks the nodes under it (at
+// most 10,000) and reports the paths with contender nodes (for Curator,
+// children whose name ends in "lock-" and a sequence); it refuses a
+// prefix that does not begin with "/". The foreign side has less:
+//
+//   - No fencing token. kazoo's Lock and InterProcessMutex return none: a
+//     resource that checks dlock's tokens cannot check a foreign holder's
+//     writes, and exclusion between a foreign holder and the next holder
+//     rests on ZooKeeper's session alone.
+//   - No loss notice beyond its session. A foreign holder learns that it
+//     lost the lock only from its client's connection state (kazoo's
+//     SUSPENDED and LOST, Curator's ConnectionStateListener), if the
+//     application listens; nothing watches its node. A Break deletes the
+//     node and grants the lock to the next contender while the foreign
+//     holder still believes it holds it.
+//   - No lease bound. A foreign holder cut off from the ensemble goes on
+//     until its client gives the connection up or sees the session
+//     expire, possibly after the server has already granted the lock to
+//     someone else; dlock's holders stop at their lease deadline, before
+//     the server can expire their session.
+//
+// A mixed fleet therefore guarantees: one holder at a time, dlock's or a
+// foreign one, while the holders' sessions live (TestCompat/*/
+// MixedFleetLosesNoIncrement, DlockAndForeignExcludeEachOther); grants in
+// one FIFO queue across both kinds; a crashed holder of either kind frees
+// the lock within its session timeout
+// (KilledForeignHolderFreesLockForDlockWaiter); fencing tokens and loss
+// notices for dlock's holders only. After a partition or a Break, a
+// foreign holder may still be working beside the next holder: a resource
+// that must never see two writers needs every writer to carry a token,
+// which only dlock's do.
+//
 // # URL
 //
 //		zk://[user:password@]host1:2181,host2:2181[/root][?session_timeout=10s&connect_timeout=15s]
+//		zk://host1:2181,host2:2181?compat=kazoo|curator[&session_timeout=10s]
 //
 //	  - hosts: the ensemble's client addresses (port 2181 if omitted).
 //	  - root: the node under which lock parents live; default /dlock (it and
@@ -214,6 +307,8 @@
 //	    then carries the ACL digest:user:password with all permissions and
 //	    nothing for anyone else, so another identity can neither read,
 //	    delete nor take these locks.
+//	  - compat: kazoo or curator, the layout of another library's lock
+//	    recipe (see above); the URL then has no root.
 //	  - session_timeout (default 10s; the server clamps it to its limits,
 //	    and the driver uses the negotiated value) and connect_timeout
 //	    (default 15s; Open's context may cut it shorter): see the README's

@@ -296,11 +296,16 @@ func testShortDisconnectKeepsLease(t *testing.T, z *testenv.ZooKeeper, open open
 // testCutsLeaveNoOrphans cuts the connection at random moments while Lock
 // runs, many times: creates whose replies were lost must be found (or
 // cleaned up), so that afterwards no node of ours is left in the queue.
-func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
+func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, _ opener) {
+	cutLocksLeaveNoOrphans(t, z, "/faults", "session_timeout="+testSession.String(), "cuts")
+}
+
+// cutLocksLeaveNoOrphans is testCutsLeaveNoOrphans for the drivers of a
+// root and query, on lock name.
+func cutLocksLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, root, query, name string) {
 	p := testenv.NewProxy(t, z.Servers[0].Addr)
-	d := openURL(t, zkURL([]string{p.Addr()}, "/faults", "session_timeout="+testSession.String()))
+	d := openURL(t, zkURL([]string{p.Addr()}, root, query))
 	c := client(t, d)
-	name := "cuts"
 	// Each cut costs about a second: go-zookeeper waits that long before
 	// it dials a server list it has been through again.
 	const cuts = 12
@@ -325,7 +330,7 @@ func testCutsLeaveNoOrphans(t *testing.T, z *testenv.ZooKeeper, open opener) {
 	if granted == 0 {
 		t.Fatalf("no Lock succeeded across %d cuts", cuts)
 	}
-	inspector := client(t, open(t, "/faults"))
+	inspector := client(t, openURL(t, zkURL(z.Addrs(), root, query)))
 	var in dlock.Info
 	testenv.Eventually(t, 2*testSession+10*time.Second, fmt.Sprintf("an empty queue after %d cut Locks (%d granted and released)", cuts, granted), func() error {
 		var err error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -19,7 +20,10 @@ import (
 // holder's session.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	info := driver.Info{Name: name}
-	parent := d.lockPath(name)
+	parent, err := d.parentOf(name)
+	if err != nil {
+		return info, err
+	}
 	kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return info, nil
@@ -31,7 +35,7 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		data []byte
 		stat *zk.Stat
 	}
-	for _, q := range queueOf(kids) {
+	for _, q := range d.queue(kids) {
 		n, err := retry(ctx, d, func() (node, error) {
 			data, st, err := d.conn.Get(parent + "/" + q.name)
 			return node{data, st}, err
@@ -42,11 +46,15 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		if err != nil {
 			return info, d.fail(ctx, "read "+parent, err)
 		}
+		holder, token := n.data, uint64(n.stat.Czxid)
+		if !d.isDlocks(q.name) {
+			holder, token = foreignHolder(d.compat, n.data), 0
+		}
 		if !info.Held {
-			info.Held, info.Token, info.Holder = true, uint64(n.stat.Czxid), n.data
+			info.Held, info.Token, info.Holder = true, token, holder
 			continue
 		}
-		info.Waiters = append(info.Waiters, n.data)
+		info.Waiters = append(info.Waiters, holder)
 	}
 	return info, nil
 }
@@ -54,6 +62,9 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 // List inspects every lock under the root whose name starts with prefix
 // and that is held or waited on.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if d.compat != "" {
+		return d.listPaths(ctx, prefix)
+	}
 	kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(d.root) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
@@ -81,13 +92,16 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 // free. (One case stays ambiguous: a delete whose reply was lost with the
 // connection, answered NoNode when sent again; that is counted as broken.)
 func (d *Driver) Break(ctx context.Context, name string) error {
-	parent := d.lockPath(name)
+	parent, err := d.parentOf(name)
+	if err != nil {
+		return err
+	}
 	for range 5 {
 		kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return d.fail(ctx, "list "+parent, err)
 		}
-		q := queueOf(kids)
+		q := d.queue(kids)
 		if len(q) == 0 {
 			return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
 		}
@@ -123,4 +137,59 @@ func (d *Driver) deleteOnce(ctx context.Context, path string) (bool, error) {
 		return attempts > 1, nil
 	}
 	return err == nil, err
+}
+
+// listMax bounds the nodes listPaths visits (a variable for tests).
+var listMax = 10000
+
+// listPaths is List in a compat layout, where lock names are paths of the
+// application's tree: it walks the nodes whose path starts with prefix
+// (from the parent of the prefix's last segment: "/locks/ord" looks at
+// /locks/ord* and below), skipping /zookeeper, and inspects those with
+// contender nodes (see isContender). The prefix must start with "/"; "/"
+// walks the whole tree. A walk that would visit more than listMax nodes
+// fails, asking for a longer prefix.
+func (d *Driver) listPaths(ctx context.Context, prefix string) ([]driver.Info, error) {
+	if !strings.HasPrefix(prefix, "/") {
+		return nil, fmt.Errorf("%w: with compat, List takes a path prefix such as /locks/, not %q", driver.ErrInvalidName, prefix)
+	}
+	dir := prefix[:strings.LastIndex(prefix, "/")]
+	var names []string
+	visited := 0
+	var walk func(path string) error
+	walk = func(path string) error {
+		if visited++; visited > listMax {
+			return fmt.Errorf("%w: more than %d nodes under %q; give a longer prefix", driver.ErrInvalidName, listMax, prefix)
+		}
+		kids, err := retry(ctx, d, func() ([]string, error) { return d.syncedChildren(path) })
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return d.fail(ctx, "list "+path, err)
+		}
+		if path != dir && slices.ContainsFunc(kids, d.isContender) {
+			names = append(names, path)
+		}
+		for _, k := range kids {
+			if d.isContender(k) {
+				continue // an ephemeral node: no children
+			}
+			child := strings.TrimSuffix(path, "/") + "/" + k
+			if child == "/zookeeper" || !strings.HasPrefix(child, prefix) && !strings.HasPrefix(prefix, child+"/") {
+				continue
+			}
+			if err := walk(child); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if dir == "" {
+		dir = "/"
+	}
+	if err := walk(dir); err != nil {
+		return nil, err
+	}
+	return driver.ListByInspect(ctx, names, d.Inspect)
 }

@@ -2,6 +2,8 @@ package zklock
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -50,6 +52,20 @@ func WithSessionTimeout(d time.Duration) Option {
 		}
 		dr.sessionTimeout.Store(int64(d))
 		dr.minTTL = d
+		return nil
+	}
+}
+
+// WithCompat makes the driver write and read the lock nodes of another
+// library's lock recipe: Kazoo (kazoo's Lock) or Curator (Curator's
+// InterProcessMutex). Lock names are then that recipe's lock paths,
+// verbatim, and WithRoot does not apply. See the package documentation.
+func WithCompat(layout string) Option {
+	return func(d *Driver) error {
+		if !slices.Contains(Layouts, layout) {
+			return fmt.Errorf("%w: zklock.WithCompat(%q): want one of %s", dlock.ErrInvalidOption, layout, strings.Join(Layouts, ", "))
+		}
+		d.compat = layout
 		return nil
 	}
 }

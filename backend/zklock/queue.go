@@ -32,17 +32,20 @@ var errVanished = errors.New("zklock: the queued node vanished")
 // client's release, so a queue found not empty is listed again after a
 // sync before the answer is ErrNotAcquired.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	parent := d.lockPath(req.Name)
+	parent, err := d.parentOf(req.Name)
+	if err != nil {
+		return driver.Grant{}, err
+	}
 	if !req.Wait {
 		kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
-		if err == nil && len(queueOf(kids)) > 0 {
+		if err == nil && len(d.queue(kids)) > 0 {
 			kids, err = retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 		case err != nil:
 			return driver.Grant{}, d.fail(ctx, "list "+parent, err)
-		case len(queueOf(kids)) > 0:
+		case len(d.queue(kids)) > 0:
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 	}
@@ -85,7 +88,8 @@ func (d *Driver) syncedChildren(path string) ([]string, error) {
 // queued is one lock node of a queue.
 type queued struct {
 	name string
-	seq  int32
+	seq  int32  // dlock's layout: the sequence
+	key  string // a compat layout: what the foreign recipe sorts by
 }
 
 // queueOf returns the lock nodes among a parent's children, in sequence
@@ -111,7 +115,7 @@ func queueOf(kids []string) []queued {
 		if err != nil {
 			continue
 		}
-		q = append(q, queued{k, int32(seq)})
+		q = append(q, queued{name: k, seq: int32(seq)})
 	}
 	slices.SortFunc(q, func(a, b queued) int { return compareSeq(a.seq, b.seq) })
 	return q
@@ -128,7 +132,7 @@ func compareSeq(a, b int32) int {
 // tells whether the node was its parent's only child: then it holds the
 // lock, and the uncontended case is one round trip.
 func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lockNode, []string, error) {
-	c, err := d.create(ctx, parent, driver.NewNonce(), data)
+	c, err := d.create(ctx, parent, d.newGUID(), data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -194,7 +198,7 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 		predW <-chan zk.Event // watch on pred, kept while pred stays ahead
 	)
 	for {
-		q := queueOf(kids)
+		q := d.queue(kids)
 		i := slices.IndexFunc(q, func(e queued) bool { return e.name == n.name })
 		switch {
 		case i < 0:
@@ -207,6 +211,12 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 		alone := i == 1
+		// In dlock's layout no node can come before one created earlier,
+		// so the deletion of the only node ahead is the grant. A compat
+		// layout's order is the foreign recipe's, which may place a node
+		// created later (a sequence past the wrap, a child of another
+		// name) ahead: list again, as kazoo and Curator do.
+		shortcut := alone && d.compat == ""
 		var err error
 		predGone, earlyGone := false, false
 		if predW == nil || pred != q[i-1].name {
@@ -225,7 +235,7 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 		case err != nil:
 			n.retire()
 			return driver.Grant{}, d.fail(ctx, "watch "+n.parent, err)
-		case predGone && alone:
+		case predGone && shortcut:
 			return d.grant(ctx, n)
 		case predGone || earlyGone:
 		default:
@@ -236,7 +246,7 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 			case <-n.vanished.Done():
 				return driver.Grant{}, errVanished
 			case ev := <-predW:
-				if ev.Type == zk.EventNodeDeleted && alone {
+				if ev.Type == zk.EventNodeDeleted && shortcut {
 					return d.grant(ctx, n)
 				}
 				predW = nil

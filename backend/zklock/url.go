@@ -39,7 +39,7 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 	}
 	d := newDriver()
 	d.ownConn = true
-	d.root = cfg.root
+	d.root, d.compat = cfg.root, cfg.compat
 	d.sessionTimeout.Store(int64(cfg.sessionTimeout)) // until the server's handshake reply says
 	if cfg.user != "" {
 		d.acl = zk.DigestACL(zk.PermAll, cfg.user, cfg.password)
@@ -96,6 +96,7 @@ func (z debugLogger) Printf(format string, args ...any) {
 type config struct {
 	hosts          []string
 	root           string
+	compat         string
 	user, password string
 	sessionTimeout time.Duration
 	connectTimeout time.Duration
@@ -135,10 +136,14 @@ func parseURL(ctx context.Context, u *url.URL) (config, error) {
 	}
 	params := driver.Params{Backend: "zk", List: []driver.Param{
 		{Name: "session_timeout", Usage: "the session timeout asked of the server", Set: driver.DurationParam(&cfg.sessionTimeout), Deprecated: []string{"session-timeout"}},
+		{Name: "compat", Usage: "write and read the lock nodes of another library's recipe (kazoo, curator); the lock name is its lock path", Set: driver.ChoiceParam(&cfg.compat, Layouts...)},
 		{Name: "connect_timeout", Usage: "how long Open waits for the first session", Set: driver.DurationParam(&cfg.connectTimeout), Deprecated: []string{"connect-timeout"}},
 	}}
 	if _, err := params.Parse(ctx, u.Query()); err != nil {
 		return config{}, err
+	}
+	if cfg.compat != "" && u.Path != "" {
+		return bad("with compat=%s the lock name is the full lock path, so the URL takes no root (%q)", cfg.compat, u.Path)
 	}
 	return cfg, nil
 }

@@ -17,6 +17,7 @@ type Driver struct {
 	conn    *zk.Conn
 	ownConn bool // Close closes conn
 	root    string
+	compat  string // "", Kazoo or Curator: the layout of lock nodes
 	acl     []zk.ACL
 
 	sessionTimeout atomic.Int64 // negotiated, in nanoseconds
@@ -117,5 +118,14 @@ func (d *Driver) confirmedSince(session int64) time.Time {
 	return d.alive.sent
 }
 
-// lockPath is the parent node of a lock name's queue.
+// parentOf is the parent node of a lock name's queue: in a compat layout
+// the name itself, which must be a valid ZooKeeper path.
+func (d *Driver) parentOf(name string) (string, error) {
+	if d.compat != "" {
+		return compatPath(name)
+	}
+	return d.lockPath(name), nil
+}
+
+// lockPath is the parent node of a lock name's queue in dlock's layout.
 func (d *Driver) lockPath(name string) string { return d.root + "/" + escapeName(name) }
