@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,27 +32,17 @@ import (
 // dlock's and the foreign ones: a killed holder's lock frees within it.
 const compatSession = 2 * time.Second
 
-// A dlock counter worker: the test binary started with these variables set.
-const (
-	envCompatWorker = "ZKLOCK_TEST_COMPAT_WORKER" // the dlock URL
-	envCompatArgs   = "ZKLOCK_TEST_COMPAT_ARGS"   // "name counter log n window"
-)
+func init() { dlocktest.Worker("compat", compatWorker) }
 
-func init() {
-	if u := os.Getenv(envCompatWorker); u != "" {
-		os.Exit(compatWorker(u, strings.Fields(os.Getenv(envCompatArgs))))
-	}
-}
-
-// compatWorker is a dlock worker of the fleet (dlocktest.CountTurns):
-// each turn reads the counter node, waits window, writes it + 1 and
+// compatWorker (args: URL name counter log n window) is a dlock worker of
+// the fleet (dlocktest.CountTurns): each turn reads the counter node, waits window, writes it + 1 and
 // creates a LOG/t- sequential node with data "dlock".
-func compatWorker(raw string, args []string) int {
+func compatWorker(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	name, counter, log := args[0], args[1], args[2]
-	n, _ := strconv.Atoi(args[3])
-	window, _ := time.ParseDuration(args[4])
+	raw, name, counter, log := args[0], args[1], args[2], args[3]
+	n, _ := strconv.Atoi(args[4])
+	window, _ := time.ParseDuration(args[5])
 	u, _ := url.Parse(raw)
 	d, err := Open(ctx, u)
 	if err != nil {
@@ -202,9 +191,7 @@ func testMixedFleet(t *testing.T, z *testenv.ZooKeeper, f foreign, u, base strin
 		}()
 	}
 	for range workers {
-		child := exec.Command(os.Args[0], "-test.run=^$")
-		child.Env = append(os.Environ(), envCompatWorker+"="+u,
-			envCompatArgs+"="+strings.Join([]string{name, counter, log, strconv.Itoa(n), window.String()}, " "))
+		child := dlocktest.WorkerCommand("compat", u, name, counter, log, strconv.Itoa(n), window.String())
 		wait("dlock", testenv.StartLines(t, child))
 		args := []string{counter, log, strconv.Itoa(n)}
 		if f.layout == Curator {
