@@ -89,6 +89,19 @@ func MixedFleetTurns(t *testing.T, counter int, turns []string, sides [2]string,
 	}
 }
 
+// MixedFleetLosesIncrements checks the outcome of the same run with dlock
+// in its own layout (no compat), where the foreign side cannot see
+// dlock's locks: of want increments, some must be lost, as the README
+// says. A run that loses none would mean the test cannot tell a layout
+// that excludes the foreign recipe from one that does not.
+func MixedFleetLosesIncrements(t *testing.T, counter, want int) {
+	t.Helper()
+	t.Logf("own layout: counter %d of %d increments, %d lost", counter, want, want-counter)
+	if counter >= want {
+		t.Errorf("counter = %d of %d increments: none lost, although dlock in its own layout does not exclude the foreign clients", counter, want)
+	}
+}
+
 // CountTurns is the loop of a worker process in a mixed-fleet test (the
 // test binary started as a child): n times it calls lock, which takes the
 // lock and returns the grant's token and its release, runs turn (the

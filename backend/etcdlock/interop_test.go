@@ -28,14 +28,14 @@ import (
 // concurrency.Mutex (etcd's Go client, in processes of their own).
 
 func init() {
-	for _, kind := range []string{"dlock", "mutex"} {
+	for _, kind := range []string{"dlock", "own", "mutex"} {
 		dlocktest.Worker(kind, func(args []string) int { return countWorker(kind, args) })
 	}
 }
 
 // countWorker (args: endpoint name counter log n window) n times takes
-// the lock name — with dlock in compat=etcdctl,
-// or with concurrency.Mutex — reads the counter file, waits window, writes
+// the lock name — with dlock in compat=etcdctl ("dlock"), with dlock in
+// its own layout ("own"), or with concurrency.Mutex — reads the counter file, waits window, writes
 // it + 1 and appends "KIND TOKEN" to the log file, then releases and
 // pauses up to 5ms (dlocktest.CountTurns). A Mutex's token is its key's
 // create revision, read back after Lock: Mutex gives none itself.
@@ -51,8 +51,12 @@ func countWorker(kind string, args []string) int {
 	}
 	var lock func() (uint64, func() error, error)
 	switch kind {
-	case "dlock":
-		c, err := dlock.Open(ctx, "etcd://"+endpoint+"?compat=etcdctl")
+	case "dlock", "own":
+		u := "etcd://" + endpoint + "?compat=etcdctl"
+		if kind == "own" {
+			u = "etcd://" + endpoint
+		}
+		c, err := dlock.Open(ctx, u)
 		if err != nil {
 			return fail(err)
 		}
@@ -92,7 +96,10 @@ func countWorker(kind string, args []string) int {
 }
 
 // increment reads the number in file, waits window, and writes it + 1:
-// the read–sleep–write that loses updates unless it runs alone.
+// the read–sleep–write that loses updates unless it runs alone. The write
+// replaces the file whole (a rename), so that a reader that is not
+// excluded, in the test without compat, reads a number and not a file
+// half written.
 func increment(file string, window time.Duration) error {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -103,7 +110,18 @@ func increment(file string, window time.Duration) error {
 		return err
 	}
 	time.Sleep(window)
-	return os.WriteFile(file, []byte(strconv.Itoa(v+1)+"\n"), 0o644)
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".count-*")
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(tmp, v+1); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
 }
 
 func appendLine(file, line string) error {
@@ -222,7 +240,7 @@ func TestMixedFleetWithEtcdctlAndMutexLosesNoIncrement(t *testing.T) {
 		}()
 	}
 	for range workers {
-		for _, kind := range []string{"dlock", "mutex"} {
+		for _, kind := range []string{"dlock", "own", "mutex"} {
 			run(kind, dlocktest.WorkerCommand(kind, srv.Endpoints()[0], name, counter, log, strconv.Itoa(nGo), window.String()))
 		}
 		loop := exec.Command("sh", script, etcdctl, srv.Endpoints()[0], name, counter, log,
@@ -302,6 +320,53 @@ func TestMixedFleetWithEtcdctlAndMutexLosesNoIncrement(t *testing.T) {
 	if revPastKey == 0 || revPastNext == 0 {
 		t.Errorf("ETCD_LOCK_REV was past the key's create revision in %d etcdctl turns, and at or past the next dlock holder's token in %d; the package doc says both happen", revPastKey, revPastNext)
 	}
+}
+
+// The same fleet with dlock in its own layout (no compat), beside
+// concurrency.Mutex: the Mutex does not see dlock's keys, the two kinds
+// hold at once, and increments are lost, as the README warns.
+func TestMixedFleetWithoutCompatLosesIncrements(t *testing.T) {
+	srv := startServer(t)
+	const (
+		name    = "orders/42"
+		workers = 2 // of each kind
+		n       = 40
+		window  = 5 * time.Millisecond
+	)
+	dir := t.TempDir()
+	counter, log := filepath.Join(dir, "stock"), filepath.Join(dir, "turns")
+	if err := os.WriteFile(counter, []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan string, 2*workers)
+	for range workers {
+		for _, kind := range []string{"own", "mutex"} {
+			lines := testenv.StartLines(t, dlocktest.WorkerCommand(kind, srv.Endpoints()[0], name, counter, log, strconv.Itoa(n), window.String()))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lines.Scan()
+				done <- kind + ": " + lines.Text()
+			}()
+		}
+	}
+	wg.Wait()
+	close(done)
+	for line := range done {
+		if !strings.HasSuffix(line, "DONE "+strconv.Itoa(n)) {
+			t.Errorf("a worker ended with %q", line)
+		}
+	}
+	b, err := os.ReadFile(counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlocktest.MixedFleetLosesIncrements(t, got, 2*workers*n)
 }
 
 // An etcdctl lock holder killed with SIGKILL stops renewing its session

@@ -136,50 +136,73 @@ func TestMixedFleetWithRedisPyLosesNoIncrement(t *testing.T) {
 		if !keyspace {
 			minSwitches = 20
 		}
-		const (
-			name, counter, log = "orders:42:lock", "orders:42:stock", "orders:42:turns"
-			workers, n         = 3, 150
-			window             = "2ms"
-		)
-		u := "redis://" + srv.Addr + "?compat=setnx"
-		var wg sync.WaitGroup
-		done := make(chan string, 2*workers)
-		for range workers {
-			lines := testenv.StartLines(t, dlocktest.WorkerCommand("setnx", u, srv.Addr, name, counter, log, strconv.Itoa(n), window))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				lines.Scan()
-				done <- "dlock: " + lines.Text()
-			}()
-			_, py := redisPy(t, srv, name, "count", counter, log, strconv.Itoa(n), "0.002", "2")
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				py.Scan()
-				done <- "redis-py: " + py.Text()
-			}()
-		}
-		wg.Wait()
-		close(done)
-		for line := range done {
-			if !strings.HasSuffix(line, "DONE "+strconv.Itoa(n)) {
-				t.Errorf("a worker ended with %q", line)
-			}
-		}
-		ctx := context.Background()
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-		defer rdb.Close()
-		got, err := rdb.Get(ctx, counter).Int()
-		if err != nil {
-			t.Fatal(err)
-		}
-		turns, err := rdb.LRange(ctx, log, 0, -1).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dlocktest.MixedFleetTurns(t, got, turns, [2]string{"dlock", "py"}, workers*n, minSwitches)
+		const n = 150
+		got, turns := redisPyFleet(t, srv, "redis://"+srv.Addr+"?compat=setnx", n)
+		dlocktest.MixedFleetTurns(t, got, turns, [2]string{"dlock", "py"}, fleetWorkers*n, minSwitches)
 	})
+}
+
+// The same fleet with dlock in its own layout (no compat): redis-py does
+// not see dlock's locks, the two kinds hold at once, and increments are
+// lost, as the README warns.
+func TestMixedFleetWithoutCompatLosesIncrements(t *testing.T) {
+	testenv.RequirePython(t, "python3-redis")
+	srv := testenv.StartRedis(t)
+	const n = 30
+	got, _ := redisPyFleet(t, srv, "redis://"+srv.Addr, n)
+	dlocktest.MixedFleetLosesIncrements(t, got, 2*fleetWorkers*n)
+}
+
+// fleetWorkers is the number of workers of each kind in a mixed fleet.
+const fleetWorkers = 3
+
+// redisPyFleet runs fleetWorkers dlock processes (URL u) and as many
+// redis-py processes, each taking n turns at incrementing one counter
+// under the lock orders:42:lock, with a 2ms read–sleep–write window, and
+// returns the counter's final value and the kind of each turn, in order.
+func redisPyFleet(t *testing.T, srv *testenv.Redis, u string, n int) (int, []string) {
+	t.Helper()
+	const (
+		name, counter, log = "orders:42:lock", "orders:42:stock", "orders:42:turns"
+		window             = "2ms"
+	)
+	var wg sync.WaitGroup
+	done := make(chan string, 2*fleetWorkers)
+	for range fleetWorkers {
+		lines := testenv.StartLines(t, dlocktest.WorkerCommand("setnx", u, srv.Addr, name, counter, log, strconv.Itoa(n), window))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lines.Scan()
+			done <- "dlock: " + lines.Text()
+		}()
+		_, py := redisPy(t, srv, name, "count", counter, log, strconv.Itoa(n), "0.002", "2")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			py.Scan()
+			done <- "redis-py: " + py.Text()
+		}()
+	}
+	wg.Wait()
+	close(done)
+	for line := range done {
+		if !strings.HasSuffix(line, "DONE "+strconv.Itoa(n)) {
+			t.Errorf("a worker ended with %q", line)
+		}
+	}
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	got, err := rdb.Get(ctx, counter).Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns, err := rdb.LRange(ctx, log, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, turns
 }
 
 // A redis-py holder killed with SIGKILL frees the lock when its timeout

@@ -148,7 +148,16 @@ func TestCompat(t *testing.T) {
 			client := f(t, z)
 			u := zkURL(z.Addrs(), "", "compat="+layout+"&session_timeout="+compatSession.String())
 			root := "/" + layout
-			t.Run("MixedFleetLosesNoIncrement", func(t *testing.T) { testMixedFleet(t, z, client, u, root+"/fleet") })
+			t.Run("MixedFleetLosesNoIncrement", func(t *testing.T) {
+				const n = 100
+				got, turns := mixedFleet(t, z, client, u, root+"/fleet", n)
+				dlocktest.MixedFleetTurns(t, got, turns, [2]string{"dlock", client.side}, fleetWorkers*n, 100)
+			})
+			t.Run("WithoutCompatMixedFleetLosesIncrements", func(t *testing.T) {
+				const n = 30
+				got, _ := mixedFleet(t, z, client, zkURL(z.Addrs(), "", "session_timeout="+compatSession.String()), root+"/ownfleet", n)
+				dlocktest.MixedFleetLosesIncrements(t, got, 2*fleetWorkers*n)
+			})
 			t.Run("KilledForeignHolderFreesLockForDlockWaiter", func(t *testing.T) { testKilledForeignHolder(t, client, u, root+"/jobs/nightly") })
 			t.Run("DlockAndForeignExcludeEachOther", func(t *testing.T) { testExcludeEachOther(t, client, u, root+"/reports/render") })
 			t.Run("ForeignWaiterQueuesBehindDlockHolder", func(t *testing.T) { testForeignWaiter(t, client, u, root+"/queue") })
@@ -164,18 +173,26 @@ func TestCompat(t *testing.T) {
 	}
 }
 
-// N dlock processes and N foreign processes increment one counter node
-// under the same lock path, with a read–sleep–write window: none is lost,
-// and the two kinds take turns with each other hundreds of times.
-func testMixedFleet(t *testing.T, z *testenv.ZooKeeper, f foreign, u, base string) {
+// fleetWorkers is the number of workers of each kind in a mixed fleet.
+const fleetWorkers = 3
+
+// mixedFleet runs fleetWorkers dlock processes (URL u) and as many
+// foreign processes, each taking n turns at incrementing one counter node
+// under the lock path base/lock, with a read–sleep–write window, and
+// returns the counter's final value and the kind of each turn, in order.
+// In a compat layout none is lost, and the two kinds take turns with each
+// other hundreds of times; in dlock's own layout increments are lost.
+func mixedFleet(t *testing.T, z *testenv.ZooKeeper, f foreign, u, base string, n int) (int, []string) {
+	t.Helper()
 	const (
-		workers, n = 3, 100
-		window     = 2 * time.Millisecond
+		workers = fleetWorkers
+		window  = 2 * time.Millisecond
 	)
 	name, counter, log := base+"/lock", base+"/counter", base+"/turns"
 	conn := connect(t, z)
-	for _, p := range []string{filepath.Dir(base), base, counter, log} {
-		if _, err := conn.Create(p, []byte("0"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+	for i, p := range []string{filepath.Dir(base), base, counter, log} {
+		_, err := conn.Create(p, []byte("0"), 0, zk.WorldACL(zk.PermAll))
+		if err != nil && !(i == 0 && errors.Is(err, zk.ErrNodeExists)) { // the parent is shared by the runs
 			t.Fatal(err)
 		}
 	}
@@ -228,7 +245,7 @@ func testMixedFleet(t *testing.T, z *testenv.ZooKeeper, f foreign, u, base strin
 		turns[i] = string(d)
 	}
 	t.Logf("%d turns in %v", len(turns), time.Since(start).Round(time.Millisecond))
-	dlocktest.MixedFleetTurns(t, got, turns, [2]string{"dlock", f.side}, workers*n, 100)
+	return got, turns
 }
 
 // A foreign holder killed with SIGKILL frees the lock when its session
