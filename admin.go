@@ -24,6 +24,18 @@ type Info struct {
 	ExpiresIn time.Duration
 	// Waiters are the queued waiters in order, on backends that keep a queue.
 	Waiters []Holder
+	// Permits are the holders of a semaphore (Client.Semaphore) in grant
+	// order, the first also in Token, Holder and ExpiresIn; nil for a
+	// mutex. Holder.Limit is the number of permits each was granted
+	// under.
+	Permits []Permit
+}
+
+// Permit is one holder of a semaphore.
+type Permit struct {
+	Token     uint64
+	Holder    Holder
+	ExpiresIn time.Duration // 0 where the backend does not say
 }
 
 func infoFrom(di driver.Info) Info {
@@ -33,6 +45,9 @@ func infoFrom(di driver.Info) Info {
 	}
 	for _, w := range di.Waiters {
 		in.Waiters = append(in.Waiters, decodeHolder(w))
+	}
+	for _, p := range di.Permits {
+		in.Permits = append(in.Permits, Permit{Token: p.Token, Holder: decodeHolder(p.Holder), ExpiresIn: p.ExpiresIn})
 	}
 	return in
 }

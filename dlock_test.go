@@ -702,3 +702,37 @@ func TestRenewalThatHangsIsRetriedBeforeTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A semaphore's number of permits is checked before any I/O, with an error
+// naming the rule; more than one permit on a backend without semaphores is
+// ErrUnsupported.
+func TestSemaphorePermitsOutOfRangeAreInvalid(t *testing.T) {
+	ctx := context.Background()
+	c := dlock.New(memlock.New(memlock.NewServer()))
+	defer c.Close()
+	for _, n := range []int{0, -1, dlock.MaxPermits + 1} {
+		_, err := c.Semaphore("s", n).Acquire(ctx)
+		if !errors.Is(err, dlock.ErrInvalidOption) || !strings.Contains(err.Error(), "number of permits must be 1..") {
+			t.Errorf("Semaphore(s, %d): got %v, want ErrInvalidOption naming the rule", n, err)
+		}
+	}
+	noSem := dlock.New(withoutSemaphore{memlock.New(memlock.NewServer())})
+	defer noSem.Close()
+	if _, err := noSem.Semaphore("s", 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrUnsupported) {
+		t.Errorf("Semaphore of 2 without Capabilities.Semaphore: got %v, want ErrUnsupported", err)
+	}
+	l, err := noSem.Semaphore("s", 1).TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("Semaphore of 1 (the mutex) without Capabilities.Semaphore: %v", err)
+	}
+	l.Unlock(ctx)
+}
+
+// withoutSemaphore is a driver that does not claim semaphores.
+type withoutSemaphore struct{ *memlock.Driver }
+
+func (d withoutSemaphore) Capabilities() driver.Capabilities {
+	caps := d.Driver.Capabilities()
+	caps.Semaphore = false
+	return caps
+}

@@ -23,10 +23,16 @@ import (
 // and then lets the panic continue with its own value, so that a panic
 // recovered further up (as HTTP servers do) does not leave the lock held.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lease) error, opts ...Option) error {
+	return c.do(ctx, fn, func() (*Lease, error) { return c.Mutex(name, opts...).Lock(ctx) })
+}
+
+// do runs fn under the lease that acquire grants: Do's body, for every
+// primitive.
+func (c *Client) do(ctx context.Context, fn func(ctx context.Context, l *Lease) error, acquire func() (*Lease, error)) error {
 	if fn == nil {
 		return fmt.Errorf("%w: Do: fn is nil", ErrInvalidOption)
 	}
-	l, err := c.Mutex(name, opts...).Lock(ctx)
+	l, err := acquire()
 	if err != nil {
 		return err
 	}

@@ -77,3 +77,41 @@ func ExampleMutex_TryLock() {
 	first.Unlock(ctx)
 	// Output: dlock: lock is held by another owner
 }
+
+// A semaphore caps concurrent work across the fleet: here at most two
+// renders at once. Each permit is a lease with its own fencing token.
+func ExampleClient_Semaphore() {
+	ctx := context.Background()
+	c, _ := dlock.Open(ctx, "mem://example-sem")
+	defer c.Close()
+
+	sem := c.Semaphore("reports/render", 2)
+	a, _ := sem.Acquire(ctx)
+	b, _ := sem.Acquire(ctx)
+	_, err := sem.TryAcquire(ctx) // both permits are held
+	fmt.Println(a.Token(), b.Token(), err)
+	a.Unlock(ctx)
+	third, _ := sem.TryAcquire(ctx)
+	fmt.Println("third permit, token", third.Token())
+	b.Unlock(ctx)
+	third.Unlock(ctx)
+	// Output:
+	// 1 2 dlock: lock is held by another owner
+	// third permit, token 3
+}
+
+// DoLimited runs fn under one of n permits, as Do does under a mutex.
+func ExampleClient_DoLimited() {
+	ctx := context.Background()
+	c, _ := dlock.Open(ctx, "mem://example-dolimited")
+	defer c.Close()
+
+	err := c.DoLimited(ctx, "reports/render", 3, func(ctx context.Context, l *dlock.Lease) error {
+		fmt.Println("rendering under permit token", l.Token())
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// rendering under permit token 1
+	// <nil>
+}

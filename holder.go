@@ -3,15 +3,19 @@ package dlock
 import (
 	"encoding/json"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 )
 
 // Holder is the metadata a lease carries about its owner: which host and
 // process took it, when (by the holder's clock), and a note (WithNote).
+// Limit is the number of permits of the semaphore it was granted from
+// (Client.Semaphore), or 0 for a mutex.
 type Holder struct {
 	Host       string    `json:"host,omitempty"`
 	PID        int       `json:"pid,omitempty"`
+	Limit      int       `json:"limit,omitempty"`
 	Note       string    `json:"note,omitempty"`
 	AcquiredAt time.Time `json:"acquired_at,omitzero"`
 }
@@ -36,16 +40,23 @@ var holderPrefix = sync.OnceValue(func() []byte {
 	return b[:len(b)-1] // without the closing brace
 })
 
-// encodeHolder returns the JSON of Holder{host, PID, note, at}, exactly as
-// json.Marshal writes it, without reflecting over the struct on every Lock.
-func encodeHolder(note string, at time.Time) []byte {
+// encodeHolder returns the JSON of Holder{host, PID, limit, note, at},
+// exactly as json.Marshal writes it, without reflecting over the struct on
+// every Lock. A limit of 1 (a mutex) is written as none. The limit comes
+// before the note, so that driver.HolderLimit finds it first.
+func encodeHolder(note string, at time.Time, limit int) []byte {
 	p := holderPrefix()
-	b := make([]byte, 0, len(p)+len(note)+64)
+	b := make([]byte, 0, len(p)+len(note)+80)
 	b = append(b, p...)
 	sep := func() {
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
+	}
+	if limit > 1 {
+		sep()
+		b = append(b, `"limit":`...)
+		b = strconv.AppendInt(b, int64(limit), 10)
 	}
 	if note != "" {
 		n, _ := json.Marshal(note)

@@ -36,42 +36,45 @@ func (m *Mutex) Name() string { return m.name }
 // Lease.Done). If ctx ends first, Lock returns ctx's error and leaves
 // nothing behind: no queued waiter and no lock granted later.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, true)
+	return m.c.acquire(ctx, m.name, 1, m.o, true)
 }
 
 // TryLock makes one attempt and returns ErrNotAcquired at once if someone
 // else holds the lock.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.acquire(ctx, false)
+	return m.c.acquire(ctx, m.name, 1, m.o, false)
 }
 
-func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
+// acquire grants a lease of name, one of at most limit held at once (1: a
+// mutex), waiting for it if wait: the one path of Mutex and Semaphore.
+func (c *Client) acquire(ctx context.Context, name string, limit int, o options, wait bool) (*Lease, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	if err := m.check(); err != nil {
+	if err := c.check(name, limit, o); err != nil {
 		return nil, err
 	}
-	o := m.o
 	if o.hooks.Attempt != nil {
-		o.hooks = o.hooks.forAttempt(ctx, LockAttempt{Name: m.name, Wait: wait, Fair: o.fair, TTL: o.ttl})
+		o.hooks = o.hooks.forAttempt(ctx, LockAttempt{Name: name, Wait: wait, Fair: o.fair, TTL: o.ttl})
 	}
-	c := m.c
 	now := driver.Now()
 	if err := ctx.Err(); err != nil {
-		o.acquireFailed(m.name, now, err)
+		o.acquireFailed(name, now, err)
 		return nil, err
 	}
-	holder := encodeHolder(o.note, now.UTC().Round(time.Millisecond))
-	req := driver.Request{Name: m.name, Owner: driver.NewNonce(), TTL: o.ttl, Wait: wait, Fair: o.fair, Holder: holder}
+	holder := encodeHolder(o.note, now.UTC().Round(time.Millisecond), limit)
+	req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: o.ttl, Wait: wait, Fair: o.fair, Holder: holder}
+	if limit > 1 {
+		req.Limit = limit
+	}
 
 	g, err := c.d.Acquire(ctx, req)
 	if err != nil {
 		err = classify(ctx, err)
 		if !errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
-			o.logger.Warn("dlock: acquire failed", "name", m.name, "err", err)
+			o.logger.Warn("dlock: acquire failed", "name", name, "err", err)
 		}
-		o.acquireFailed(m.name, now, err)
+		o.acquireFailed(name, now, err)
 		return nil, err
 	}
 	if g.Since.IsZero() {
@@ -86,14 +89,14 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		rctx, cancel := driver.CleanupContext(ctx)
 		defer cancel()
 		_ = c.d.Release(rctx, l.held())
-		o.acquireFailed(m.name, now, ErrClosed)
+		o.acquireFailed(name, now, ErrClosed)
 		return nil, ErrClosed
 	}
 	// Acquired runs before renewal starts: it comes before any other hook
 	// of the lease, whose loss may be signalled from then on.
 	waited := driver.Since(now)
 	if h := o.hooks.Acquired; h != nil {
-		h(m.name, g.Token, waited)
+		h(name, g.Token, waited)
 	}
 	l.startRenewal(g.Lost)
 
@@ -106,7 +109,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		}
 	}
 	if o.logger.Enabled(ctx, slog.LevelDebug) {
-		o.logger.Debug("dlock: acquired", "name", m.name, "token", g.Token, "waited", waited)
+		o.logger.Debug("dlock: acquired", "name", name, "token", g.Token, "waited", waited)
 	}
 	return l, nil
 }
@@ -117,22 +120,27 @@ func (o *options) acquireFailed(name string, start time.Time, err error) {
 	}
 }
 
-// check reports an invalid name or option before any I/O.
-func (m *Mutex) check() error {
-	c := m.c
+// check reports an invalid name, limit or option before any I/O.
+func (c *Client) check(name string, limit int, o options) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
-	if err := ValidateName(m.name); err != nil {
+	if err := ValidateName(name); err != nil {
 		return err
 	}
-	if len(m.o.errs) > 0 {
-		return errors.Join(m.o.errs...)
+	if len(o.errs) > 0 {
+		return errors.Join(o.errs...)
 	}
-	if min := c.caps.MinTTL; min > 0 && m.o.ttl < min {
-		return fmt.Errorf("%w: WithTTL(%v): this backend's shortest lease is %v", ErrInvalidOption, m.o.ttl, min)
+	if limit < 1 || limit > MaxPermits {
+		return fmt.Errorf("%w: Semaphore(%q, %d): the number of permits must be 1..%d", ErrInvalidOption, name, limit, MaxPermits)
 	}
-	if m.o.fair && !c.caps.Fair {
+	if limit > 1 && !c.caps.Semaphore {
+		return fmt.Errorf("%w: Semaphore: this backend has no counted leases (%d permits asked for)", ErrUnsupported, limit)
+	}
+	if min := c.caps.MinTTL; min > 0 && o.ttl < min {
+		return fmt.Errorf("%w: WithTTL(%v): this backend's shortest lease is %v", ErrInvalidOption, o.ttl, min)
+	}
+	if o.fair && !c.caps.Fair {
 		return fmt.Errorf("%w: WithFair: this backend has no FIFO queue", ErrUnsupported)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ const (
 	envChildURL  = "DLOCKTEST_CHILD_URL"
 	envChildName = "DLOCKTEST_CHILD_NAME"
 	envChildTTL  = "DLOCKTEST_CHILD_TTL"
+	envChildN    = "DLOCKTEST_CHILD_PERMITS"
 )
 
 // A worker process: the test binary started by WorkerCommand.
@@ -84,7 +86,8 @@ func runChild() int {
 		fmt.Println("ERROR", err)
 		return 2
 	}
-	l, err := c.Mutex(os.Getenv(envChildName), dlock.WithTTL(ttl)).Lock(ctx)
+	n, _ := strconv.Atoi(os.Getenv(envChildN))
+	l, err := c.Semaphore(os.Getenv(envChildName), max(n, 1), dlock.WithTTL(ttl)).Acquire(ctx)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 2
@@ -109,8 +112,15 @@ func runChild() int {
 // with its lock.
 func StartHolder(t *testing.T, url, name string, ttl time.Duration) (*exec.Cmd, uint64) {
 	t.Helper()
+	return StartPermitHolder(t, url, name, 1, ttl)
+}
+
+// StartPermitHolder is StartHolder for a permit of the semaphore name of
+// n permits.
+func StartPermitHolder(t *testing.T, url, name string, n int, ttl time.Duration) (*exec.Cmd, uint64) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChildURL+"="+url, envChildName+"="+name, envChildTTL+"="+ttl.String())
+	cmd.Env = append(os.Environ(), envChildURL+"="+url, envChildName+"="+name, envChildTTL+"="+ttl.String(), envChildN+"="+strconv.Itoa(n))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -36,10 +36,6 @@ func Run(t *testing.T, h Harness) {
 	// The tests use names of their own, so most run in parallel; the ones
 	// that cut traffic or restart servers run alone afterwards, so that a
 	// busy machine cannot blur what they measure.
-	type test struct {
-		name string
-		fn   func(*testing.T)
-	}
 	parallel := []test{
 		{"BadInputGetsItsError", s.testBadInput},
 		{"NamesAreExactAndIndependent", s.testNames},
@@ -69,11 +65,19 @@ func Run(t *testing.T, h Harness) {
 			test{"FairWaitersAreGrantedInArrivalOrder", s.testFIFO},
 			test{"FairQueueSkipsWaiterThatGaveUp", s.testFairCancel})
 	}
+	if s.caps.Semaphore {
+		parallel = append(parallel, s.semaphoreTests()...)
+	} else {
+		parallel = append(parallel, test{"SemaphoreIsUnsupportedAndSaysSo", s.testSemaphoreUnsupported})
+	}
 	if !s.caps.InProcess {
 		if h.URL == "" {
 			t.Fatal("dlocktest: Harness.URL is empty; the crash tests need it")
 		}
 		parallel = append(parallel, test{"CrashedHolderFreesLockWithinTTL", s.testCrash})
+		if s.caps.Semaphore {
+			parallel = append(parallel, test{"SemaphoreCrashedHolderFreesPermitWithinTTL", s.testSemaphoreCrash})
+		}
 	}
 	t.Run("Contract", func(t *testing.T) {
 		for _, tc := range parallel {
@@ -113,6 +117,12 @@ func Run(t *testing.T, h Harness) {
 	if h.Restart != nil {
 		t.Run("TokensIncreaseAcrossServerRestart", s.testRestart)
 	}
+}
+
+// test is one test of the suite.
+type test struct {
+	name string
+	fn   func(*testing.T)
 }
 
 type suite struct {

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +84,37 @@ type Request struct {
 	// Holder is opaque metadata about the owner (JSON from the portable
 	// layer), stored with the lock and returned by Inspect.
 	Holder []byte
+	// Limit is how many leases of Name may be held at once: 0 or 1 for a
+	// mutex, n > 1 for a semaphore of n permits (only if
+	// Capabilities.Semaphore). A request is granted only while fewer
+	// than its own Limit leases are held, so when the clients of one name
+	// disagree (the limit was changed while some held it), holders above
+	// the lower limit keep their leases and no one is granted a new one
+	// until enough have been released. Tokens of one name increase
+	// strictly in grant order, whichever permit a grant takes. The
+	// portable layer also writes Limit into Holder (see HolderLimit), so
+	// that Inspect can tell holders from waiters.
+	Limit int
+}
+
+// HolderLimit returns the Limit recorded in a Request.Holder written by
+// the portable layer (the JSON field "limit"), or 1 when there is none:
+// a backend that keeps one queue of contenders per name learns from it
+// whether an entry holds (its place in the queue is below its limit) or
+// waits.
+func HolderLimit(holder []byte) int {
+	i := bytes.Index(holder, []byte(`"limit":`))
+	if i < 0 {
+		return 1
+	}
+	n := 0
+	for _, c := range holder[i+len(`"limit":`):] {
+		if c < '0' || c > '9' || n > 1<<20 {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return max(n, 1)
 }
 
 // Grant is a successful Acquire.
@@ -130,6 +162,17 @@ type Info struct {
 	// Waiters are the Request.Holder metadata of queued waiters, in order,
 	// where the backend keeps a queue; nil otherwise.
 	Waiters [][]byte
+	// Permits lists every holder of a semaphore (a name held with
+	// Request.Limit > 1) in grant order, the first one also in Token,
+	// Holder and ExpiresIn; nil for a mutex.
+	Permits []Permit
+}
+
+// Permit is one holder of a semaphore, as Inspect reports it.
+type Permit struct {
+	Token     uint64
+	Holder    []byte
+	ExpiresIn time.Duration // 0 when the backend does not know
 }
 
 // Capabilities states what a backend promises; dlocktest checks each claim.
@@ -143,6 +186,9 @@ type Capabilities struct {
 	Sessions bool
 	// LockDelay: Grant.Recovered is reported.
 	LockDelay bool
+	// Semaphore: Request.Limit > 1 is honoured (counted leases), and
+	// Inspect reports their holders in Info.Permits.
+	Semaphore bool
 	// MinTTL is the shortest lease the backend grants.
 	MinTTL time.Duration
 	// InProcess: the lock state lives in this process (memlock); the

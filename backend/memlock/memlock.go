@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,8 +51,8 @@ type Server struct {
 }
 
 type lockState struct {
-	token     uint64 // last token granted
-	holder    *holding
+	token     uint64        // last token granted
+	holders   []*holding    // in grant order: one for a mutex, up to the limit for a semaphore
 	queue     []*waiter     // fair waiters, in arrival order
 	changed   chan struct{} // closed and replaced when the lock frees
 	recovered bool          // the lock last ended without a release
@@ -60,6 +61,7 @@ type lockState struct {
 type holding struct {
 	owner   string
 	token   uint64
+	limit   int // the Request's Limit, at least 1
 	meta    []byte
 	expires time.Time
 	timer   *time.Timer
@@ -83,33 +85,49 @@ func (s *Server) state(name string) *lockState {
 	return st
 }
 
-// free ends the current holding (released says how) and hands the lock to
-// the head of the fair queue, or wakes the unfair waiters. s.mu is held.
-func (s *Server) free(name string, st *lockState, released bool) {
-	if h := st.holder; h != nil {
-		h.timer.Stop()
-		if !released {
-			h.lost.Fire()
+// limit is a request's number of permits: 1 for a mutex.
+func limit(req driver.Request) int { return max(req.Limit, 1) }
+
+// holding returns the holding of owner, or nil.
+func (st *lockState) holding(owner string) *holding {
+	for _, h := range st.holders {
+		if h.owner == owner {
+			return h
 		}
-		st.holder = nil
+	}
+	return nil
+}
+
+// free ends the holding h (released says how) and hands the permits now
+// free to the head of the fair queue, or wakes the unfair waiters. s.mu
+// is held.
+func (s *Server) free(name string, st *lockState, h *holding, released bool) {
+	h.timer.Stop()
+	if !released {
+		h.lost.Fire()
+	}
+	for i, o := range st.holders {
+		if o == h {
+			st.holders = append(st.holders[:i], st.holders[i+1:]...)
+			break
+		}
 	}
 	st.recovered = !released
-	if len(st.queue) > 0 {
+	for len(st.queue) > 0 && len(st.holders) < limit(st.queue[0].req) {
 		w := st.queue[0]
 		st.queue = st.queue[1:]
 		w.granted <- s.grant(name, st, w.req)
-		return
 	}
 	close(st.changed)
 	st.changed = make(chan struct{})
 }
 
-// grant makes req the holder. s.mu is held.
+// grant makes req a holder. s.mu is held.
 func (s *Server) grant(name string, st *lockState, req driver.Request) driver.Grant {
 	st.token++
-	h := &holding{owner: req.Owner, token: st.token, meta: req.Holder, expires: time.Now().Add(req.TTL), lost: driver.NewSignal()}
+	h := &holding{owner: req.Owner, token: st.token, limit: limit(req), meta: req.Holder, expires: time.Now().Add(req.TTL), lost: driver.NewSignal()}
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(name, h) })
-	st.holder = h
+	st.holders = append(st.holders, h)
 	g := driver.Grant{Token: h.token, Since: driver.Now(), Lost: h.lost, Recovered: st.recovered}
 	st.recovered = false
 	return g
@@ -118,8 +136,8 @@ func (s *Server) grant(name string, st *lockState, req driver.Request) driver.Gr
 func (s *Server) expire(name string, h *holding) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.locks[name]; st != nil && st.holder == h {
-		s.free(name, st, false)
+	if st := s.locks[name]; st != nil && st.holding(h.owner) == h {
+		s.free(name, st, h, false)
 	}
 }
 
@@ -171,7 +189,7 @@ func (d *Driver) reach(ctx context.Context) error {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fair: true, LockDelay: true, MinTTL: time.Millisecond, InProcess: true}
+	return driver.Capabilities{Fair: true, LockDelay: true, Semaphore: true, MinTTL: time.Millisecond, InProcess: true}
 }
 
 // Acquire implements driver.Driver.
@@ -183,7 +201,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	for {
 		s.mu.Lock()
 		st := s.state(req.Name)
-		if st.holder == nil && len(st.queue) == 0 {
+		if len(st.holders) < limit(req) && len(st.queue) == 0 {
 			g := s.grant(req.Name, st, req)
 			s.mu.Unlock()
 			return g, nil
@@ -221,8 +239,10 @@ func (d *Driver) awaitTurn(ctx context.Context, req driver.Request, w *waiter) (
 	defer s.mu.Unlock()
 	select {
 	case <-w.granted: // granted just now: give it back
-		if st := s.locks[req.Name]; st != nil && st.holder != nil && st.holder.owner == req.Owner {
-			s.free(req.Name, st, true)
+		if st := s.locks[req.Name]; st != nil {
+			if h := st.holding(req.Owner); h != nil {
+				s.free(req.Name, st, h, true)
+			}
 		}
 	default:
 		if st := s.locks[req.Name]; st != nil {
@@ -246,11 +266,12 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.locks[h.Name]
-	if st == nil || st.holder == nil || st.holder.owner != h.Owner {
+	if st == nil || st.holding(h.Owner) == nil {
 		return driver.ErrLeaseLost
 	}
-	st.holder.expires = time.Now().Add(ttl)
-	st.holder.timer.Reset(ttl)
+	hd := st.holding(h.Owner)
+	hd.expires = time.Now().Add(ttl)
+	hd.timer.Reset(ttl)
 	return nil
 }
 
@@ -263,18 +284,23 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.locks[h.Name]
-	if st == nil || st.holder == nil || st.holder.owner != h.Owner {
+	if st == nil || st.holding(h.Owner) == nil {
 		return driver.ErrLeaseLost
 	}
-	s.free(h.Name, st, true)
+	s.free(h.Name, st, st.holding(h.Owner), true)
 	return nil
 }
 
 func info(name string, st *lockState) driver.Info {
 	in := driver.Info{Name: name}
-	if h := st.holder; h != nil {
-		in.Held, in.Token, in.Holder = true, h.token, h.meta
-		in.ExpiresIn = max(time.Until(h.expires), 0)
+	for i, h := range st.holders {
+		left := max(time.Until(h.expires), 0)
+		if i == 0 {
+			in.Held, in.Token, in.Holder, in.ExpiresIn = true, h.token, h.meta, left
+		}
+		if h.limit > 1 || len(st.holders) > 1 {
+			in.Permits = append(in.Permits, driver.Permit{Token: h.token, Holder: h.meta, ExpiresIn: left})
+		}
 	}
 	for _, w := range st.queue {
 		in.Waiters = append(in.Waiters, w.req.Holder)
@@ -304,7 +330,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	defer d.s.mu.Unlock()
 	var out []driver.Info
 	for name, st := range d.s.locks {
-		if strings.HasPrefix(name, prefix) && (st.holder != nil || len(st.queue) > 0) {
+		if strings.HasPrefix(name, prefix) && (len(st.holders) > 0 || len(st.queue) > 0) {
 			out = append(out, info(name, st))
 		}
 	}
@@ -320,10 +346,14 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.locks[name]
-	if st == nil || st.holder == nil {
+	if st == nil || len(st.holders) == 0 {
 		return driver.ErrNotHeld
 	}
-	s.free(name, st, false)
+	for _, h := range slices.Clone(st.holders) { // every permit of a semaphore, not those it hands on
+		if st.holding(h.owner) == h {
+			s.free(name, st, h, false)
+		}
+	}
 	return nil
 }
 
