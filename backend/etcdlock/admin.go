@@ -14,7 +14,8 @@ import (
 )
 
 // Inspect reads the lock's queue: the key with the lowest create revision
-// is the holder, the others wait in order.
+// is the holder (a semaphore's: the first keys, see permits), the others
+// wait in order.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	resp, err := d.cli.Get(ctx, d.namePrefix(name), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -27,21 +28,24 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 // info describes one lock from its queue, in create-revision order.
 func (d *Driver) info(ctx context.Context, name string, queue []*mvccpb.KeyValue) (driver.Info, error) {
 	in := driver.Info{Name: name}
-	if len(queue) == 0 {
-		return in, nil
-	}
-	h := queue[0]
-	in.Held = true
-	in.Token = uint64(h.CreateRevision)
-	in.Holder = holderOf(h)
-	if h.Lease != 0 {
-		ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
-		if err != nil {
-			return driver.Info{}, unavailable(ctx, "lease time-to-live", err)
+	holders, waiters, semaphore := permits(queue)
+	for i, h := range holders {
+		p := driver.Permit{Token: uint64(h.CreateRevision), Holder: holderOf(h)}
+		if h.Lease != 0 {
+			ttl, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
+			if err != nil {
+				return driver.Info{}, unavailable(ctx, "lease time-to-live", err)
+			}
+			p.ExpiresIn = max(time.Duration(ttl.TTL)*time.Second, 0)
 		}
-		in.ExpiresIn = max(time.Duration(ttl.TTL)*time.Second, 0)
+		if i == 0 {
+			in.Held, in.Token, in.Holder, in.ExpiresIn = true, p.Token, p.Holder, p.ExpiresIn
+		}
+		if semaphore {
+			in.Permits = append(in.Permits, p)
+		}
 	}
-	for _, w := range queue[1:] {
+	for _, w := range waiters {
 		in.Waiters = append(in.Waiters, holderOf(w))
 	}
 	return in, nil
@@ -81,31 +85,36 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	return out, nil
 }
 
-// Break deletes the holder's key. Its lease stays alive, but the holder's
-// watch on its key sees the deletion at once and its next Extend fails;
-// the next waiter's key, created later, carries a higher token.
+// Break deletes the holder's key (a semaphore's: every holder's key, in
+// one transaction). Its lease stays alive, but the holder's watch on its
+// key sees the deletion at once and its next Extend fails; the next
+// waiter's key, created later, carries a higher token.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	pfx := d.namePrefix(name)
 	for range 5 {
-		resp, err := d.cli.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+		resp, err := d.cli.Get(ctx, pfx, clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		if err != nil {
 			return unavailable(ctx, "get", err)
 		}
-		if len(resp.Kvs) == 0 {
+		holders, _, _ := permits(resp.Kvs)
+		if len(holders) == 0 {
 			return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
 		}
-		h := resp.Kvs[0]
-		tresp, err := d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision)).
-			Then(clientv3.OpDelete(string(h.Key))).
-			Commit()
+		var same []clientv3.Cmp
+		var del []clientv3.Op
+		for _, h := range holders {
+			same = append(same, clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision))
+			del = append(del, clientv3.OpDelete(string(h.Key)))
+		}
+		tresp, err := d.cli.Txn(ctx).If(same...).Then(del...).Commit()
 		if err != nil {
 			return unavailable(ctx, "delete", err)
 		}
 		if tresp.Succeeded {
 			return nil
 		}
-		// The holder released meanwhile: break whoever holds it now.
+		// A holder released meanwhile: break whoever holds it now.
 	}
 	return fmt.Errorf("%w: etcd: %q changed hands too often to break", driver.ErrUnavailable, name)
 }

@@ -37,6 +37,28 @@
 // the key's creation, so it misses nothing) before its next renewal
 // (TestBreakIsNoticedByTheHolderAtOnce), and at the latest at that renewal.
 //
+// # Semaphores
+//
+// A semaphore of n permits (dlock's Client.Semaphore) uses the same queue
+// of keys with one rule changed: a key holds while fewer than n keys are
+// ahead of it. The transaction that puts the key also reads the first n
+// keys, so a free permit costs one round trip, as a free lock does. Keys
+// only leave the part of the queue ahead of a key, so the holders are
+// always the oldest keys, a holder keeps its permit until its key goes,
+// and permits are granted in create-revision order: tokens (create
+// revisions) increase in grant order across all permits, and waiting is
+// FIFO. A waiter watches the whole queue for deletions, not only the key
+// ahead, since any deletion ahead of it may free its permit: a release
+// wakes every waiter of the semaphore, for one local read each. TryAcquire
+// puts its key and takes it back when it is not among the first n. Each
+// client counts with its own n (the key's value records it, and Inspect
+// reads it back to tell holders from waiters), so a limit lowered while
+// permits are held lets no one in until fewer than the new n are held.
+// Break deletes every holder's key in one transaction. All of this is
+// checked by dlocktest's semaphore tests (TestConformanceSingleNode);
+// compat=etcdctl has no semaphores (ErrUnsupported: etcd's recipe has
+// none).
+//
 // # Guarantees
 //
 // Fencing token: the create revision of the holder's key. etcd's revision
