@@ -11,11 +11,13 @@ import (
 // Holder is the metadata a lease carries about its owner: which host and
 // process took it, when (by the holder's clock), and a note (WithNote).
 // Limit is the number of permits of the semaphore it was granted from
-// (Client.Semaphore), or 0 for a mutex.
+// (Client.Semaphore), or 0 for a mutex; Shared marks a reader of a
+// read-write lock (Client.RWMutex).
 type Holder struct {
 	Host       string    `json:"host,omitempty"`
 	PID        int       `json:"pid,omitempty"`
 	Limit      int       `json:"limit,omitempty"`
+	Shared     bool      `json:"shared,omitempty"`
 	Note       string    `json:"note,omitempty"`
 	AcquiredAt time.Time `json:"acquired_at,omitzero"`
 }
@@ -40,11 +42,12 @@ var holderPrefix = sync.OnceValue(func() []byte {
 	return b[:len(b)-1] // without the closing brace
 })
 
-// encodeHolder returns the JSON of Holder{host, PID, limit, note, at},
-// exactly as json.Marshal writes it, without reflecting over the struct on
-// every Lock. A limit of 1 (a mutex) is written as none. The limit comes
-// before the note, so that driver.HolderLimit finds it first.
-func encodeHolder(note string, at time.Time, limit int) []byte {
+// encodeHolder returns the JSON of Holder{host, PID, limit, shared, note,
+// at}, exactly as json.Marshal writes it, without reflecting over the
+// struct on every Lock. A limit of 1 (a mutex) is written as none. The
+// limit and shared come before the note, so that driver.HolderLimit and
+// driver.HolderShared find them first.
+func encodeHolder(note string, at time.Time, limit int, shared bool) []byte {
 	p := holderPrefix()
 	b := make([]byte, 0, len(p)+len(note)+80)
 	b = append(b, p...)
@@ -57,6 +60,10 @@ func encodeHolder(note string, at time.Time, limit int) []byte {
 		sep()
 		b = append(b, `"limit":`...)
 		b = strconv.AppendInt(b, int64(limit), 10)
+	}
+	if shared {
+		sep()
+		b = append(b, `"shared":true`...)
 	}
 	if note != "" {
 		n, _ := json.Marshal(note)

@@ -36,23 +36,34 @@ func (m *Mutex) Name() string { return m.name }
 // Lease.Done). If ctx ends first, Lock returns ctx's error and leaves
 // nothing behind: no queued waiter and no lock granted later.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.c.acquire(ctx, m.name, 1, m.o, true)
+	return m.c.acquire(ctx, m.name, kind{limit: 1}, m.o, true)
 }
 
 // TryLock makes one attempt and returns ErrNotAcquired at once if someone
 // else holds the lock.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.c.acquire(ctx, m.name, 1, m.o, false)
+	return m.c.acquire(ctx, m.name, kind{limit: 1}, m.o, false)
 }
 
-// acquire grants a lease of name, one of at most limit held at once (1: a
-// mutex), waiting for it if wait: the one path of Mutex and Semaphore.
-func (c *Client) acquire(ctx context.Context, name string, limit int, o options, wait bool) (*Lease, error) {
+// kind is what a lease is of: a mutex (limit 1), one of limit permits of
+// a semaphore, or a reader's or writer's lease of a read-write lock.
+type kind struct {
+	limit  int
+	rw     bool // a read-write lock: fair waiting, writer preference
+	shared bool // its reader
+}
+
+// acquire grants a lease of name of the kind k, waiting for it if wait:
+// the one path of Mutex, Semaphore and RWMutex.
+func (c *Client) acquire(ctx context.Context, name string, k kind, o options, wait bool) (*Lease, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
-	if err := c.check(name, limit, o); err != nil {
+	if err := c.check(name, k, o); err != nil {
 		return nil, err
+	}
+	if k.rw && c.caps.Fair {
+		o.fair = true // a writer waits in arrival order, not passed by later readers
 	}
 	if o.hooks.Attempt != nil {
 		o.hooks = o.hooks.forAttempt(ctx, LockAttempt{Name: name, Wait: wait, Fair: o.fair, TTL: o.ttl})
@@ -62,10 +73,10 @@ func (c *Client) acquire(ctx context.Context, name string, limit int, o options,
 		o.acquireFailed(name, now, err)
 		return nil, err
 	}
-	holder := encodeHolder(o.note, now.UTC().Round(time.Millisecond), limit)
-	req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: o.ttl, Wait: wait, Fair: o.fair, Holder: holder}
-	if limit > 1 {
-		req.Limit = limit
+	holder := encodeHolder(o.note, now.UTC().Round(time.Millisecond), k.limit, k.shared)
+	req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: o.ttl, Wait: wait, Fair: o.fair, Holder: holder, Shared: k.shared}
+	if k.limit > 1 {
+		req.Limit = k.limit
 	}
 
 	g, err := c.d.Acquire(ctx, req)
@@ -121,7 +132,7 @@ func (o *options) acquireFailed(name string, start time.Time, err error) {
 }
 
 // check reports an invalid name, limit or option before any I/O.
-func (c *Client) check(name string, limit int, o options) error {
+func (c *Client) check(name string, k kind, o options) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
@@ -131,11 +142,14 @@ func (c *Client) check(name string, limit int, o options) error {
 	if len(o.errs) > 0 {
 		return errors.Join(o.errs...)
 	}
-	if limit < 1 || limit > MaxPermits {
-		return fmt.Errorf("%w: Semaphore(%q, %d): the number of permits must be 1..%d", ErrInvalidOption, name, limit, MaxPermits)
+	if k.limit < 1 || k.limit > MaxPermits {
+		return fmt.Errorf("%w: Semaphore(%q, %d): the number of permits must be 1..%d", ErrInvalidOption, name, k.limit, MaxPermits)
 	}
-	if limit > 1 && !c.caps.Semaphore {
-		return fmt.Errorf("%w: Semaphore: this backend has no counted leases (%d permits asked for)", ErrUnsupported, limit)
+	if k.limit > 1 && !c.caps.Semaphore {
+		return fmt.Errorf("%w: Semaphore: this backend has no counted leases (%d permits asked for)", ErrUnsupported, k.limit)
+	}
+	if k.rw && !c.caps.RWMutex {
+		return fmt.Errorf("%w: RWMutex: this backend has no read-write locks", ErrUnsupported)
 	}
 	if min := c.caps.MinTTL; min > 0 && o.ttl < min {
 		return fmt.Errorf("%w: WithTTL(%v): this backend's shortest lease is %v", ErrInvalidOption, o.ttl, min)

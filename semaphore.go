@@ -60,13 +60,13 @@ func (s *Semaphore) Permits() int { return s.n }
 // lost. If ctx ends first, Acquire returns ctx's error and leaves nothing
 // behind: no queued waiter and no permit granted later.
 func (s *Semaphore) Acquire(ctx context.Context) (*Lease, error) {
-	return s.c.acquire(ctx, s.name, s.n, s.o, true)
+	return s.c.acquire(ctx, s.name, kind{limit: s.n}, s.o, true)
 }
 
 // TryAcquire makes one attempt and returns ErrNotAcquired at once if all n
 // permits are held.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lease, error) {
-	return s.c.acquire(ctx, s.name, s.n, s.o, false)
+	return s.c.acquire(ctx, s.name, kind{limit: s.n}, s.o, false)
 }
 
 // DoLimited runs fn while holding one of n permits of the semaphore name,

@@ -70,6 +70,11 @@ func Run(t *testing.T, h Harness) {
 	} else {
 		parallel = append(parallel, test{"SemaphoreIsUnsupportedAndSaysSo", s.testSemaphoreUnsupported})
 	}
+	if s.caps.RWMutex {
+		parallel = append(parallel, s.rwTests()...)
+	} else {
+		parallel = append(parallel, test{"RWMutexIsUnsupportedAndSaysSo", s.testRWUnsupported})
+	}
 	if !s.caps.InProcess {
 		if h.URL == "" {
 			t.Fatal("dlocktest: Harness.URL is empty; the crash tests need it")

@@ -25,6 +25,7 @@ func (s *suite) semaphoreTests() []test {
 		{"SemaphoreLoweredLimitWaitsForHoldersAboveIt", s.testSemaphoreLowered},
 		{"SemaphoreBreakFreesEveryPermit", s.testSemaphoreBreak},
 		{"SemaphoreOfOnePermitIsTheMutex", s.testSemaphoreOfOne},
+		{"SemaphoreDisagreeingLimitsNeverExceedTheLowerOne", s.testSemaphoreDisagree},
 	}
 }
 
@@ -332,4 +333,70 @@ func (s *suite) testSemaphoreCrash(t *testing.T) {
 	}
 	mustUnlock(t, l)
 	mustUnlock(t, mine)
+}
+
+// Clients disagree on the limit: two permits are held under a limit of 5,
+// W waits under a limit of 2, X then asks under a limit of 5, and one of
+// the first two is released. A backend may grant X at once (no queue) or
+// make it wait behind W (a queue), but W must not be granted while two
+// others hold: once X got in before the release, W waits on.
+func (s *suite) testSemaphoreDisagree(t *testing.T) {
+	name := s.name(t, "sem")
+	c := s.client(t)
+	a, b := s.mustAcquire(t, c, name, 5), s.mustAcquire(t, c, name, 5)
+	ctx, cancel := context.WithCancel(testenv.Context(t, 60*time.Second))
+	defer cancel()
+	type grant struct {
+		l  *dlock.Lease
+		at time.Time
+	}
+	acquire := func(n int) chan grant {
+		ch := make(chan grant, 1)
+		cl := s.client(t)
+		go func() {
+			l, err := cl.Semaphore(name, n).Acquire(ctx)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("Acquire with %d permits: %v", n, err)
+			}
+			ch <- grant{l, time.Now()}
+		}()
+		return ch
+	}
+	wc := acquire(2)
+	time.Sleep(500 * time.Millisecond) // W queues first
+	xc := acquire(5)
+	time.Sleep(500 * time.Millisecond)
+	released := time.Now()
+	mustUnlock(t, a)
+	var w, x grant
+	deadline := time.After(5 * time.Second)
+	for w.l == nil || x.l == nil {
+		select {
+		case w = <-wc:
+			wc = nil
+		case x = <-xc:
+			xc = nil
+		case <-deadline:
+			cancel()
+			if w.l == nil {
+				w = <-wc
+			}
+			if x.l == nil {
+				x = <-xc
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	// X granted before the release means B and X held from then on (they
+	// release only below): W must not be granted in the window.
+	if w.l != nil && x.l != nil && x.at.Before(released) {
+		t.Errorf("the client asking with 2 permits was granted (token %d) while the other two held (tokens %d and %d)", w.l.Token(), b.Token(), x.l.Token())
+	}
+	for _, l := range []*dlock.Lease{b, w.l, x.l} {
+		if l != nil {
+			mustUnlock(t, l)
+		}
+	}
 }

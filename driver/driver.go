@@ -95,6 +95,23 @@ type Request struct {
 	// portable layer also writes Limit into Holder (see HolderLimit), so
 	// that Inspect can tell holders from waiters.
 	Limit int
+	// Shared asks for a reader's lease of a read-write lock (only if
+	// Capabilities.RWMutex): it is granted while no exclusive lease of
+	// Name is held, nor waited for ahead of it — a waiting writer is not
+	// passed by readers that come after it, so a stream of readers cannot
+	// starve it. An exclusive request is granted while no lease of any
+	// kind is held. Tokens of one name increase strictly in grant order
+	// across readers and writers: a writer's token is above that of every
+	// reader granted before it, and every later reader's above the
+	// writer's. The portable layer asks for read-write locks with Fair
+	// set, and writes Shared into Holder (see HolderShared).
+	Shared bool
+}
+
+// HolderShared reports whether a Request.Holder written by the portable
+// layer is a reader's (the JSON field "shared"): see HolderLimit.
+func HolderShared(holder []byte) bool {
+	return bytes.Contains(holder, []byte(`"shared":true`))
 }
 
 // HolderLimit returns the Limit recorded in a Request.Holder written by
@@ -163,8 +180,9 @@ type Info struct {
 	// where the backend keeps a queue; nil otherwise.
 	Waiters [][]byte
 	// Permits lists every holder of a semaphore (a name held with
-	// Request.Limit > 1) in grant order, the first one also in Token,
-	// Holder and ExpiresIn; nil for a mutex.
+	// Request.Limit > 1) or every reader of a read-write lock, in grant
+	// order, the first one also in Token, Holder and ExpiresIn; nil for a
+	// mutex (and a read-write lock held by its writer).
 	Permits []Permit
 }
 
@@ -189,6 +207,9 @@ type Capabilities struct {
 	// Semaphore: Request.Limit > 1 is honoured (counted leases), and
 	// Inspect reports their holders in Info.Permits.
 	Semaphore bool
+	// RWMutex: Request.Shared is honoured (readers and writers, writer
+	// preference), and Inspect reports the readers in Info.Permits.
+	RWMutex bool
 	// MinTTL is the shortest lease the backend grants.
 	MinTTL time.Duration
 	// InProcess: the lock state lives in this process (memlock); the

@@ -39,8 +39,8 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 var errKeyExists = errors.New("etcdlock: the lease already has a key under this name")
 
 func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (driver.Grant, error) {
-	if req.Limit > 1 && d.compat != "" {
-		return driver.Grant{}, errCompatSemaphore
+	if counted(req) && d.compat != "" {
+		return driver.Grant{}, errCompatCounted
 	}
 	l, err := d.getLease(ctx, sec)
 	if err != nil {
@@ -50,11 +50,11 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 	key := d.lockKey(req.Name, l.id)
 	put := clientv3.OpPut(key, string(req.Holder), clientv3.WithLease(l.id))
 	txn := d.cli.Txn(ctx)
-	if req.Limit > 1 {
-		// A semaphore always queues, and reads the first Limit keys in the
-		// same round trip: its key among them holds (semaphore.go).
+	if counted(req) {
+		// A semaphore or a reader always queues, and reads the queue in
+		// the same round trip to learn whether it holds (semaphore.go).
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(put, clientv3.OpGet(pfx, firstPermits(req.Limit)...))
+			Then(put, clientv3.OpGet(pfx, queueRead(req)...))
 	} else if req.Wait {
 		// Queue up and learn the holder in one round trip. The key is
 		// put only if it does not exist, so that its create revision is
@@ -82,7 +82,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 		d.discard(l)
 		return driver.Grant{}, unavailable(ctx, "acquire", err)
 	}
-	if !resp.Succeeded && (req.Wait || req.Limit > 1) {
+	if !resp.Succeeded && (req.Wait || counted(req)) {
 		// The lease has a key here already (see above): revoke the lease,
 		// which deletes that key, and let Acquire try a fresh one.
 		d.discard(l)
@@ -97,17 +97,17 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 	// the transaction is its create revision.
 	rev := resp.Header.Revision
 	hd := &holding{key: key, rev: rev, sec: sec, lease: l, lost: d.watchKey(key, rev)}
-	if req.Limit > 1 && !holdsPermit(resp.Responses[1].GetResponseRange().Kvs, rev) {
+	if counted(req) && !holdsAt(resp.Responses[1].GetResponseRange().Kvs, rev) {
 		err := driver.ErrNotAcquired
 		if req.Wait {
-			err = d.waitPermit(ctx, pfx, hd, req.Limit)
+			err = d.waitPermit(ctx, pfx, hd)
 		}
 		if err != nil {
 			hd.lost.stop()
 			d.abandon(key, l, sec)
 			return driver.Grant{}, err
 		}
-	} else if req.Wait && req.Limit <= 1 {
+	} else if req.Wait && !counted(req) {
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(first) > 0 && first[0].CreateRevision != rev {
 			if err := d.wait(ctx, pfx, hd); err != nil {

@@ -41,23 +41,27 @@
 //
 // A semaphore of n permits (dlock's Client.Semaphore) uses the same queue
 // of keys with one rule changed: a key holds while fewer than n keys are
-// ahead of it. The transaction that puts the key also reads the first n
-// keys, so a free permit costs one round trip, as a free lock does. Keys
-// only leave the part of the queue ahead of a key, so the holders are
-// always the oldest keys, a holder keeps its permit until its key goes,
-// and permits are granted in create-revision order: tokens (create
-// revisions) increase in grant order across all permits, and waiting is
-// FIFO. A waiter watches the whole queue for deletions, not only the key
-// ahead, since any deletion ahead of it may free its permit: a release
-// wakes every waiter of the semaphore, for one local read each. TryAcquire
-// puts its key and takes it back when it is not among the first n. Each
-// client counts with its own n (the key's value records it, and Inspect
-// reads it back to tell holders from waiters), so a limit lowered while
-// permits are held lets no one in until fewer than the new n are held.
-// Break deletes every holder's key in one transaction. All of this is
-// checked by dlocktest's semaphore tests (TestConformanceSingleNode);
-// compat=etcdctl has no semaphores (ErrUnsupported: etcd's recipe has
-// none).
+// ahead of it (and every key ahead holds, which matters only when clients
+// disagree on n). A reader of a read-write lock (Client.RWMutex) holds
+// while no writer's key is ahead of it; a writer is a mutex's key, so
+// readers that come after a waiting writer wait behind it. The transaction
+// that puts the key also reads the head of the queue (a semaphore's first n
+// keys, a reader's whole queue), so a free permit costs one round trip, as
+// a free lock does. Keys only leave the part of the queue ahead of a key,
+// so the holders are always the oldest keys, a holder keeps its permit
+// until its key goes, and permits are granted in create-revision order:
+// tokens (create revisions) increase in grant order across all permits, and
+// waiting is FIFO. A waiter watches the whole queue for deletions, not only
+// the key ahead, since any deletion ahead of it may free its permit: a
+// release wakes every waiter of the semaphore or read-write lock, for one
+// local read each. TryAcquire puts its key and takes it back when it is not
+// among the first n. Each client counts with its own n (the key's value
+// records it, and Inspect reads it back to tell holders from waiters), so a
+// limit lowered while permits are held lets no one in until fewer than the
+// new n are held. Break deletes every holder's key in one transaction. All
+// of this is checked by dlocktest's semaphore and read-write tests
+// (TestConformanceSingleNode); compat=etcdctl has neither (ErrUnsupported:
+// etcd's recipe has none).
 //
 // # Guarantees
 //

@@ -70,12 +70,13 @@ func newDriver(cli *clientv3.Client) *Driver { return &Driver{cli: cli, prefix: 
 func (d *Driver) Client() *clientv3.Client { return d.cli }
 
 // Capabilities: FIFO by create revision, durable revision tokens, leases
-// of whole seconds, semaphores in dlock's own layout.
+// of whole seconds, semaphores and read-write locks in dlock's own layout.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Fair:           true,
 		DurableFencing: true,
 		Semaphore:      d.compat == "",
+		RWMutex:        d.compat == "",
 		MinTTL:         time.Second,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -14,7 +15,10 @@ import (
 
 // A semaphore of n permits (driver.Request.Limit = n > 1) is the mutex's
 // queue with one rule changed: a key holds while fewer than its own limit
-// keys are ahead of it, instead of none. Keys only ever leave the part of
+// keys are ahead of it, instead of none. A reader of a read-write lock
+// (driver.Request.Shared) holds while no writer's key is ahead of it; a
+// writer is the mutex, holding when nothing is ahead, so a reader that
+// comes after a waiting writer waits behind it (writer preference). Keys only ever leave the part of
 // the queue ahead of a key (a new key gets a higher create revision), so a
 // key that holds keeps holding until it goes, the holders are always the
 // oldest keys, and grants are made in create-revision order: the tokens,
@@ -25,39 +29,54 @@ import (
 // watches the whole queue for deletions and counts again after each one,
 // so a release wakes every waiter of the semaphore (one read each).
 
-// errCompatSemaphore refuses a semaphore in compat=etcdctl, whose layout
-// (etcd's concurrency.Mutex) has no counted leases.
-var errCompatSemaphore = fmt.Errorf("%w: etcd compat=etcdctl: semaphores are not part of etcdctl's lock layout", driver.ErrUnsupported)
+// errCompatCounted refuses a semaphore or read-write lock in
+// compat=etcdctl, whose layout (etcd's concurrency.Mutex) has neither.
+var errCompatCounted = fmt.Errorf("%w: etcd compat=etcdctl: semaphores and read-write locks are not part of etcdctl's lock layout", driver.ErrUnsupported)
 
-// firstPermits returns the options of a read of the first n keys of a
-// queue, in create-revision order.
-func firstPermits(n int) []clientv3.OpOption {
-	return []clientv3.OpOption{clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend),
-		clientv3.WithLimit(int64(n)), clientv3.WithKeysOnly()}
-}
+// counted reports whether req takes the queue rules of this file rather
+// than the mutex's.
+func counted(req driver.Request) bool { return req.Limit > 1 || req.Shared }
 
-// holdsPermit reports whether the key created at rev is among first, the
-// first keys of its queue read in the transaction that created it.
-func holdsPermit(first []*mvccpb.KeyValue, rev int64) bool {
-	for _, kv := range first {
-		if kv.CreateRevision == rev {
-			return true
-		}
+// queueRead returns the options of the read, in the transaction that puts
+// a counted request's key, of what it needs to know whether it holds: the
+// keys at the head of the queue with their values (a semaphore's first
+// Limit, a reader's whole queue), in create-revision order.
+func queueRead(req driver.Request) []clientv3.OpOption {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if req.Shared {
+		return opts
 	}
-	return false
+	return append(opts, clientv3.WithLimit(int64(req.Limit)))
 }
 
-// waitPermit returns when fewer than limit keys are ahead of hd's in queue
-// pfx, or with an error when ctx ends or the key or its lease is lost.
-// While it waits, keepQueued renews the lease that keeps our key alive.
-func (d *Driver) waitPermit(ctx context.Context, pfx string, hd *holding, limit int) error {
+// holdsAt reports whether the key created at rev holds in queue, the keys
+// read by queueRead in the transaction that created it.
+func holdsAt(queue []*mvccpb.KeyValue, rev int64) bool {
+	i := slices.IndexFunc(queue, func(kv *mvccpb.KeyValue) bool { return kv.CreateRevision == rev })
+	holders, _, _ := permits(queue[:i+1])
+	return i >= 0 && len(holders) == i+1
+}
+
+// admits reports whether req's key holds with the keys ahead of it: a
+// reader's when none of them is a writer's, anyone else's when fewer than
+// its limit are ahead.
+func admits(req driver.Request, ahead []*mvccpb.KeyValue) bool {
+	if req.Shared {
+		return !slices.ContainsFunc(ahead, func(kv *mvccpb.KeyValue) bool { return !driver.HolderShared(kv.Value) })
+	}
+	return len(ahead) < max(req.Limit, 1)
+}
+
+// waitPermit returns when hd's key holds in queue pfx (see permits), or
+// with an error when ctx ends or the key or its lease is lost. While it
+// waits, keepQueued renews the lease that keeps our key alive.
+func (d *Driver) waitPermit(ctx context.Context, pfx string, hd *holding) error {
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
 	leaseErr := d.keepQueued(kctx, hd.lease)
 
 	for failures := 0; ; {
-		retry, err := d.awaitPermit(ctx, pfx, hd, limit, leaseErr)
+		retry, err := d.awaitPermit(ctx, pfx, hd, leaseErr)
 		if !retry {
 			return err
 		}
@@ -74,13 +93,13 @@ func (d *Driver) waitPermit(ctx context.Context, pfx string, hd *holding, limit 
 	}
 }
 
-// awaitPermit watches queue pfx for deletions, then counts the keys ahead
-// of hd's at the watch's start revision or later, and again after every
-// deletion, until fewer than limit are ahead. Starting the watch first
+// awaitPermit watches queue pfx for deletions, then reads the queue up to
+// hd's key at the watch's start revision or later, and again after every
+// deletion, until hd's key holds. Starting the watch first
 // leaves no gap: a deletion after its start is an event, one before it is
 // in the count. It reports retry when the server could not be read or the
 // watch broke (no leader, compaction), and the caller should start again.
-func (d *Driver) awaitPermit(ctx context.Context, pfx string, hd *holding, limit int, leaseErr <-chan error) (retry bool, err error) {
+func (d *Driver) awaitPermit(ctx context.Context, pfx string, hd *holding, leaseErr <-chan error) (retry bool, err error) {
 	wctx, cancel := context.WithCancel(d.watchCtx(ctx))
 	defer cancel()
 	wch := d.cli.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
@@ -95,7 +114,7 @@ func (d *Driver) awaitPermit(ctx context.Context, pfx string, hd *holding, limit
 		return false, ctx.Err()
 	}
 	for {
-		ahead, err := d.countAhead(ctx, pfx, hd, limit, atLeast)
+		holds, err := d.holdsNow(ctx, pfx, hd, atLeast)
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
@@ -104,7 +123,7 @@ func (d *Driver) awaitPermit(ctx context.Context, pfx string, hd *holding, limit
 			return false, err
 		case err != nil:
 			return true, err
-		case ahead < limit:
+		case holds:
 			return false, nil
 		}
 		select {
@@ -124,36 +143,40 @@ func (d *Driver) awaitPermit(ctx context.Context, pfx string, hd *holding, limit
 	}
 }
 
-// countAhead returns how many keys are ahead of hd's in queue pfx, up to
-// limit, in a state at revision atLeast or later. As ahead does for the
+// holdsNow reports whether hd's key holds in queue pfx, read in a state at
+// revision atLeast or later: the queue up to and with hd's key, with the
+// values, in create-revision order (see permits). As ahead does for the
 // mutex, the same read checks that hd's own key still exists.
-func (d *Driver) countAhead(ctx context.Context, pfx string, hd *holding, limit int, atLeast int64) (int, error) {
-	resp, err := d.readAtLeast(ctx, atLeast, pfx, clientv3.WithPrefix(),
-		clientv3.WithMaxCreateRev(hd.rev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(int64(limit)+1), clientv3.WithKeysOnly())
+func (d *Driver) holdsNow(ctx context.Context, pfx string, hd *holding, atLeast int64) (bool, error) {
+	resp, err := d.readAtLeast(ctx, atLeast, pfx, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(hd.rev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	kvs := resp.Kvs
-	if len(kvs) == 0 || kvs[0].CreateRevision != hd.rev || string(kvs[0].Key) != hd.key {
-		return 0, errEntryLost
+	if len(kvs) == 0 || kvs[len(kvs)-1].CreateRevision != hd.rev || string(kvs[len(kvs)-1].Key) != hd.key {
+		return false, errEntryLost
 	}
-	return len(kvs) - 1, nil
+	return holdsAt(kvs, hd.rev), nil
 }
 
 // permits splits a queue, in create-revision order, into the keys that
-// hold and those that wait: the key at place i holds if i is below the
-// limit it was granted with (driver.HolderLimit of its value).
-func permits(queue []*mvccpb.KeyValue) (holders, waiters []*mvccpb.KeyValue, semaphore bool) {
+// hold and those that wait, by the rule each key was granted with (its
+// value records it: driver.HolderLimit, driver.HolderShared), and reports
+// whether any is a semaphore's or a reader's. A key holds only if every
+// key ahead of it holds too: when clients disagree on a semaphore's limit,
+// a key with a higher limit does not pass a waiter with a lower one, which
+// would then be granted with a lower token than the key behind it and
+// while its own limit is reached.
+func permits(queue []*mvccpb.KeyValue) (holders, waiters []*mvccpb.KeyValue, multiple bool) {
 	for i, kv := range queue {
-		n := driver.HolderLimit(kv.Value)
-		semaphore = semaphore || n > 1
-		if i < n && len(waiters) == 0 {
+		req := driver.Request{Limit: driver.HolderLimit(kv.Value), Shared: driver.HolderShared(kv.Value)}
+		multiple = multiple || counted(req)
+		if len(waiters) == 0 && admits(req, queue[:i]) {
 			holders = append(holders, kv)
 		} else {
 			waiters = append(waiters, kv)
 		}
 	}
-	return holders, waiters, semaphore
+	return holders, waiters, multiple
 }

@@ -61,7 +61,8 @@ type lockState struct {
 type holding struct {
 	owner   string
 	token   uint64
-	limit   int // the Request's Limit, at least 1
+	limit   int  // the Request's Limit, at least 1
+	shared  bool // a reader of a read-write lock
 	meta    []byte
 	expires time.Time
 	timer   *time.Timer
@@ -88,6 +89,16 @@ func (s *Server) state(name string) *lockState {
 // limit is a request's number of permits: 1 for a mutex.
 func limit(req driver.Request) int { return max(req.Limit, 1) }
 
+// admits reports whether req may be granted beside the current holders: a
+// reader while only readers hold, anyone else while fewer than its limit
+// hold.
+func (st *lockState) admits(req driver.Request) bool {
+	if req.Shared {
+		return !slices.ContainsFunc(st.holders, func(h *holding) bool { return !h.shared })
+	}
+	return len(st.holders) < limit(req)
+}
+
 // holding returns the holding of owner, or nil.
 func (st *lockState) holding(owner string) *holding {
 	for _, h := range st.holders {
@@ -113,7 +124,7 @@ func (s *Server) free(name string, st *lockState, h *holding, released bool) {
 		}
 	}
 	st.recovered = !released
-	for len(st.queue) > 0 && len(st.holders) < limit(st.queue[0].req) {
+	for len(st.queue) > 0 && st.admits(st.queue[0].req) {
 		w := st.queue[0]
 		st.queue = st.queue[1:]
 		w.granted <- s.grant(name, st, w.req)
@@ -125,7 +136,7 @@ func (s *Server) free(name string, st *lockState, h *holding, released bool) {
 // grant makes req a holder. s.mu is held.
 func (s *Server) grant(name string, st *lockState, req driver.Request) driver.Grant {
 	st.token++
-	h := &holding{owner: req.Owner, token: st.token, limit: limit(req), meta: req.Holder, expires: time.Now().Add(req.TTL), lost: driver.NewSignal()}
+	h := &holding{owner: req.Owner, token: st.token, limit: limit(req), shared: req.Shared, meta: req.Holder, expires: time.Now().Add(req.TTL), lost: driver.NewSignal()}
 	h.timer = time.AfterFunc(req.TTL, func() { s.expire(name, h) })
 	st.holders = append(st.holders, h)
 	g := driver.Grant{Token: h.token, Since: driver.Now(), Lost: h.lost, Recovered: st.recovered}
@@ -189,7 +200,7 @@ func (d *Driver) reach(ctx context.Context) error {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fair: true, LockDelay: true, Semaphore: true, MinTTL: time.Millisecond, InProcess: true}
+	return driver.Capabilities{Fair: true, LockDelay: true, Semaphore: true, RWMutex: true, MinTTL: time.Millisecond, InProcess: true}
 }
 
 // Acquire implements driver.Driver.
@@ -201,7 +212,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	for {
 		s.mu.Lock()
 		st := s.state(req.Name)
-		if len(st.holders) < limit(req) && len(st.queue) == 0 {
+		if st.admits(req) && len(st.queue) == 0 {
 			g := s.grant(req.Name, st, req)
 			s.mu.Unlock()
 			return g, nil
@@ -298,7 +309,7 @@ func info(name string, st *lockState) driver.Info {
 		if i == 0 {
 			in.Held, in.Token, in.Holder, in.ExpiresIn = true, h.token, h.meta, left
 		}
-		if h.limit > 1 || len(st.holders) > 1 {
+		if h.limit > 1 || h.shared {
 			in.Permits = append(in.Permits, driver.Permit{Token: h.token, Holder: h.meta, ExpiresIn: left})
 		}
 	}
