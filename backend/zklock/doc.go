@@ -30,7 +30,7 @@
 // holds, so that the predecessor's release is its turn at once. A deletion
 // therefore wakes at most two waiters, never the whole queue (no herd), and
 // a hand-off under contention costs the release's write and one watch
-// event.
+// event. (Semaphore waiters do watch the parent: see Semaphores.)
 //
 // The "_c_<guid>-" prefix is Curator's protected mode: if the connection
 // drops before the reply to a create arrives, the client cannot know
@@ -60,6 +60,35 @@
 // create under a new parent failed, and the next use of the name clears
 // it.) The root (and the path leading to it) are ordinary persistent
 // nodes, with the ACL of the driver that creates them first.
+//
+// # Semaphores
+//
+// A semaphore of n permits (Request.Limit n > 1; Capabilities.Semaphore)
+// uses the same queue: each acquirer creates the same ephemeral sequential
+// node, whose data, the holder metadata, records its n. A node holds a
+// permit when fewer than its own n nodes are ahead of it and every node
+// ahead holds; so holders are the head of the queue, and a client that
+// asks with a lower n than the holders' waits until fewer than its n hold
+// (SemaphoreLoweredLimitWaitsForHoldersAboveIt), and one with a higher n
+// queued behind it waits behind it
+// (SemaphoreDisagreeingLimitsKeepQueueOrder). Grants follow the queue, so
+// tokens (czxids) increase in grant order across all permits. A try-lock
+// does not queue when n or more nodes are queued (after a sync, as for the
+// mutex). Since any deletion ahead may be a waiter's turn, not only its
+// predecessor's (SemaphoreWaiterWakesOnAnyReleaseAhead), a waiter watches
+// the parent's children and checks again on each change: every release
+// and every new contender wakes every waiter of the semaphore, a herd that
+// Curator's InterProcessSemaphoreV2 has too, and a waiter within its n
+// reads the n of each node ahead once. Inspect lists the holders in
+// Info.Permits; Break deletes every holder's node
+// (SemaphoreBreakFreesEveryPermit). A cancelled wait deletes its node and
+// a killed holder's node goes with its session, as for the mutex
+// (SemaphoreCancelledAcquireLeavesNothingBehind,
+// SemaphoreCrashedHolderFreesPermitWithinTTL). In the compat layouts a
+// semaphore is refused with ErrUnsupported (Capabilities.Semaphore is
+// false there): kazoo's Semaphore and Curator's InterProcessSemaphoreV2
+// keep nodes of other layouts, which dlock's permits would not count
+// against (TestCompatRefusesSemaphores).
 //
 // # Names
 //

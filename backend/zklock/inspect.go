@@ -15,9 +15,10 @@ import (
 // Inspect lists the lock's queue, after a sync so that a follower answers
 // with every create and delete already returned to any client: the lowest
 // node is the holder (its czxid the token), the others are the waiters in
-// order. Each node's data is its
-// owner's Request.Holder. ExpiresIn is 0: the lock lasts as long as the
-// holder's session.
+// order. Each node's data is its owner's Request.Holder. For a semaphore,
+// the nodes at the head of the queue within their limits hold its permits
+// (holderCount), all listed in Permits. ExpiresIn is 0: the lock lasts as
+// long as the holder's session.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	info := driver.Info{Name: name}
 	parent, err := d.parentOf(name)
@@ -35,6 +36,12 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		data []byte
 		stat *zk.Stat
 	}
+	type entry struct {
+		holder []byte
+		token  uint64
+		limit  int
+	}
+	var queue []entry
 	for _, q := range d.queue(kids) {
 		n, err := retry(ctx, d, func() (node, error) {
 			data, st, err := d.conn.Get(parent + "/" + q.name)
@@ -46,15 +53,27 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		if err != nil {
 			return info, d.fail(ctx, "read "+parent, err)
 		}
-		holder, token := n.data, uint64(n.stat.Czxid)
-		if !d.isDlocks(q.name) {
-			holder, token = foreignHolder(d.compat, n.data), 0
+		e := entry{holder: n.data, token: uint64(n.stat.Czxid), limit: 1}
+		switch {
+		case !d.isDlocks(q.name):
+			e.holder, e.token = foreignHolder(d.compat, n.data), 0
+		case d.compat == "":
+			e.limit = driver.HolderLimit(n.data) // no semaphores in compat layouts
 		}
-		if !info.Held {
-			info.Held, info.Token, info.Holder = true, token, holder
-			continue
+		queue = append(queue, e)
+	}
+	if len(queue) == 0 {
+		return info, nil
+	}
+	held, _ := holderCount(len(queue), func(i int) (int, error) { return queue[i].limit, nil })
+	info.Held, info.Token, info.Holder = true, queue[0].token, queue[0].holder
+	if slices.ContainsFunc(queue[:held], func(e entry) bool { return e.limit > 1 }) {
+		for _, e := range queue[:held] {
+			info.Permits = append(info.Permits, driver.Permit{Token: e.token, Holder: e.holder})
 		}
-		info.Waiters = append(info.Waiters, holder)
+	}
+	for _, e := range queue[held:] {
+		info.Waiters = append(info.Waiters, e.holder)
 	}
 	return info, nil
 }
@@ -83,14 +102,18 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 
 // Break deletes the holder's node, whoever owns it: the holder's watch
 // reports the loss at once, and the next waiter is granted, with a higher
-// token. It needs the delete permission on the lock's parent.
+// token. Of a semaphore it deletes the nodes of every permit holder
+// (holderCount; this reads the limit of each node behind the head up to
+// the first waiter, one read for a mutex with waiters). It needs the delete
+// permission on the lock's parent.
 //
-// When the holder's node is gone by the time the delete arrives (released,
-// or its session ended, after the listing), Break lists the queue again and
-// breaks the node that holds now, if any: it returns nil only after its own
-// delete removed a holder's node, and ErrNotHeld when it finds the lock
-// free. (One case stays ambiguous: a delete whose reply was lost with the
-// connection, answered NoNode when sent again; that is counted as broken.)
+// When the holders' nodes are gone by the time the deletes arrive
+// (released, or their sessions ended, after the listing), Break lists the
+// queue again and breaks the nodes that hold now, if any: it returns nil
+// only after its own delete removed a holder's node, and ErrNotHeld when
+// it finds the lock free. (One case stays ambiguous: a delete whose reply
+// was lost with the connection, answered NoNode when sent again; that is
+// counted as broken.)
 func (d *Driver) Break(ctx context.Context, name string) error {
 	parent, err := d.parentOf(name)
 	if err != nil {
@@ -105,20 +128,44 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 		if len(q) == 0 {
 			return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)
 		}
+		held, err := d.holders(ctx, parent, q)
+		if err != nil {
+			return d.fail(ctx, "read "+parent, err)
+		}
 		if testHookBeforeBreakDelete != nil {
 			testHookBeforeBreakDelete()
 		}
-		node := parent + "/" + q[0].name
-		broke, err := d.deleteOnce(ctx, node)
-		if err != nil {
-			return d.fail(ctx, "delete "+node, err)
+		brokeAny := false
+		for _, h := range q[:held] {
+			node := parent + "/" + h.name
+			broke, err := d.deleteOnce(ctx, node)
+			if err != nil {
+				return d.fail(ctx, "delete "+node, err)
+			}
+			brokeAny = brokeAny || broke
 		}
-		if broke {
+		if brokeAny {
 			return nil
 		}
-		// Gone before our delete: someone else's turn may have begun.
+		// Gone before our deletes: someone else's turn may have begun.
 	}
 	return fmt.Errorf("%w: zookeeper: the holder of %q kept changing under Break", driver.ErrUnavailable, name)
+}
+
+// holders returns how many nodes at the head of q hold (holderCount),
+// reading the limits of the nodes behind the head. In a compat layout only
+// the head holds. A node gone since the listing ends the count: the nodes
+// ahead of it held.
+func (d *Driver) holders(ctx context.Context, parent string, q []queued) (int, error) {
+	if d.compat != "" {
+		return 1, nil
+	}
+	lim := &limits{d: d, parent: parent, known: map[string]int{}}
+	held, err := holderCount(len(q), func(i int) (int, error) { return lim.of(ctx, q[i].name) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return held, nil
+	}
+	return held, err
 }
 
 // testHookBeforeBreakDelete, when set by a test, runs between Break's

@@ -26,26 +26,32 @@ const (
 var errVanished = errors.New("zklock: the queued node vanished")
 
 // Acquire queues an ephemeral sequential node under the name's parent and
-// waits, watching only the nodes just ahead, until it is the lowest. A
-// non-waiting Acquire lists the queue first and does not queue at all when
-// it is not empty. A follower may answer that listing from before another
-// client's release, so a queue found not empty is listed again after a
-// sync before the answer is ErrNotAcquired.
+// waits, watching only the nodes just ahead, until it is the lowest; for a
+// semaphore (Request.Limit > 1), until it holds one of the permits (see
+// awaitPermit). A non-waiting Acquire lists the queue first and does not
+// queue at all when it has as many nodes as the limit (for a mutex: any).
+// A follower may answer that listing from before another client's
+// release, so a queue found full is listed again after a sync before the
+// answer is ErrNotAcquired.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	limit := max(req.Limit, 1)
+	if limit > 1 && d.compat != "" {
+		return driver.Grant{}, errCompatSemaphore(d.compat, limit)
+	}
 	parent, err := d.parentOf(req.Name)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	if !req.Wait {
 		kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
-		if err == nil && len(d.queue(kids)) > 0 {
+		if err == nil && len(d.queue(kids)) >= limit {
 			kids, err = retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 		case err != nil:
 			return driver.Grant{}, d.fail(ctx, "list "+parent, err)
-		case len(d.queue(kids)) > 0:
+		case len(d.queue(kids)) >= limit:
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 	}
@@ -57,7 +63,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		if err != nil {
 			return driver.Grant{}, err
 		}
-		g, err := d.await(ctx, n, kids, req.Wait)
+		var g driver.Grant
+		if limit > 1 {
+			g, err = d.awaitPermit(ctx, n, kids, limit, req.Wait)
+		} else {
+			g, err = d.await(ctx, n, kids, req.Wait)
+		}
 		if !errors.Is(err, errVanished) {
 			return g, err
 		}

@@ -82,6 +82,8 @@ func TestOnStandaloneServer(t *testing.T) {
 	t.Run("ServerRestartWhileHeld", func(t *testing.T) { testRestarts(t, z, open) })
 	t.Run("BreakOfLockReleasedMeanwhileIsNotHeld", func(t *testing.T) { testBreakOfReleasedLockIsNotHeld(t, z, open) })
 	t.Run("ReleaseAfterSessionExpiredIsLeaseLost", func(t *testing.T) { testReleaseAfterSessionExpired(t, z, open) })
+	t.Run("SemaphoreWaiterWakesOnAnyReleaseAhead", func(t *testing.T) { testSemaphoreWakesOnAnyReleaseAhead(t, open) })
+	t.Run("SemaphoreDisagreeingLimitsKeepQueueOrder", func(t *testing.T) { testSemaphoreDisagreeingLimitsKeepQueueOrder(t, open) })
 }
 
 func TestCapabilitiesFollowTheNegotiatedSession(t *testing.T) {
