@@ -57,16 +57,6 @@ func holdsAt(queue []*mvccpb.KeyValue, rev int64) bool {
 	return i >= 0 && len(holders) == i+1
 }
 
-// admits reports whether req's key holds with the keys ahead of it: a
-// reader's when none of them is a writer's, anyone else's when fewer than
-// its limit are ahead.
-func admits(req driver.Request, ahead []*mvccpb.KeyValue) bool {
-	if req.Shared {
-		return !slices.ContainsFunc(ahead, func(kv *mvccpb.KeyValue) bool { return !driver.HolderShared(kv.Value) })
-	}
-	return len(ahead) < max(req.Limit, 1)
-}
-
 // waitPermit returns when hd's key holds in queue pfx (see permits), or
 // with an error when ctx ends or the key or its lease is lost. While it
 // waits, keepQueued renews the lease that keeps our key alive.
@@ -161,22 +151,13 @@ func (d *Driver) holdsNow(ctx context.Context, pfx string, hd *holding, atLeast 
 }
 
 // permits splits a queue, in create-revision order, into the keys that
-// hold and those that wait, by the rule each key was granted with (its
-// value records it: driver.HolderLimit, driver.HolderShared), and reports
-// whether any is a semaphore's or a reader's. A key holds only if every
-// key ahead of it holds too: when clients disagree on a semaphore's limit,
-// a key with a higher limit does not pass a waiter with a lower one, which
-// would then be granted with a lower token than the key behind it and
-// while its own limit is reached.
+// hold and those that wait, by driver.QueueHolders (each key's value
+// records how it was asked for), and reports whether any is a semaphore's
+// or a reader's, whose holders Inspect lists as permits.
 func permits(queue []*mvccpb.KeyValue) (holders, waiters []*mvccpb.KeyValue, multiple bool) {
-	for i, kv := range queue {
-		req := driver.Request{Limit: driver.HolderLimit(kv.Value), Shared: driver.HolderShared(kv.Value)}
-		multiple = multiple || counted(req)
-		if len(waiters) == 0 && admits(req, queue[:i]) {
-			holders = append(holders, kv)
-		} else {
-			waiters = append(waiters, kv)
-		}
-	}
-	return holders, waiters, multiple
+	held, _ := driver.QueueHolders(len(queue), func(i int) ([]byte, error) { return queue[i].Value, nil })
+	multiple = slices.ContainsFunc(queue[:held], func(kv *mvccpb.KeyValue) bool {
+		return driver.HolderLimit(kv.Value) > 1 || driver.HolderShared(kv.Value)
+	})
+	return queue[:held], queue[held:], multiple
 }

@@ -90,6 +90,14 @@
 // keep nodes of other layouts, which dlock's permits would not count
 // against (TestCompatRefusesSemaphores).
 //
+// A read-write lock (Capabilities.RWMutex) uses the same queue and the
+// same watch: a reader's node (its data marked shared) holds when every
+// node ahead holds and none of them is a writer's, a writer's when it is
+// the head; a reader that comes after a waiting writer waits behind it
+// (dlocktest's RWMutex tests). The rule is driver.QueueHolders, shared
+// with etcdlock. Not in the compat layouts either (kazoo's and Curator's
+// read-write locks name their nodes differently).
+//
 // # Names
 //
 // Lock names are any UTF-8 string of 1..1024 bytes; ZooKeeper path segments

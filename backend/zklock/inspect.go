@@ -15,9 +15,9 @@ import (
 // Inspect lists the lock's queue, after a sync so that a follower answers
 // with every create and delete already returned to any client: the lowest
 // node is the holder (its czxid the token), the others are the waiters in
-// order. Each node's data is its owner's Request.Holder. For a semaphore,
-// the nodes at the head of the queue within their limits hold its permits
-// (holderCount), all listed in Permits. ExpiresIn is 0: the lock lasts as
+// order. Each node's data is its owner's Request.Holder. For a semaphore
+// or a read-write lock, the nodes at the head of the queue that hold
+// (driver.QueueHolders) are all listed in Permits. ExpiresIn is 0: the lock lasts as
 // long as the holder's session.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	info := driver.Info{Name: name}
@@ -39,7 +39,6 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	type entry struct {
 		holder []byte
 		token  uint64
-		limit  int
 	}
 	var queue []entry
 	for _, q := range d.queue(kids) {
@@ -53,21 +52,21 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		if err != nil {
 			return info, d.fail(ctx, "read "+parent, err)
 		}
-		e := entry{holder: n.data, token: uint64(n.stat.Czxid), limit: 1}
-		switch {
-		case !d.isDlocks(q.name):
+		e := entry{holder: n.data, token: uint64(n.stat.Czxid)}
+		if !d.isDlocks(q.name) {
 			e.holder, e.token = foreignHolder(d.compat, n.data), 0
-		case d.compat == "":
-			e.limit = driver.HolderLimit(n.data) // no semaphores in compat layouts
 		}
 		queue = append(queue, e)
 	}
 	if len(queue) == 0 {
 		return info, nil
 	}
-	held, _ := holderCount(len(queue), func(i int) (int, error) { return queue[i].limit, nil })
+	held := 1 // in a compat layout, only the head
+	if d.compat == "" {
+		held, _ = driver.QueueHolders(len(queue), func(i int) ([]byte, error) { return queue[i].holder, nil })
+	}
 	info.Held, info.Token, info.Holder = true, queue[0].token, queue[0].holder
-	if slices.ContainsFunc(queue[:held], func(e entry) bool { return e.limit > 1 }) {
+	if slices.ContainsFunc(queue[:held], func(e entry) bool { return driver.HolderLimit(e.holder) > 1 || driver.HolderShared(e.holder) }) {
 		for _, e := range queue[:held] {
 			info.Permits = append(info.Permits, driver.Permit{Token: e.token, Holder: e.holder})
 		}
@@ -103,7 +102,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 // Break deletes the holder's node, whoever owns it: the holder's watch
 // reports the loss at once, and the next waiter is granted, with a higher
 // token. Of a semaphore it deletes the nodes of every permit holder
-// (holderCount; this reads the limit of each node behind the head up to
+// (driver.QueueHolders; this reads the data of each node behind the head up to
 // the first waiter, one read for a mutex with waiters). It needs the delete
 // permission on the lock's parent.
 //
@@ -152,16 +151,16 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	return fmt.Errorf("%w: zookeeper: the holder of %q kept changing under Break", driver.ErrUnavailable, name)
 }
 
-// holders returns how many nodes at the head of q hold (holderCount),
-// reading the limits of the nodes behind the head. In a compat layout only
+// holders returns how many nodes at the head of q hold
+// (driver.QueueHolders), reading the data of the nodes. In a compat layout only
 // the head holds. A node gone since the listing ends the count: the nodes
 // ahead of it held.
 func (d *Driver) holders(ctx context.Context, parent string, q []queued) (int, error) {
 	if d.compat != "" {
 		return 1, nil
 	}
-	lim := &limits{d: d, parent: parent, known: map[string]int{}}
-	held, err := holderCount(len(q), func(i int) (int, error) { return lim.of(ctx, q[i].name) })
+	data := &holderData{d: d, parent: parent, known: map[string][]byte{}}
+	held, err := driver.QueueHolders(len(q), func(i int) ([]byte, error) { return data.of(ctx, q[i].name) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return held, nil
 	}

@@ -35,8 +35,8 @@ var errVanished = errors.New("zklock: the queued node vanished")
 // answer is ErrNotAcquired.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	limit := max(req.Limit, 1)
-	if limit > 1 && d.compat != "" {
-		return driver.Grant{}, errCompatSemaphore(d.compat, limit)
+	if (limit > 1 || req.Shared) && d.compat != "" {
+		return driver.Grant{}, errCompatSemaphore(d.compat)
 	}
 	parent, err := d.parentOf(req.Name)
 	if err != nil {
@@ -44,14 +44,14 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	}
 	if !req.Wait {
 		kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
-		if err == nil && len(d.queue(kids)) >= limit {
+		if err == nil && len(d.queue(kids)) >= limit && !req.Shared {
 			kids, err = retry(ctx, d, func() ([]string, error) { return d.syncedChildren(parent) })
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 		case err != nil:
 			return driver.Grant{}, d.fail(ctx, "list "+parent, err)
-		case len(d.queue(kids)) >= limit:
+		case len(d.queue(kids)) >= limit && !req.Shared:
 			return driver.Grant{}, driver.ErrNotAcquired
 		}
 	}
@@ -64,8 +64,8 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 			return driver.Grant{}, err
 		}
 		var g driver.Grant
-		if limit > 1 {
-			g, err = d.awaitPermit(ctx, n, kids, limit, req.Wait)
+		if limit > 1 || req.Shared {
+			g, err = d.awaitPermit(ctx, n, kids, req, req.Wait)
 		} else {
 			g, err = d.await(ctx, n, kids, req.Wait)
 		}

@@ -11,72 +11,53 @@ import (
 	"github.com/dlock/dlock/driver"
 )
 
-// errCompatSemaphore refuses a semaphore in a compat layout: the foreign
-// libraries' semaphores (kazoo's Semaphore, Curator's
-// InterProcessSemaphoreV2) keep nodes of their own layouts, not a queue of
-// lock nodes, so dlock's permits would not count against theirs.
-func errCompatSemaphore(layout string, limit int) error {
-	return fmt.Errorf("%w: zookeeper: semaphores (%d permits asked for) are not available in compat layouts (compat=%s): kazoo's Semaphore and Curator's InterProcessSemaphoreV2 use other layouts",
-		driver.ErrUnsupported, limit, layout)
+// errCompatSemaphore refuses a semaphore or a read-write lock in a compat
+// layout: the foreign libraries' (kazoo's Semaphore and ReadLock, Curator's
+// InterProcessSemaphoreV2 and InterProcessReadWriteLock) keep nodes of
+// layouts of their own, so dlock's would not count against theirs.
+func errCompatSemaphore(layout string) error {
+	return fmt.Errorf("%w: zookeeper: semaphores and read-write locks are not available in compat layouts (compat=%s): kazoo's and Curator's use layouts of their own",
+		driver.ErrUnsupported, layout)
 }
 
-// holderCount returns how many entries at the head of a queue of size
-// entries hold a permit: entry i holds when fewer than its own limit
-// entries are ahead of it (i < limit(i)) and every entry ahead holds. The
-// second rule matters only when clients disagree on the limit: an entry
-// behind a waiter never holds, so that grants follow the queue (tokens, the
-// czxids, increase in grant order) and nobody is granted while its own
-// limit or more hold. The head always holds, so limit(0) is not asked;
-// holderCount stops at the first error of limit.
-func holderCount(size int, limit func(i int) (int, error)) (int, error) {
-	for i := 1; i < size; i++ {
-		l, err := limit(i)
-		if err != nil {
-			return i, err
-		}
-		if i >= l {
-			return i, nil
-		}
-	}
-	return size, nil
-}
-
-// limits caches the limits of a queue's nodes, read from their data (the
-// holder metadata, see driver.HolderLimit), which never changes: each node
-// is read at most once per waiter.
-type limits struct {
+// holderData caches the data of a queue's nodes (their owners'
+// Request.Holder, which records how each asked: driver.HolderLimit,
+// driver.HolderShared), which never changes: each node is read at most
+// once per waiter.
+type holderData struct {
 	d      *Driver
 	parent string
-	known  map[string]int
+	known  map[string][]byte
 }
 
-// of returns the limit of the node called name; zk.ErrNoNode if it is gone.
-func (l *limits) of(ctx context.Context, name string) (int, error) {
-	if n, ok := l.known[name]; ok {
-		return n, nil
+// of returns the data of the node called name; zk.ErrNoNode if it is gone.
+func (h *holderData) of(ctx context.Context, name string) ([]byte, error) {
+	if data, ok := h.known[name]; ok {
+		return data, nil
 	}
-	data, err := retry(ctx, l.d, func() ([]byte, error) {
-		data, _, err := l.d.conn.Get(l.parent + "/" + name)
+	data, err := retry(ctx, h.d, func() ([]byte, error) {
+		data, _, err := h.d.conn.Get(h.parent + "/" + name)
 		return data, err
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := driver.HolderLimit(data)
-	l.known[name] = n
-	return n, nil
+	h.known[name] = data
+	return data, nil
 }
 
-// awaitPermit waits until n holds one of the limit permits of its queue:
-// until fewer than limit nodes are ahead of it and every node ahead holds
-// (holderCount). Any deletion ahead may be n's turn, not only that of the
-// node just ahead, so the waiter watches the parent's children and checks
-// again on every change (Curator's InterProcessSemaphoreV2 does the same):
-// a release wakes every waiter of the semaphore, a herd that a mutex
-// avoids. The limits of the nodes ahead are read only when n is within its
-// limit, and once each.
-func (d *Driver) awaitPermit(ctx context.Context, n *lockNode, kids []string, limit int, wait bool) (driver.Grant, error) {
-	lim := &limits{d: d, parent: n.parent, known: map[string]int{n.name: limit}}
+// awaitPermit waits until n, a semaphore's or a reader's node asked for by
+// req, holds in its queue by driver.QueueHolders: until every node ahead
+// holds and req admits it beside them. Any deletion ahead may be n's turn,
+// not only that of the node just ahead, so the waiter watches the parent's
+// children and checks again on every change (Curator's
+// InterProcessSemaphoreV2 does the same): a release wakes every waiter of
+// the semaphore or read-write lock, a herd that a mutex avoids. The data of
+// the nodes ahead is read only when n could hold (a semaphore's node within
+// its limit), and once each.
+func (d *Driver) awaitPermit(ctx context.Context, n *lockNode, kids []string, req driver.Request, wait bool) (driver.Grant, error) {
+	data := &holderData{d: d, parent: n.parent, known: map[string][]byte{n.name: req.Holder}}
+	limit := max(req.Limit, 1)
 	var changed <-chan zk.Event // the watch on the parent's children, set with the listing in kids
 	for {
 		q := d.queue(kids)
@@ -85,8 +66,8 @@ func (d *Driver) awaitPermit(ctx context.Context, n *lockNode, kids []string, li
 			n.retire()
 			return driver.Grant{}, errVanished
 		}
-		if i < limit {
-			held, err := holderCount(i+1, func(j int) (int, error) { return lim.of(ctx, q[j].name) })
+		if i < limit || req.Shared {
+			held, err := driver.QueueHolders(i+1, func(j int) ([]byte, error) { return data.of(ctx, q[j].name) })
 			switch {
 			case held > i:
 				return d.grant(ctx, n)

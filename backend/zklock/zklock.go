@@ -67,10 +67,10 @@ func (d *Driver) session() time.Duration { return time.Duration(d.sessionTimeout
 // (see the package documentation).
 func (d *Driver) leaseTTL() time.Duration { return d.session() * 2 / 3 }
 
-// Capabilities: FIFO queue, czxid tokens, sessions; semaphores in dlock's
-// own layout only (see errCompatSemaphore).
+// Capabilities: FIFO queue, czxid tokens, sessions; semaphores and
+// read-write locks in dlock's own layout only (see errCompatSemaphore).
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fair: true, DurableFencing: true, Sessions: true, Semaphore: d.compat == "", MinTTL: d.minTTL}
+	return driver.Capabilities{Fair: true, DurableFencing: true, Sessions: true, Semaphore: d.compat == "", RWMutex: d.compat == "", MinTTL: d.minTTL}
 }
 
 // Conn returns the driver's ZooKeeper connection.
