@@ -20,7 +20,7 @@ func TestQueueHoldersFollowsTheQueue(t *testing.T) {
 		{"w r r", 1},
 		{"s3 s3 s3 s3", 3},
 		{"s5 s5 s2 s5", 2}, // the limit of 2 is reached: the 5 behind it does not pass it
-		{"s2 s5 s5", 3}, // each counts by its own limit
+		{"s2 s5 s5", 3},    // each counts by its own limit
 		{"s5 s5 s5 s1", 3},
 	} {
 		var holders [][]byte
