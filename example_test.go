@@ -115,3 +115,47 @@ func ExampleClient_DoLimited() {
 	// rendering under permit token 1
 	// <nil>
 }
+
+// A read-write lock: readers hold together, a writer alone; a reader that
+// comes while a writer waits queues behind it.
+func ExampleClient_RWMutex() {
+	ctx := context.Background()
+	c, _ := dlock.Open(ctx, "mem://example-rw")
+	defer c.Close()
+
+	rw := c.RWMutex("catalog")
+	r1, _ := rw.RLock(ctx)
+	r2, _ := rw.RLock(ctx) // readers share
+	_, err := rw.TryLock(ctx)
+	fmt.Println("writer while read:", err)
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	w, _ := rw.Lock(ctx)
+	fmt.Println("writer's token above the readers':", w.Token() > r2.Token())
+	w.Unlock(ctx)
+	// Output:
+	// writer while read: dlock: lock is held by another owner
+	// writer's token above the readers': true
+}
+
+// Leader election: Campaign blocks until this client leads; the lease's
+// token is the term, which a resource can use to refuse a deposed leader.
+func ExampleElection_Campaign() {
+	ctx := context.Background()
+	c, _ := dlock.Open(ctx, "mem://example-election")
+	defer c.Close()
+
+	e := c.Election("scheduler")
+	lead, err := e.Campaign(ctx, "host-a:8080")
+	if err != nil {
+		log.Fatal(err)
+	}
+	who, _ := e.Leader(ctx)
+	fmt.Println(who.Value, "leads in term", who.Term)
+	e.Resign(ctx, lead)
+	_, err = e.Leader(ctx)
+	fmt.Println(err)
+	// Output:
+	// host-a:8080 leads in term 1
+	// dlock: lock not held
+}

@@ -70,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 	} else {
 		parallel = append(parallel, test{"SemaphoreIsUnsupportedAndSaysSo", s.testSemaphoreUnsupported})
 	}
+	parallel = append(parallel, s.electionTests()...)
 	if s.caps.RWMutex {
 		parallel = append(parallel, s.rwTests()...)
 	} else {

@@ -1,0 +1,175 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// electionTests are the election's part of the contract. An election is
+// built on the mutex, so they run on every backend.
+func (s *suite) electionTests() []test {
+	return []test{
+		{"ElectionHasOneLeaderAtATimeAndTermsIncrease", s.testElectionOneLeader},
+		{"ElectionObserversSeeTheSameLeadersInOrder", s.testElectionObserve},
+		{"ElectionLeaderLostToBreakIsObserved", s.testElectionBreak},
+	}
+}
+
+// Four clients campaign in turn, each leading for a moment and resigning:
+// never two leaders at once, Leader reports the one leading with its
+// value, and each term is above the one before.
+func (s *suite) testElectionOneLeader(t *testing.T) {
+	const clients, rounds = 4, 4
+	name := s.name(t, "e")
+	var (
+		leading atomic.Int32
+		mu      sync.Mutex
+		terms   []uint64
+		wg      sync.WaitGroup
+		errs    = make(chan error, clients)
+	)
+	for i := range clients {
+		c := s.client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := c.Election(name)
+			value := fmt.Sprintf("candidate-%d", i)
+			for range rounds {
+				ctx := testenv.Context(t, 120*time.Second)
+				l, err := e.Campaign(ctx, value)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n := leading.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d leaders at once", n)
+				}
+				mu.Lock()
+				terms = append(terms, l.Token())
+				mu.Unlock()
+				if ld, err := e.Leader(ctx); err != nil || ld.Term != l.Token() || ld.Value != value {
+					errs <- fmt.Errorf("Leader = %+v, %v while %q leads with term %d", ld, err, value, l.Token())
+				}
+				time.Sleep(10 * time.Millisecond)
+				leading.Add(-1)
+				if err := e.Resign(ctx, l); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := 1; i < len(terms); i++ {
+		if terms[i] <= terms[i-1] {
+			t.Errorf("term %d after term %d", terms[i], terms[i-1])
+		}
+	}
+	if _, err := s.client(t).Election(name).Leader(testenv.Context(t, 30*time.Second)); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Leader after every candidate resigned: got %v, want ErrNotHeld", err)
+	}
+}
+
+// Two observers watch while three candidates lead in turn, each for a few
+// observation intervals, with no leader in between: both see the same
+// sequence — each leader with its value and term, in order, and nobody
+// between them.
+func (s *suite) testElectionObserve(t *testing.T) {
+	name := s.name(t, "e")
+	ctx, stop := context.WithCancel(testenv.Context(t, 120*time.Second))
+	defer stop()
+	var seen [2][]dlock.Leadership
+	var wg sync.WaitGroup
+	ready := make(chan struct{}, 2)
+	for i := range seen {
+		ch := s.client(t).Election(name).Observe(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ld := range ch {
+				if len(seen[i]) == 0 {
+					ready <- struct{}{}
+				}
+				seen[i] = append(seen[i], ld)
+			}
+		}()
+	}
+	<-ready
+	<-ready
+	var want []dlock.Leadership
+	for i := range 3 {
+		value := fmt.Sprintf("leader-%d", i)
+		e := s.client(t).Election(name)
+		l, err := e.Campaign(ctx, value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, dlock.Leadership{Value: value, Term: l.Token()}, dlock.Leadership{})
+		time.Sleep(5 * dlock.ObserveInterval)
+		if err := e.Resign(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * dlock.ObserveInterval)
+	}
+	stop()
+	wg.Wait()
+	want = append([]dlock.Leadership{{}}, want...) // nobody led before
+	for i, got := range seen {
+		terms := func(ls []dlock.Leadership) []string {
+			var out []string
+			for _, l := range ls {
+				out = append(out, fmt.Sprintf("%s/%d", l.Value, l.Term))
+			}
+			return out
+		}
+		if !slices.Equal(terms(got), terms(want)) {
+			t.Errorf("observer %d saw %v, want %v", i, terms(got), terms(want))
+		}
+	}
+}
+
+// A leader whose lease is broken learns of it (Done), and an observer sees
+// the leadership end.
+func (s *suite) testElectionBreak(t *testing.T) {
+	name := s.name(t, "e")
+	ctx, stop := context.WithCancel(testenv.Context(t, 60*time.Second))
+	defer stop()
+	l, err := s.client(t).Election(name).Campaign(ctx, "doomed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := s.client(t).Election(name).Observe(ctx)
+	if first := <-obs; first.Term != l.Token() || first.Value != "doomed" {
+		t.Fatalf("observer first saw %+v, want the leader with term %d", first, l.Token())
+	}
+	if err := s.client(t).Break(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(s.h.ttl() + 5*time.Second):
+		t.Fatalf("the broken leader's Done did not close within %v", s.h.ttl()+5*time.Second)
+	}
+	select {
+	case next := <-obs:
+		if next.Term != 0 {
+			t.Errorf("after the Break the observer saw %+v, want nobody leading", next)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the observer did not see the leadership end within 5s")
+	}
+}
