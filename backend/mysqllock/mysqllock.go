@@ -215,7 +215,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			}
 			return fmt.Errorf("%w: mysqllock: %s lacks the CREATE privilege to create the lease table %s and its permit table %s (%w): "+
 				"GRANT CREATE, SELECT, INSERT, UPDATE ON %s.* TO %s; "+
-				"or have an administrator create it once (Migrate, or these statements):\n%s;\n%s",
+				"or have an administrator create them once (Migrate, or these statements):\n%s;\n%s",
 				driver.ErrUnavailable, user, d.table, permitTable(d.table), err, db, user, d.q.createTable, d.q.createPermits)
 		}
 		return fmt.Errorf("mysqllock: create the lease table %s: %w", d.table, d.fail(ctx, err))
