@@ -98,10 +98,12 @@
 // waiter waits on the bell of one permit — each permit has a bell of its
 // own — the live permit of another driver that expires first (renewed
 // longest ago); its release, loss or holder's death wakes the waiter at
-// once (testPermitBell), and its expiry ends the wait. A release of another
-// permit is seen at the next look: after that ring or expiry, after the
-// wait's cap (5 s), or at the portable layer's retry (every 1–2 s). This
-// driver's own releases wake its waiters of the name in-process.
+// once (testPermitBell: about 10 ms), and its expiry ends the wait. A
+// release of another permit rings nothing that waiter hears: it is seen at
+// the next look — after that ring or expiry, after the wait's cap (5 s), or
+// at the portable layer's retry, every 1–2 s, which bounds it
+// (testPermitReleasedUnwatched: about 2 s). This driver's own releases wake
+// its waiters of the name in-process.
 //
 // # Guarantees
 //

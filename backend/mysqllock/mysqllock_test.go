@@ -109,6 +109,7 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("TLSVerifiesTheHostOfTheURL", s.testTLSHost)
 	t.Run("SemaphoreWaiterWakesByThePermitsBell", s.testPermitBell)
 	t.Run("SemaphoreOnTableMigratedBeforeSemaphores", s.testPermitsOnOldTable)
+	t.Run("SemaphoreReleaseOfAnotherPermitIsSeenAtTheNextLook", s.testPermitReleasedUnwatched)
 }
 
 func (s server) testHostileNames(t *testing.T) {

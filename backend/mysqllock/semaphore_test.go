@@ -161,3 +161,47 @@ func (s server) testPermitsOnOldTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// testPermitReleasedUnwatched: a release of a permit other than the one
+// whose bell a waiter waits on rings nothing the waiter hears; it gets in
+// at its next look, which the portable layer's retry bounds (every 1–2 s).
+func (s server) testPermitReleasedUnwatched(t *testing.T) {
+	db := s.sqlDB(t)
+	holder := s.client(t, dlock.WithTTL(60*time.Second))
+	waiter := s.client(t, dlock.WithTTL(60*time.Second))
+	const name = "permit-unwatched"
+	ctx := testenv.Context(t, 60*time.Second)
+	first, err := holder.Semaphore(name, 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Unlock(ctx)
+	time.Sleep(10 * time.Millisecond) // the second permit expires later
+	second, err := holder.Semaphore(name, 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := waiter.Semaphore(name, 2).Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitInGetLock(t, db, "the waiter")
+	released := time.Now()
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		return
+	}
+	took := time.Since(released)
+	t.Logf("granted %v after the release of the permit not waited on", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("granted %v after the release: want within the portable layer's retry (2 s) and a margin", took)
+	}
+	_ = l.Unlock(ctx)
+}
