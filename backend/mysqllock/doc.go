@@ -67,6 +67,44 @@
 // bytes maps to a bell; a collision would cost only a spurious wake-up,
 // never exclusion.
 //
+// # Semaphores
+//
+// A semaphore of n permits (dlock's Semaphore; Capabilities.Semaphore) keeps
+// its permits in a second table, created with the lease table: the lease
+// table's name followed by "_permits" (dlock_leases_permits), or, where that
+// would pass MySQL's 64 characters, the first 47 characters of the lease
+// table's name, "_", 8 hex digits of its hash and "_permits". A lease table
+// created before semaphores keeps working for mutexes without it (Inspect,
+// List and Break find no permits); the first semaphore creates it, which
+// needs CREATE, as the lease table did (or Migrate again;
+// TestPermitTableNamesFitMySQL, testPermitsOnOldTable).
+//
+// A permit is a row with its own owner, token and expires_at, by the
+// server's clock as for a mutex. A grant is one InnoDB transaction (five
+// round trips; four for a refusal): it locks the name's row in the lease
+// table and takes the next token from its counter — the mutex's counter,
+// so tokens of one name increase in grant order across all permits and
+// never repeat — counts the live permits with a locking read, and writes
+// the permit only if fewer than the request's own n are live (so a holder
+// above a lowered limit keeps its permit, and waits the lower-limit client
+// out). An ended permit's row is reused by a later grant; a grant that takes
+// the row of one that expired or was broken reports Recovered. Extend and
+// Release act on the caller's own permit only; Break ends every permit of
+// the name. The conformance suite checks the bound, tokens, Inspect's
+// Permits, cancelled waits, the lowered limit, Break and a killed holder
+// (freed within its TTL).
+//
+// Waiting: a session blocks on one user lock at a time, so a semaphore's
+// waiter waits on the bell of one permit — each permit has a bell of its
+// own — the live permit of another driver that expires first (renewed
+// longest ago); its release, loss or holder's death wakes the waiter at
+// once (testPermitBell: about 10 ms), and its expiry ends the wait. A
+// release of another permit rings nothing that waiter hears: it is seen at
+// the next look — after that ring or expiry, after the wait's cap (5 s), or
+// at the portable layer's retry, every 1–2 s, which bounds it
+// (testPermitReleasedUnwatched: about 2 s). This driver's own releases wake
+// its waiters of the name in-process.
+//
 // # Guarantees
 //
 //   - Clock: expiry is judged by the database server's clock only
@@ -143,9 +181,10 @@
 //
 // # Privileges
 //
-// SELECT, INSERT and UPDATE on the table; CREATE on the database to create
-// it on first use (or have an administrator run Migrate, or the statement
-// in the error message, once). Without CREATE, the first operation fails
+// SELECT, INSERT and UPDATE on the tables (nothing is ever deleted);
+// CREATE on the database to create them on first use (or have an
+// administrator run Migrate, or the statements in the error message,
+// once). Without CREATE, the first operation fails
 // with an error wrapping dlock.ErrUnavailable that names the table, the
 // missing privilege, and the GRANT to run.
 package mysqllock

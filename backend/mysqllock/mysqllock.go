@@ -98,7 +98,8 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 			return nil, err
 		}
 	}
-	d.q = newQueries("`" + strings.ReplaceAll(d.table, "`", "``") + "`")
+	quote := func(id string) string { return "`" + strings.ReplaceAll(id, "`", "``") + "`" }
+	d.q = newQueries(quote(d.table), quote(permitTable(d.table)))
 	d.bells = newBells(db)
 	return d, nil
 }
@@ -191,12 +192,17 @@ func configFromURL(ctx context.Context, u *url.URL) (*mysql.Config, []Option, er
 	return cfg, opts, nil
 }
 
-// Migrate creates the lease table if it does not exist. It needs the
-// CREATE privilege; the other operations call it on first use.
+// Migrate creates the lease table and the permit table (semaphores; see
+// the package doc) if they do not exist. It needs the CREATE privilege;
+// the other operations call it on first use of a missing table.
 func (d *Driver) Migrate(ctx context.Context) error {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	if _, err := d.db.ExecContext(octx, d.q.createTable); err != nil {
+	_, err := d.db.ExecContext(octx, d.q.createTable)
+	if err == nil {
+		_, err = d.db.ExecContext(octx, d.q.createPermits)
+	}
+	if err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044) {
 			db, user := "<database>", "<user>"
@@ -207,10 +213,10 @@ func (d *Driver) Migrate(ctx context.Context) error {
 					user = "'" + u + "'@'" + h + "'"
 				}
 			}
-			return fmt.Errorf("%w: mysqllock: %s lacks the CREATE privilege to create the lease table %s (%w): "+
+			return fmt.Errorf("%w: mysqllock: %s lacks the CREATE privilege to create the lease table %s and its permit table %s (%w): "+
 				"GRANT CREATE, SELECT, INSERT, UPDATE ON %s.* TO %s; "+
-				"or have an administrator create it once (Migrate, or this statement):\n%s",
-				driver.ErrUnavailable, user, d.table, err, db, user, d.q.createTable)
+				"or have an administrator create them once (Migrate, or these statements):\n%s;\n%s",
+				driver.ErrUnavailable, user, d.table, permitTable(d.table), err, db, user, d.q.createTable, d.q.createPermits)
 		}
 		return fmt.Errorf("mysqllock: create the lease table %s: %w", d.table, d.fail(ctx, err))
 	}
@@ -218,8 +224,14 @@ func (d *Driver) Migrate(ctx context.Context) error {
 }
 
 // stmt returns the prepared statement for query, preparing it — and
-// creating the table if it is missing — on first use.
+// creating the tables if one is missing — on first use.
 func (d *Driver) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	return d.prepare(ctx, query, true)
+}
+
+// prepare is stmt; without migrate, a missing table is the caller's error
+// to handle (isNoTable), unclassified.
+func (d *Driver) prepare(ctx context.Context, query string, migrate bool) (*sql.Stmt, error) {
 	d.mu.Lock()
 	s := d.stmts[query]
 	d.mu.Unlock()
@@ -229,6 +241,9 @@ func (d *Driver) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
 	s, err := d.db.PrepareContext(octx, query)
+	if !migrate && isNoTable(err) {
+		return nil, err
+	}
 	if isNoTable(err) {
 		if err := d.Migrate(ctx); err != nil {
 			return nil, err
@@ -304,8 +319,11 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 }
 
 // TryAcquire implements driver.Retrier: one INSERT … ON DUPLICATE KEY
-// UPDATE, one round trip.
+// UPDATE, one round trip; for a semaphore (Limit > 1), tryPermit.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if req.Limit > 1 {
+		return d.tryPermit(ctx, req)
+	}
 	bellArg := d.bellArg(ctx)
 	name, ttl := []byte(req.Name), micros(req.TTL)
 	sent := driver.Now()
@@ -319,7 +337,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	v := uint64(id)
 	if v&1 == 0 {
-		d.attemptFailed(req.Name)
+		d.attemptFailed(req.Name, false)
 		return driver.Grant{}, time.Duration(v>>1) * time.Microsecond, driver.ErrNotAcquired
 	}
 	d.bells.hold(bellName(d.table, req.Name), req.Owner, sent.Add(req.TTL))
@@ -336,6 +354,9 @@ func (d *Driver) bellArg(ctx context.Context) any {
 
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	if _, ok := h.Handle.(permit); ok {
+		return d.extendPermit(ctx, h, ttl)
+	}
 	sent := driver.Now()
 	r, err := exec(ctx, d, d.q.extend, micros(ttl), d.bellArg(ctx), []byte(h.Name), h.Owner)
 	if err != nil {
@@ -355,6 +376,9 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 // Release implements driver.Driver and driver.Retrier: it frees the row,
 // then rings the bell.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
+	if _, ok := h.Handle.(permit); ok {
+		return d.releasePermit(ctx, h)
+	}
 	r, err := exec(ctx, d, d.q.release, []byte(h.Name), h.Owner)
 	if err != nil {
 		return err
@@ -369,7 +393,9 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	return nil
 }
 
-// Inspect implements driver.Driver. ExpiresIn is by the server's clock.
+// Inspect implements driver.Driver. ExpiresIn is by the server's clock. A
+// name that is not a held mutex is looked up among the permits: a second
+// statement.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	s, err := d.stmt(ctx, d.q.inspect)
 	if err != nil {
@@ -381,7 +407,7 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	defer cancel()
 	err = s.QueryRowContext(octx, []byte(name)).Scan(&in.Token, &in.Holder, &left)
 	if errors.Is(err, sql.ErrNoRows) {
-		return driver.Info{Name: name}, nil
+		return d.inspectPermits(ctx, name)
 	}
 	if err != nil {
 		return driver.Info{}, d.fail(ctx, err)
@@ -391,7 +417,7 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 }
 
 // List implements driver.Driver: the held locks whose names start with
-// prefix, byte for byte.
+// prefix, byte for byte, mutexes and semaphores (two statements).
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	s, err := d.stmt(ctx, d.q.list)
 	if err != nil {
@@ -416,12 +442,21 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 		in.Name, in.ExpiresIn = string(name), time.Duration(left)*time.Microsecond
 		out = append(out, in)
 	}
-	return out, d.fail(ctx, rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	sems, err := d.listPermits(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return mergeByName(out, sems), nil
 }
 
 // Break implements driver.Driver: the lease expires now; the holder's next
 // renewal is refused and the next grant gets the next token. Waiters wake
-// when the holder's bell drops (at that renewal) or at their next look.
+// when the holder's bell drops (at that renewal) or at their next look. A
+// name that is not a held mutex is broken as a semaphore, every permit at
+// once (breakPermits): a second statement.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	r, err := exec(ctx, d, d.q.breakLease, []byte(name))
 	if err != nil {
@@ -430,14 +465,14 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	if n, err := r.RowsAffected(); err != nil {
 		return d.fail(ctx, err)
 	} else if n == 0 {
-		return fmt.Errorf("%w: mysqllock: %q is free", driver.ErrNotHeld, name)
+		return d.breakPermits(ctx, name)
 	}
 	return nil
 }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{DurableFencing: true, LockDelay: true, MinTTL: 10 * time.Millisecond}
+	return driver.Capabilities{DurableFencing: true, LockDelay: true, Semaphore: true, MinTTL: 10 * time.Millisecond}
 }
 
 // Close implements driver.Driver: it drops the bells (waking the waiters of

@@ -107,6 +107,9 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("CrashWhileHeldKeepsTokensAndGrantsDueLeases", s.testCrashWhileHeld)
 	t.Run("URLParameters", s.testURL)
 	t.Run("TLSVerifiesTheHostOfTheURL", s.testTLSHost)
+	t.Run("SemaphoreWaiterWakesByThePermitsBell", s.testPermitBell)
+	t.Run("SemaphoreOnTableMigratedBeforeSemaphores", s.testPermitsOnOldTable)
+	t.Run("SemaphoreReleaseOfAnotherPermitIsSeenAtTheNextLook", s.testPermitReleasedUnwatched)
 }
 
 func (s server) testHostileNames(t *testing.T) {

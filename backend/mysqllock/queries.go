@@ -107,13 +107,144 @@ const wait = `SELECT CASE
 	ELSE 0 END
 FROM (SELECT 1) AS one LEFT JOIN {t} AS l ON l.name = ?`
 
+// Semaphores (driver.Request.Limit > 1). {p} is the quoted permit table
+// (permitTable). A semaphore's name has a row in the lease table too, but
+// only for its token counter: that row stays free (owner NULL, expires_at
+// the sentinel), and every permit grant of the name locks it, so grants of
+// one name are serialized and take their tokens from the counter in grant
+// order. Each live permit is a row of the permit table.
+//
+// A grant is one transaction: permitCounter (locks the row and takes the
+// next token), permitCount (counts the live permits, and locks them all),
+// then, if fewer than the request's limit are live, permitReuse (when an
+// ended permit's row is there to take) or permitGrant, and COMMIT;
+// otherwise ROLLBACK, which also gives the token back. Four round trips for
+// a refusal (with BEGIN), five for a grant. Nothing is ever deleted, so the
+// statements need no privilege beyond the mutex's (SELECT, INSERT, UPDATE).
+
+// createPermits is the permit table. A row is one permit, live while
+// expires_at is in the future. A row that has ended (released: owner NULL;
+// expired or broken: owner still set) is taken over by a later grant of its
+// name, with the new token as its key, so a name has as many rows as it
+// ever had permits live at once. The name's token counter is in the lease
+// table. bell is the holder's bell connection, as in the lease table; the
+// permit's bell is permitBell of its token.
+const createPermits = `CREATE TABLE IF NOT EXISTS {p} (
+	name       VARBINARY(1024) NOT NULL,
+	token      BIGINT UNSIGNED NOT NULL,
+	owner      VARBINARY(64) NULL,
+	holder     BLOB NULL,
+	bell       BIGINT UNSIGNED NULL,
+	expires_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (name, token)
+) ENGINE=InnoDB`
+
+// permitCounter locks the name's lease row, creating it free if it is new,
+// and takes the next token through LAST_INSERT_ID(expr), reported in the OK
+// packet. The row's lease columns are left alone. The exclusive row lock
+// is held until the transaction ends: it serializes the grants of the name,
+// so the count that follows cannot be raced, and the tokens are taken in
+// grant order. A refusal rolls the increment back. Parameter: name.
+const permitCounter = `INSERT INTO {t} (name, token, owner, holder, bell, expires_at)
+VALUES (?, LAST_INSERT_ID(1), NULL, NULL, NULL, '1000-01-01 00:00:00')
+ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)`
+
+// permitCount counts the name's live permits, its ended ones, those of
+// them that ended without a release (expired or broken: owner still set),
+// and the time left on the live one that expires first (the caller's
+// retryAfter). FOR UPDATE
+// makes it a locking read of the newest committed rows (not a snapshot, at
+// any isolation level), and holds them until the transaction ends: a
+// renewal that commits just before cannot be missed, and no permit counted
+// live is released or renewed in between (those wait for the commit). New
+// permits of the name cannot appear: their grants wait for the lease row.
+// Parameter: name.
+const permitCount = `SELECT COALESCE(SUM(expires_at > UTC_TIMESTAMP(6)), 0), COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0),
+	COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6) AND owner IS NOT NULL), 0),
+	COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), MIN(IF(expires_at > UTC_TIMESTAMP(6), expires_at, NULL))), 0)
+FROM {p} WHERE name = ? FOR UPDATE`
+
+// permitReuse writes the new permit over an ended one of the name (its
+// holder's next renewal or release finds its token gone: ErrLeaseLost),
+// one that ended without a release first: the grant then reports
+// Recovered, as it takes that holder's place. Its lease starts by the
+// server's clock now. Parameters: token, owner, holder, bell, ttl_us, name.
+const permitReuse = `UPDATE {p} SET token = ?, owner = ?, holder = ?, bell = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE name = ? AND expires_at <= UTC_TIMESTAMP(6) ORDER BY owner IS NULL LIMIT 1`
+
+// permitGrant writes the new permit in a new row, when the name has no
+// ended one. Parameters: name, token, owner, holder, bell, ttl_us.
+const permitGrant = `INSERT INTO {p} (name, token, owner, holder, bell, expires_at)
+VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+
+// permitExtend renews a live permit of owner (found by its token: the
+// primary key), and records where its bell is now. Parameters: ttl_us,
+// bell, name, token, owner.
+const permitExtend = `UPDATE {p} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, bell = ?
+WHERE name = ? AND token = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// permitRelease frees a live permit of owner, as release does a lease.
+// Parameters: name, token, owner.
+const permitRelease = `UPDATE {p} SET owner = NULL, holder = NULL, bell = NULL, expires_at = '1000-01-01 00:00:00'
+WHERE name = ? AND token = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// permitBreak ends every live permit of the name. The owners stay, so that
+// the grants that take their rows report Recovered. Parameter: name.
+const permitBreak = `UPDATE {p} SET expires_at = '1000-01-01 00:00:00'
+WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// permitInspect reads the live permits of one name in grant order.
+// Parameter: name.
+const permitInspect = `SELECT token, holder, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM {p} WHERE name = ? AND expires_at > UTC_TIMESTAMP(6) ORDER BY token`
+
+// permitList reads the live permits whose names start with a prefix, as
+// list does, by name and then in grant order. Parameters: prefix,
+// len(prefix), prefix.
+const permitList = `SELECT name, token, holder, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM {p} WHERE name >= ? AND LEFT(name, ?) = ? AND expires_at > UTC_TIMESTAMP(6)
+ORDER BY name, token`
+
+// permitWait is a semaphore waiter's server-side wait, the wait statement's
+// counterpart (the same outcomes). A session can block on one bell only, so
+// it waits on the bell of the live permit that expires first among those
+// held by other drivers (this driver's own releases wake its waiters
+// in-process): the permit renewed longest ago, the likeliest to end next.
+// It wakes when that permit is released, lost, or its holder dies, and
+// when its lease runs out; a release of another permit is seen at the next
+// look (after a ring, at the cap, or at the portable layer's retry). The
+// bell's name is computed here as permitBell does in Go: "dlock:" and the
+// first 32 hex digits of the SHA-256 of the prefix parameter (table, NUL,
+// name, 0xFF) followed by the token in decimal.
+//
+//	1  no live permit: try now
+//	4  every live permit is this driver's: wait in-process
+//	2, 3, 5, 0  as in wait, for the chosen permit
+//
+// Parameters: name, cap_seconds, bell prefix, name, own bell connection id
+// (0 if none).
+const permitWait = `SELECT CASE
+	WHEN p.token IS NULL THEN IF(EXISTS (SELECT 1 FROM {p} WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)), 4, 1)
+	WHEN IS_USED_LOCK(p.b) = p.bell THEN 2 + COALESCE(
+		GET_LOCK(p.b, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), p.expires_at) / 1000000)))
+		AND RELEASE_LOCK(p.b), 0)
+	WHEN p.bell IS NOT NULL AND IS_USED_LOCK(p.b) IS NULL THEN 5
+	ELSE 0 END
+FROM (SELECT 1) AS one LEFT JOIN (
+	SELECT token, bell, expires_at, CONCAT('dlock:', LEFT(SHA2(CONCAT(?, token), 256), 32)) AS b
+	FROM {p} WHERE name = ? AND expires_at > UTC_TIMESTAMP(6) AND NOT (bell <=> ?)
+	ORDER BY expires_at LIMIT 1) AS p ON 1`
+
 // queries binds the statements to one table.
 type queries struct {
 	createTable, acquire, extend, release, breakLease, inspect, list, wait string
+
+	createPermits, permitCounter, permitCount, permitReuse, permitGrant, permitExtend,
+	permitRelease, permitBreak, permitInspect, permitList, permitWait string
 }
 
-func newQueries(quotedTable string) queries {
-	r := strings.NewReplacer("{t}", quotedTable)
+func newQueries(quotedTable, quotedPermits string) queries {
+	r := strings.NewReplacer("{t}", quotedTable, "{p}", quotedPermits)
 	return queries{
 		createTable: r.Replace(createTable),
 		acquire:     r.Replace(acquire),
@@ -123,5 +254,17 @@ func newQueries(quotedTable string) queries {
 		inspect:     r.Replace(inspect),
 		list:        r.Replace(list),
 		wait:        r.Replace(wait),
+
+		createPermits: r.Replace(createPermits),
+		permitCounter: r.Replace(permitCounter),
+		permitCount:   r.Replace(permitCount),
+		permitReuse:   r.Replace(permitReuse),
+		permitGrant:   r.Replace(permitGrant),
+		permitExtend:  r.Replace(permitExtend),
+		permitRelease: r.Replace(permitRelease),
+		permitBreak:   r.Replace(permitBreak),
+		permitInspect: r.Replace(permitInspect),
+		permitList:    r.Replace(permitList),
+		permitWait:    r.Replace(permitWait),
 	}
 }

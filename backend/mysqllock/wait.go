@@ -22,14 +22,21 @@ type localName struct {
 	isArmed  bool
 	released chan struct{} // closed, and replaced, when this driver releases the lock
 	failed   chan struct{} // closed, and replaced, when an attempt found the lock held
+	// sem: the last attempt that found it held asked for a semaphore
+	// permit; its waiters wait with permitWait, and this driver's
+	// releases notify them all directly (waiters blocked on another
+	// driver's permit's bell would not see them).
+	sem     bool
+	waiters map[*waiter]struct{}
 }
 
 // waitSession is a connection with the wait statement prepared on it, kept
 // for the next waiter while it is clean (no user lock, no kill pending).
 type waitSession struct {
-	conn *sql.Conn
-	id   uint64
-	stmt *sql.Stmt
+	conn  *sql.Conn
+	id    uint64
+	stmt  *sql.Stmt
+	pstmt *sql.Stmt // permitWait, prepared on first use
 }
 
 const maxIdleSessions = 4
@@ -44,26 +51,30 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 	d.lmu.Lock()
 	ln := d.locals[name]
 	if ln == nil {
-		ln = &localName{armed: make(chan struct{}), released: make(chan struct{}), failed: make(chan struct{})}
+		ln = &localName{armed: make(chan struct{}), released: make(chan struct{}), failed: make(chan struct{}),
+			waiters: map[*waiter]struct{}{}}
 		d.locals[name] = ln
 	}
 	ln.n++
-	d.lmu.Unlock()
 	w := &waiter{d: d, ln: ln, name: name, bell: bellName(d.table, name),
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{})}
+	ln.waiters[w] = struct{}{}
+	d.lmu.Unlock()
 	go w.run()
 	return w.wake, w.stop, nil
 }
 
 // attemptFailed tells this driver's waiters of name that an attempt found
-// the lock held: the first such attempt starts their waits.
-func (d *Driver) attemptFailed(name string) {
+// the lock held (sem: every permit of the semaphore): the first such
+// attempt starts their waits.
+func (d *Driver) attemptFailed(name string, sem bool) {
 	d.lmu.Lock()
 	defer d.lmu.Unlock()
 	ln := d.locals[name]
 	if ln == nil {
 		return
 	}
+	ln.sem = sem
 	if !ln.isArmed {
 		ln.isArmed = true
 		close(ln.armed)
@@ -79,12 +90,19 @@ func (d *Driver) releasedLocally(name string) {
 	if ln := d.locals[name]; ln != nil {
 		close(ln.released)
 		ln.released = make(chan struct{})
+		if ln.sem {
+			for w := range ln.waiters {
+				w.notify()
+			}
+		}
 	}
 }
 
-func (d *Driver) unregister(name string, ln *localName) {
+func (d *Driver) unregister(name string, w *waiter) {
 	d.lmu.Lock()
 	defer d.lmu.Unlock()
+	ln := w.ln
+	delete(ln.waiters, w)
 	if ln.n--; ln.n == 0 && d.locals[name] == ln {
 		delete(d.locals, name)
 	}
@@ -133,6 +151,9 @@ func (d *Driver) putSession(s *waitSession, clean bool) {
 		d.lmu.Unlock()
 	}
 	s.stmt.Close()
+	if s.pstmt != nil {
+		s.pstmt.Close()
+	}
 	if clean {
 		s.conn.Close()
 	} else {
@@ -148,6 +169,9 @@ func (d *Driver) closeSessions() {
 	d.lmu.Unlock()
 	for _, s := range idle {
 		s.stmt.Close()
+		if s.pstmt != nil {
+			s.pstmt.Close()
+		}
 		s.conn.Close()
 	}
 }
@@ -194,17 +218,34 @@ func (w *waiter) run() {
 	signalled := false // armed: an attempt has just failed
 	for {
 		w.d.lmu.Lock()
-		released, failed := w.ln.released, w.ln.failed
+		released, failed, sem := w.ln.released, w.ln.failed, w.ln.sem
 		w.d.lmu.Unlock()
 		var ours any
 		if id := w.d.bells.ownID(); id != 0 {
 			ours = id
 		}
+		if sem && s.pstmt == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), sessionOpenTimeout)
+			s.pstmt, err = s.conn.PrepareContext(ctx, w.d.q.permitWait)
+			cancel()
+			if err != nil {
+				clean = false
+				return
+			}
+		}
 		if !w.enter(s) {
 			return
 		}
 		var st sql.NullInt64
-		err := s.stmt.QueryRowContext(context.Background(), ours, w.bell, w.bell, waitCap, w.bell, w.bell, []byte(w.name)).Scan(&st)
+		if sem {
+			// The semaphore's wait (permitWait): 0 stands for no bell
+			// connection of ours, as no permit's bell column is 0.
+			id := w.d.bells.ownID()
+			err = s.pstmt.QueryRowContext(context.Background(), []byte(w.name), waitCap,
+				permitBellPrefix(w.d.table, w.name), []byte(w.name), id).Scan(&st)
+		} else {
+			err = s.stmt.QueryRowContext(context.Background(), ours, w.bell, w.bell, waitCap, w.bell, w.bell, []byte(w.name)).Scan(&st)
+		}
 		killed := w.leave()
 		if killed || err != nil {
 			clean = false
@@ -341,7 +382,7 @@ const (
 func (w *waiter) stop() {
 	w.once.Do(func() {
 		close(w.stopped)
-		defer w.d.unregister(w.name, w.ln)
+		defer w.d.unregister(w.name, w)
 		wait := stopGrace
 		deadline := time.Now().Add(stopBound)
 		for {
