@@ -2,5 +2,6 @@
 // for importing dlock: testdata holds one small program per backend, each
 // a module of its own that imports only dlock and that backend (and one
 // that imports only the portable layer), as a user's program would. The
-// test builds each outside the workspace and reads its go list -m all.
+// test resolves each one's imports outside the workspace (go list -deps)
+// and reads its go list -m all.
 package modgraph
