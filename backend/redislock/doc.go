@@ -69,6 +69,42 @@
 // a release that finds nobody queued publishes nothing
 // (TestReleaseWithNobodyQueuedPublishesNothing).
 //
+// # Semaphores
+//
+// A semaphore (dlock's Semaphore, driver.Request.Limit > 1) keeps its
+// permits in two keys of the name beside the mutex's, under the same hash
+// tag: a sorted set of owner keys scored by each permit's expiry in ms on
+// the server's clock (TIME in the script), and a hash of each owner's
+// token and holder metadata. Every permit script first drops the permits
+// whose expiry has passed, so an expired permit frees its place at the
+// next attempt; both keys expire with the latest permit, so a semaphore
+// whose holders all died leaves no keys (TestExpiredPermitLetsWaiterIn).
+// A grant is one script in one round trip: it is made while fewer than
+// the caller's own limit are held, and its token is the next value of the
+// name's fence counter, the mutex's, so tokens increase in grant order
+// across all permits and across Break. Extend and Release act on the
+// caller's own permit only, and fail with ErrLeaseLost once it has
+// expired or been broken; Break frees every permit.
+//
+// Waiters queue in the name's queue, as a mutex's do, with the same
+// heartbeat, and are granted a permit only when first in line (a plain
+// Acquire's first attempt and a plain TryAcquire take a free permit
+// whoever waits; with dlock.WithFair, nobody passes a live waiter, and
+// waiters are granted in arrival order). There is no hand-off: a release
+// (or Break, or a waiter that gives up) publishes the first waiter's
+// owner key on the name's channel if that waiter may now be granted a
+// permit, and the waiter tries; a grant that leaves a permit free wakes
+// the next one the same way (TestSemaphoreReleaseWakesWaiters). An expiry
+// publishes nothing: a waiter also looks again when the first permit held
+// would expire. This works on Redis Cluster too, as each name's keys
+// share a slot. Inspect lists every permit in grant order; List finds
+// semaphores by their permits keys. compat=setnx has no semaphores
+// (Capabilities().Semaphore is false there, and Limit > 1 is
+// ErrUnsupported): the other libraries lock a key with one holder. A name
+// is either a mutex or a semaphore: the two share the fence counter and
+// the queue, but a mutex's lock key and a semaphore's permits do not see
+// each other.
+//
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
 // Cluster works and any UTF-8 name of up to 1024 bytes is a valid name.

@@ -174,14 +174,22 @@ func (d *Driver) unavailable(ctx context.Context, err error) error {
 	return redisscript.Unavailable(ctx, d.where, err)
 }
 
-// Capabilities: fair waiting (not in compat=setnx), no sessions, fencing
-// durable only if declared.
+// Capabilities: fair waiting and semaphores (not in compat=setnx, whose
+// foreign clients know neither), no sessions, fencing durable only if
+// declared.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fair: d.layout != redisscript.SetNX, DurableFencing: d.durable, MinTTL: MinTTL}
+	own := d.layout != redisscript.SetNX
+	return driver.Capabilities{Fair: own, Semaphore: own, DurableFencing: d.durable, MinTTL: MinTTL}
 }
 
 // Acquire takes the lock; see the package documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if req.Limit > 1 {
+		if d.layout == redisscript.SetNX {
+			return driver.Grant{}, fmt.Errorf("%w: redis compat=setnx: semaphores (the other libraries lock a key with one holder)", driver.ErrUnsupported)
+		}
+		return d.acquirePermit(ctx, req)
+	}
 	if d.layout == redisscript.SetNX {
 		return d.acquireSetNX(ctx, req)
 	}
@@ -210,7 +218,13 @@ func (d *Driver) subscribe(ctx context.Context, name, owner string, wake chan st
 
 // Extend renews the lease if it is still the owner's.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
-	ok, err := d.heldKeys(h).Extend(ctx, d.rdb, h.Owner, ttl)
+	var ok bool
+	var err error
+	if p, isPermit := h.Handle.(permit); isPermit {
+		ok, err = p.k.ExtendPermit(ctx, d.rdb, h.Owner, ttl)
+	} else {
+		ok, err = d.heldKeys(h).Extend(ctx, d.rdb, h.Owner, ttl)
+	}
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -223,7 +237,13 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 // Release frees the lock if it is still the owner's, and wakes the next
 // waiter.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
-	ok, err := d.heldKeys(h).Release(ctx, d.rdb, h.Owner, d.wake)
+	var ok bool
+	var err error
+	if p, isPermit := h.Handle.(permit); isPermit {
+		ok, err = p.k.ReleasePermit(ctx, d.rdb, h.Owner)
+	} else {
+		ok, err = d.heldKeys(h).Release(ctx, d.rdb, h.Owner, d.wake)
+	}
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}
@@ -234,7 +254,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 // Inspect reports the holder, its token and remaining TTL, and the live
-// fair waiters in order.
+// fair waiters in order; for a semaphore, every permit's holder.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if d.layout == redisscript.SetNX {
 		return d.inspectSetNX(ctx, name)
@@ -252,6 +272,12 @@ func infoFrom(name string, st redisscript.State) driver.Info {
 		in.Held, in.Holder, in.ExpiresIn = true, redisscript.ForeignHolder, st.PTTL
 	} else if st.Held {
 		in.Held, in.Token, in.Holder, in.ExpiresIn = true, st.Value.Token, st.Value.Holder, st.PTTL
+	} else if len(st.Permits) > 0 {
+		p := st.Permits[0]
+		in.Held, in.Token, in.Holder, in.ExpiresIn = true, p.Token, p.Holder, p.PTTL
+		for _, p := range st.Permits {
+			in.Permits = append(in.Permits, driver.Permit{Token: p.Token, Holder: p.Holder, ExpiresIn: p.PTTL})
+		}
 	}
 	return in
 }
@@ -263,7 +289,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	if d.layout == redisscript.SetNX {
 		return d.listSetNX(ctx, prefix)
 	}
-	names, err := redisscript.ScanNames(ctx, d.rdb, d.prefix)
+	names, err := redisscript.ScanNamesAndSemaphores(ctx, d.rdb, d.prefix)
 	if err != nil {
 		return nil, d.unavailable(ctx, err)
 	}
@@ -283,13 +309,19 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	return out, nil
 }
 
-// Break frees the lock whoever holds it and wakes the next waiter; the
-// fence counter is kept, so the next grant gets a higher token.
+// Break frees the lock whoever holds it, or every permit of a semaphore,
+// and wakes the next waiter; the fence counter is kept, so the next grant
+// gets a higher token. A name that is not a held mutex costs a second
+// round trip, for its permits.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	if err := d.layout.CheckName(d.prefix, name); err != nil {
 		return err
 	}
-	ok, err := d.keys(name).Break(ctx, d.rdb, d.wake)
+	k := d.keys(name)
+	ok, err := k.Break(ctx, d.rdb, d.wake)
+	if err == nil && !ok && d.layout != redisscript.SetNX {
+		ok, err = k.BreakPermits(ctx, d.rdb)
+	}
 	if err != nil {
 		return d.unavailable(ctx, err)
 	}

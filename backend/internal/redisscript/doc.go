@@ -12,6 +12,8 @@
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
 //	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
+//	<prefix>:{<tag>}:permits  a semaphore (redislock only): owner -> expiry in ms by the server's clock, a sorted set
+//	<prefix>:{<tag>}:holders  a semaphore: owner -> "<token> <holder>"; "" -> name
 //
 // and, not tied to a lock, one channel per driver (process) that fair
 // hand-offs are published on: <prefix>:proc:<random>; and, on Redlock
@@ -28,5 +30,6 @@
 // which may appear in a hash tag; the hash maps each name to a fixed-size
 // tag, collision-free for practical purposes (a collision among 2^64 names
 // is about as likely as not). The name itself is stored in the lock value
-// and the waiters hash, so List can report it.
+// and the waiters hash (and a semaphore's holders hash), so List can
+// report it.
 package redisscript

@@ -72,7 +72,10 @@ func CheckPrefix(p string) error {
 type Keys struct {
 	Name                                 string
 	Lock, Fence, Queue, Waiters, Channel string
-	all                                  []string // the five, in the scripts' KEYS order
+	// Permits and Holders are a semaphore's (see permits.lua); "" in a
+	// layout without semaphores.
+	Permits, Holders string
+	all              []string // the mutex's five, in the scripts' KEYS order
 }
 
 // KeysFor returns the keys of lock name under prefix.
@@ -81,6 +84,7 @@ func KeysFor(prefix, name string) Keys {
 	k := Keys{
 		Name: name, Lock: base + "lock", Fence: base + "fence", Queue: base + "queue",
 		Waiters: base + "waiters", Channel: base + "wake",
+		Permits: base + "permits", Holders: base + "holders",
 	}
 	k.all = []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel}
 	return k
@@ -327,6 +331,8 @@ type State struct {
 	// Foreign: the lock is held by another library's lock (SetNX layout);
 	// Value.Owner is then that lock's value, the rest of Value empty.
 	Foreign bool
+	// Permits are a semaphore's live permits, in grant order.
+	Permits []Permit
 }
 
 // Read reports the state of the lock, in one round trip.
@@ -336,12 +342,20 @@ func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	var queue *redis.StringSliceCmd
 	var waiters *redis.MapStringStringCmd
 	var now *redis.TimeCmd
+	var permits *redis.ZSliceCmd
+	var holders *redis.MapStringStringCmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		get = p.Get(ctx, k.Lock)
 		pttl = p.PTTL(ctx, k.Lock)
 		queue = p.LRange(ctx, k.Queue, 0, -1)
 		waiters = p.HGetAll(ctx, k.Waiters)
 		now = p.Time(ctx)
+		if k.Permits != "" {
+			// A semaphore's permits, in the same round trip: Inspect does
+			// not know which of the two the name is.
+			permits = p.ZRangeWithScores(ctx, k.Permits, 0, -1)
+			holders = p.HGetAll(ctx, k.Holders)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -357,6 +371,12 @@ func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 		st.PTTL = max(pttl.Val(), 0)
 	}
 	nowMS := now.Val().UnixMilli()
+	if permits != nil {
+		h := holders.Val()
+		if st.Permits = parsePermits(permits.Val(), h, nowMS); len(st.Permits) > 0 && st.Name == "" {
+			st.Name = h[""]
+		}
+	}
 	w := waiters.Val()
 	for _, owner := range queue.Val() {
 		// "<expiry ms> <ttl ms> <process channel> <holder>"
@@ -375,17 +395,34 @@ func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 // have a queue, by SCAN over every master (names are hashed into the keys,
 // so a name prefix cannot narrow the scan).
 func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	return scanNames(ctx, rdb, prefix, "lock", "queue")
+}
+
+// ScanNamesAndSemaphores is ScanNames that also finds the semaphores
+// with a permit held (their permits keys; see permits.lua).
+func ScanNamesAndSemaphores(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]string, error) {
+	return scanNames(ctx, rdb, prefix, "lock", "queue", "permits")
+}
+
+// scanNames returns the names found by the keys with the given suffixes:
+// "lock" (the name is in the value), "queue" (in the waiters hash),
+// "permits" (in the holders hash).
+func scanNames(ctx context.Context, rdb redis.UniversalClient, prefix string, suffixes ...string) ([]string, error) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	var names []string
 	scan := func(ctx context.Context, c *redis.Client) error {
-		for _, suffix := range []string{"lock", "queue"} {
+		for _, suffix := range suffixes {
 			it := c.Scan(ctx, 0, prefix+":{*}:"+suffix, 1000).Iterator()
 			for it.Next(ctx) {
 				key := it.Val()
-				k := Keys{Lock: strings.TrimSuffix(key, suffix) + "lock", Waiters: strings.TrimSuffix(key, suffix) + "waiters"}
+				base := strings.TrimSuffix(key, suffix)
+				k := Keys{Lock: base + "lock", Waiters: base + "waiters", Holders: base + "holders"}
 				var name string
-				if suffix == "lock" {
+				switch suffix {
+				case "permits":
+					name, _ = c.HGet(ctx, k.Holders, "").Result()
+				case "lock":
 					v, err := c.Get(ctx, k.Lock).Result()
 					if err != nil {
 						continue // expired meanwhile
@@ -395,7 +432,7 @@ func ScanNames(ctx context.Context, rdb redis.UniversalClient, prefix string) ([
 						continue
 					}
 					name = pv.Name
-				} else {
+				default:
 					name, _ = c.HGet(ctx, k.Waiters, "").Result()
 				}
 				mu.Lock()
