@@ -131,7 +131,7 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	fs.BoolVar(&f.fair, "fair", false, "wait in a first-come first-served queue (backends with a queue)")
 	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's processes, wait `D` before SIGKILL")
 	f.limit = 1
-	fs.Var((*permitsFlag)(&f.limit), "limit", fmt.Sprintf("let at most `N` copies of CMD run at once: take one of N permits of the semaphore NAME (1..%d; 1 is a plain lock)", dlock.MaxPermits))
+	fs.Var((*permitsFlag)(&f.limit), "limit", fmt.Sprintf("let at most `N` copies of CMD run at once: take one of N permits of the semaphore NAME (1..%d; the default, 1, is a plain lock)", dlock.MaxPermits))
 	fs.StringVar(&f.note, "note", "", "free `text` that dlock inspect shows next to this holder")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired (with its token) and released")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
