@@ -33,7 +33,7 @@ func TestRunLimitKeepsAtMostNCopiesRunning(t *testing.T) {
 		}
 	}
 	script := `( flock 9; n=$(($(cat "$1") + 1)); echo $n > "$1"; if [ $n -gt $(cat "$2") ]; then echo $n > "$2"; fi ) 9>"$1.lock"
-sleep 0.15
+sleep 0.2
 ( flock 9; echo $(($(cat "$1") - 1)) > "$1" ) 9>"$1.lock"
 echo "$DLOCK_LIMIT $DLOCK_TOKEN"`
 	const n, limit = 16, 3
