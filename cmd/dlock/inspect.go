@@ -25,10 +25,11 @@ With --json: {"schema": 1, "name", "held", "token", "holder": HOLDER,
 PERMIT {"token", "holder": HOLDER, "limit", "expires_in_seconds"}. For a
 semaphore, "limit" is N, "permits" lists its holders, and "token",
 "holder" and "expires_in_seconds" are those of the first of them; for a
-plain lock, "limit" is null and "permits" is []. No key is ever left out:
-a value that is unknown or does not apply (a free lock's token and
-holder, a missing note) is null. "schema" changes only when a field is
-removed or changes meaning.
+plain lock, "limit" is null and "permits" is [] (for a read-write lock
+held by readers, "permits" lists them, and "limit" is null). No key is
+ever left out: a value that is unknown or does not apply (a free lock's
+token and holder, a missing note) is null. "schema" changes only when a
+field is removed or changes meaning.
 
 Flags:
 {{flags}}` + backendHelp + `

@@ -246,6 +246,20 @@ func TestInspectAndListOfASemaphoreInProcess(t *testing.T) {
 	if !strings.Contains(out, "3 of 5 permits held (holders disagree on the limit: 3, 5)") {
 		t.Errorf("inspect of a semaphore whose holders disagree on the limit:\n%s", out)
 	}
+
+	// The readers of a read-write lock are listed as permits are, and
+	// called readers.
+	for range 2 {
+		r, err := c.RWMutex("rw").RLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = r.Unlock(ctx) }()
+	}
+	_, out, _ = runInProcess("inspect", "--backend", backend, "rw")
+	if !strings.Contains(out, "held: 2 readers hold it (read-write lock)") || strings.Contains(out, "of 0") {
+		t.Errorf("inspect of a read-write lock held by two readers:\n%s", out)
+	}
 }
 
 // noSemaphores is memlock without semaphores, as a backend that has none.

@@ -68,6 +68,8 @@ type lockJSON struct {
 	// Limit and Permits describe a semaphore (dlock run --limit): its
 	// number of permits (null for a plain lock or a free name), and every
 	// holder of one, in grant order ([] for a plain lock or a free name).
+	// Permits also lists the readers of a read-write lock, with a null
+	// limit.
 	Limit   *int         `json:"limit"`
 	Permits []permitJSON `json:"permits"`
 }
@@ -147,6 +149,11 @@ func semaphoreLimit(in dlock.Info) int {
 // permits held", and, if its holders were granted them under different
 // limits, which.
 func permitsHeld(in dlock.Info) string {
+	if readers := slices.ContainsFunc(in.Permits, func(p dlock.Permit) bool { return p.Holder.Shared }); readers {
+		// The readers of a read-write lock (Client.RWMutex), which Info
+		// lists as it lists a semaphore's holders.
+		return fmt.Sprintf("%d readers hold it (read-write lock)", len(in.Permits))
+	}
 	limit := semaphoreLimit(in)
 	s := fmt.Sprintf("%d of %d permits held", len(in.Permits), limit)
 	if limit == 0 {
