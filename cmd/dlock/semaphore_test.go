@@ -23,6 +23,10 @@ import (
 // once. Each CMD counts itself in and out of a shared counter under
 // flock(1), and records the highest count it saw: it must never pass 3,
 // and must reach at least 2 (the permits are shared, not one at a time).
+// So that a loaded machine, starting each dlock slowly, cannot make the
+// copies miss each other, a CMD that has not yet seen a second copy at
+// the end of its sleep holds on (up to 3s) until one comes in: with shared
+// permits one does; with permits granted one at a time, none can.
 func TestRunLimitKeepsAtMostNCopiesRunning(t *testing.T) {
 	dev := sharedDev(t)
 	dir := t.TempDir()
@@ -34,6 +38,7 @@ func TestRunLimitKeepsAtMostNCopiesRunning(t *testing.T) {
 	}
 	script := `( flock 9; n=$(($(cat "$1") + 1)); echo $n > "$1"; if [ $n -gt $(cat "$2") ]; then echo $n > "$2"; fi ) 9>"$1.lock"
 sleep 0.2
+i=0; while [ "$(flock "$1.lock" cat "$2")" -lt 2 ] && [ $i -lt 60 ]; do sleep 0.05; i=$((i+1)); done
 ( flock 9; echo $(($(cat "$1") - 1)) > "$1" ) 9>"$1.lock"
 echo "$DLOCK_LIMIT $DLOCK_TOKEN"`
 	const n, limit = 16, 3
