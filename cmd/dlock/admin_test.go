@@ -96,7 +96,7 @@ func TestJSONHasASchemaAndNullsForMissingValues(t *testing.T) {
 			}
 		}
 	}
-	lockKeys := []string{"name", "held", "token", "holder", "expires_in_seconds", "waiters"}
+	lockKeys := []string{"name", "held", "token", "holder", "expires_in_seconds", "waiters", "limit", "permits"}
 	holderKeys := []string{"host", "pid", "note", "acquired_at"}
 
 	list := decode("list", "--json", t.Name()+"/")
@@ -105,12 +105,15 @@ func TestJSONHasASchemaAndNullsForMissingValues(t *testing.T) {
 		t.Fatalf("list --json: locks = %v, want the one held", list["locks"])
 	}
 	held, _ := locks[0].(map[string]any)
-	has("a held lock in list --json", held, lockKeys)
+	has("a held lock in list --json", held, lockKeys, "limit")
 	h, _ := held["holder"].(map[string]any)
 	has("its holder", h, holderKeys, "note")
 
 	free := decode("inspect", "--json", t.Name()+"/free")
-	has("inspect --json of a free lock", free, lockKeys, "token", "holder", "expires_in_seconds")
+	has("inspect --json of a free lock", free, lockKeys, "token", "holder", "expires_in_seconds", "limit")
+	if p, ok := free["permits"].([]any); !ok || len(p) != 0 {
+		t.Errorf("inspect --json of a free lock: permits = %v, want []", free["permits"])
+	}
 	if w, ok := free["waiters"].([]any); !ok || len(w) != 0 {
 		t.Errorf("inspect --json of a free lock: waiters = %v, want []", free["waiters"])
 	}

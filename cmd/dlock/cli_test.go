@@ -37,6 +37,10 @@ func TestBadInputGivesOneLineErrorAndStatus(t *testing.T) {
 		{"bad duration", dev.env(), []string{"run", "--ttl", "soon", "x", "--", "true"}, exitUsage, "--ttl"},
 		{"negative TTL", dev.env(), []string{"run", "--ttl", "-1s", "x", "--", "true"}, exitUsage, "--ttl"},
 		{"TTL below the backend's minimum", dev.env(), []string{"run", "--ttl", "1ms", "x", "--", "true"}, exitUsage, "TTL"},
+		{"zero permits", dev.env(), []string{"run", "--limit", "0", "x", "--", "true"}, exitUsage, "--limit: the number of permits must be a whole number from 1 to 10000"},
+		{"negative permits", dev.env(), []string{"run", "--limit", "-2", "x", "--", "true"}, exitUsage, "--limit: the number of permits must be"},
+		{"too many permits", dev.env(), []string{"run", "--limit", "10001", "x", "--", "true"}, exitUsage, "--limit: the number of permits must be"},
+		{"permits not a number", dev.env(), []string{"run", "--limit", "three", "x", "--", "true"}, exitUsage, "--limit: the number of permits must be"},
 		{"contradicting flags", dev.env(), []string{"run", "--no-wait", "--wait", "1s", "x", "--", "true"}, exitUsage, "--no-wait"},
 		{"unknown flag", dev.env(), []string{"run", "--frobnicate", "x", "--", "true"}, exitUsage, "--frobnicate"},
 		{"flag after NAME", dev.env(), []string{"run", "x", "--ttl", "5s", "--", "true"}, exitUsage, "--ttl after NAME"},
@@ -103,7 +107,7 @@ func TestHelpOfEveryCommandHasAnExample(t *testing.T) {
 			t.Errorf("dlock run --help does not document exit status %s", status)
 		}
 	}
-	for _, flag := range []string{"--ttl D", "--wait D", "--no-wait", "--fair", "--grace D", "--backend URL"} {
+	for _, flag := range []string{"--ttl D", "--wait D", "--no-wait", "--fair", "--grace D", "--backend URL", "--limit N", "DLOCK_LIMIT"} {
 		if !strings.Contains(out, flag) {
 			t.Errorf("dlock run --help does not list %s", flag)
 		}

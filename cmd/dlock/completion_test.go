@@ -34,6 +34,7 @@ func TestBashCompletionOffersCommandsAndFlags(t *testing.T) {
 		{[]string{"dlock", "demo", "seckill", "--w"}, "--workers"},
 		{[]string{"dlock", "dev", "--"}, "--allow-remote --data-dir --listen --metrics-addr"},
 		{[]string{"dlock", "run", "--m"}, "--metrics-addr"},
+		{[]string{"dlock", "run", "--l"}, "--limit"},
 		{[]string{"dlock", "bench", "--a"}, "--allow-remote"},
 		{[]string{"dlock", "verify", "--f"}, "--faults"},
 		{[]string{"dlock", "ui", "--allow"}, "--allow-break --allow-remote"},

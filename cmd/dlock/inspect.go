@@ -14,13 +14,22 @@ const inspectUsage = `Usage:
 Shows the state of the lock NAME: whether it is held, the holder's fencing
 token, host and process ID, note, when it was acquired (by the holder's
 clock), how long its lease has left (by the backend's clock, where the
-backend says), and the waiters in order (on backends with a queue).
+backend says), and the waiters in order (on backends with a queue). For a
+semaphore (dlock run --limit N), it shows how many of its N permits are
+held, and each holder of one, in grant order, as it would the holder of a
+lock.
 
 With --json: {"schema": 1, "name", "held", "token", "holder": HOLDER,
-"expires_in_seconds", "waiters": [HOLDER, …]}, a HOLDER being {"host",
-"pid", "note", "acquired_at"}. No key is ever left out: a value that is
-unknown or does not apply (a free lock's token and holder, a missing note)
-is null. "schema" changes only when a field is removed or changes meaning.
+"expires_in_seconds", "waiters": [HOLDER, …], "limit", "permits":
+[PERMIT, …]}, a HOLDER being {"host", "pid", "note", "acquired_at"} and a
+PERMIT {"token", "holder": HOLDER, "limit", "expires_in_seconds"}. For a
+semaphore, "limit" is N, "permits" lists its holders, and "token",
+"holder" and "expires_in_seconds" are those of the first of them; for a
+plain lock, "limit" is null and "permits" is [] (for a read-write lock
+held by readers, "permits" lists them, and "limit" is null). No key is
+ever left out: a value that is unknown or does not apply (a free lock's
+token and holder, a missing note) is null. "schema" changes only when a
+field is removed or changes meaning.
 
 Flags:
 {{flags}}` + backendHelp + `
@@ -56,9 +65,21 @@ func inspectCmd(ctx context.Context, env *cmdEnv, args []string) error {
 	now := time.Now()
 	t := newTable(env.stdout)
 	fmt.Fprintf(t, "name\t%s\n", shown(info.Name))
-	if !info.Held {
+	switch {
+	case !info.Held:
 		fmt.Fprintf(t, "state\tfree\n")
-	} else {
+	case len(info.Permits) > 0:
+		// A semaphore: every permit holder, in grant order.
+		fmt.Fprintf(t, "state\theld: %s\n", permitsHeld(info))
+		fmt.Fprintf(t, "permits\t%d\n", len(info.Permits))
+		for i, p := range info.Permits {
+			expires := "expires in -"
+			if p.ExpiresIn > 0 {
+				expires = fmt.Sprintf("expires in %v", round(p.ExpiresIn))
+			}
+			fmt.Fprintf(t, "  %d.\ttoken %d\t%s\tacquired %s\t%s\n", i+1, p.Token, holderText(p.Holder), ago(p.Holder.AcquiredAt, now), expires)
+		}
+	default:
 		h := info.Holder
 		fmt.Fprintf(t, "state\theld\n")
 		fmt.Fprintf(t, "token\t%d\n", info.Token)

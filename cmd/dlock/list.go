@@ -11,7 +11,9 @@ const listUsage = `Usage:
 
 Lists the locks whose names begin with PREFIX (all when it is left out)
 that are held or waited on: name, token, holder, when acquired, how long
-the lease has left, and how many wait.
+the lease has left, and how many wait. A semaphore (dlock run --limit N)
+has a row saying how many of its N permits are held, followed by a row for
+each holder of one.
 
 With --json: {"schema": 1, "locks": [LOCK, …]}, each LOCK as "dlock
 inspect --json" prints it, without its "schema".
@@ -72,6 +74,18 @@ func listCmd(ctx context.Context, env *cmdEnv, args []string) error {
 			if in.ExpiresIn > 0 {
 				expires = round(in.ExpiresIn).String()
 			}
+		}
+		if len(in.Permits) > 0 {
+			// A semaphore: a row for it, then one for each permit holder.
+			fmt.Fprintf(t, "%s\t-\t%s\t-\t-\t%d\n", shown(in.Name), permitsHeld(in), len(in.Waiters))
+			for i, p := range in.Permits {
+				expires := "-"
+				if p.ExpiresIn > 0 {
+					expires = round(p.ExpiresIn).String()
+				}
+				fmt.Fprintf(t, "  permit %d\t%d\t%s\t%s\t%s\n", i+1, p.Token, holderText(p.Holder), ago(p.Holder.AcquiredAt, now), expires)
+			}
+			continue
 		}
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\n", shown(in.Name), token, holder, acquired, expires, len(in.Waiters))
 	}

@@ -315,6 +315,16 @@ type lockView struct {
 	Holder           *dlock.Holder
 	ExpiresInSeconds *float64 `json:"expires_in_seconds"`
 	Waiters          []dlock.Holder
+	Limit            *int
+	Permits          []permitView
+}
+
+// permitView is one holder of a semaphore in "dlock inspect --json".
+type permitView struct {
+	Token            uint64
+	Holder           dlock.Holder
+	Limit            *int
+	ExpiresInSeconds *float64 `json:"expires_in_seconds"`
 }
 
 // lockState is "dlock inspect --json NAME".

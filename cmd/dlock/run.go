@@ -25,6 +25,14 @@ CMD runs, and releases the lock the moment CMD exits. dlock exits with
 CMD's exit status. The "--" before CMD may be left out when CMD does not
 begin with "-".
 
+With --limit N, NAME is a semaphore of N permits instead of a lock: at
+most N copies of CMD run at once across every machine using the backend
+(as "consul lock -n N"), each under a permit of its own, with its own
+token, renewal and loss handling as described below. Every dlock run of
+NAME should give the same N; NAME must not also be used as a plain lock.
+Not every backend has semaphores: on one without, dlock exits with status
+64. --limit 1, the default, is the plain lock.
+
 Flags:
 {{flags}}
 CMD's environment, besides dlock's own:
@@ -32,6 +40,8 @@ CMD's environment, besides dlock's own:
   DLOCK_TOKEN    the fencing token of this grant: it increases with every
                  grant of NAME, so a resource that remembers the highest
                  token it has seen can refuse the writes of a stale holder
+                 (with --limit N, across all N permits)
+  DLOCK_LIMIT    --limit: the number of permits of NAME, 1 for a plain lock
   DLOCK_BACKEND  the backend URL, so that CMD can run dlock itself. It keeps
                  its password, if it has one: CMD runs as the same user as
                  dlock, and a redacted URL could not connect.
@@ -69,12 +79,15 @@ even one that left the process group or the session (setsid, daemons):
 Exit status:
   CMD's status  CMD ran and exited by itself; if signal N killed it, dlock
                 dies of N too (a shell shows 128+N)
-  64            usage error: a bad flag, lock name or backend URL, or no CMD
+  64            usage error: a bad flag, lock name or backend URL, or no CMD;
+                also --limit above 1 (or --fair) on a backend without
+                semaphores (or without a queue)
   69            the backend could not be reached, or failed
   71            the supervisor of CMD could not be started, or was killed
                 (EX_OSERR, as flock(1) when it cannot wait for its command)
-  75            not acquired: NAME was held and --no-wait was given, or
-                --wait ran out (EX_TEMPFAIL: try again later)
+  75            not acquired: NAME was held (with --limit N, all N permits
+                were) and --no-wait was given, or --wait ran out
+                (EX_TEMPFAIL: try again later)
   79            the lease was lost while CMD ran, and every process of
                 CMD's was stopped
   126, 127      CMD could not be executed, or was not found (as in the shell)
@@ -88,6 +101,7 @@ Examples:
   dlock run nightly-backup -- ./backup.sh
   dlock run --no-wait deploy -- make deploy || echo "a deploy is running"
   dlock run --wait 1m --ttl 30s counter -- sh -c 'echo "token $DLOCK_TOKEN"'
+  dlock run --limit 3 transcode -- ./transcode.sh   # at most 3 at once
 `
 
 type runFlags struct {
@@ -104,6 +118,7 @@ type runFlags struct {
 	grace     time.Duration
 	note      string
 	verbose   bool
+	limit     int // permits of the semaphore NAME; 1: a plain lock
 }
 
 func runCmd(_ context.Context, env *cmdEnv, args []string) error {
@@ -115,6 +130,8 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	fs.BoolVar(&f.noWait, "no-wait", false, "give up at once with status 75 if NAME is held")
 	fs.BoolVar(&f.fair, "fair", false, "wait in a first-come first-served queue (backends with a queue)")
 	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's processes, wait `D` before SIGKILL")
+	f.limit = 1
+	fs.Var((*permitsFlag)(&f.limit), "limit", fmt.Sprintf("let at most `N` copies of CMD run at once: take one of N permits of the semaphore NAME (1..%d; the default, 1, is a plain lock)", dlock.MaxPermits))
 	fs.StringVar(&f.note, "note", "", "free `text` that dlock inspect shows next to this holder")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired (with its token) and released")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
@@ -150,13 +167,32 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	}
 	defer c.Close()
 	if f.verbose {
-		fmt.Fprintf(env.stderr, "%s: acquired %q with token %d on %s\n", env.name, name, lease.Token(), b)
+		what := fmt.Sprintf("%q", name)
+		if f.limit > 1 {
+			what = fmt.Sprintf("a permit of %q (%d permits)", name, f.limit)
+		}
+		fmt.Fprintf(env.stderr, "%s: acquired %s with token %d on %s\n", env.name, what, lease.Token(), b)
 	}
 	status, err := f.runLocked(env, b, lease, argv, sigs)
 	if err != nil {
 		return err
 	}
 	return exitStatus(status)
+}
+
+// permitsFlag is --limit: a number of permits, 1..dlock.MaxPermits, so
+// that a bad one is refused by parseFlags with a message naming the rule.
+type permitsFlag int
+
+func (p *permitsFlag) String() string { return strconv.Itoa(int(*p)) }
+
+func (p *permitsFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > dlock.MaxPermits {
+		return fmt.Errorf("the number of permits must be a whole number from 1 to %d", dlock.MaxPermits)
+	}
+	*p = permitsFlag(n)
+	return nil
 }
 
 // check validates the flags and splits the arguments into NAME and CMD.
@@ -241,22 +277,27 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 		c.Close()
 		return nil, nil, err
 	}
-	m := c.Mutex(name)
+	// --limit 1 is the plain lock; more is one permit of a semaphore.
+	lock, tryLock := c.Mutex(name).Lock, c.Mutex(name).TryLock
+	if f.limit > 1 {
+		s := c.Semaphore(name, f.limit)
+		lock, tryLock = s.Acquire, s.TryAcquire
+	}
 	var l *dlock.Lease
 	switch {
 	case f.noWait:
 		tctx, cancel := context.WithTimeout(ctx, f.timeout)
-		l, err = m.TryLock(tctx)
+		l, err = tryLock(tctx)
 		cancel()
 	case f.wait > 0:
 		wctx, cancel := context.WithTimeout(ctx, f.wait)
-		l, err = m.Lock(wctx)
+		l, err = lock(wctx)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = dlock.ErrNotAcquired
 		}
 	default:
-		l, err = m.Lock(ctx)
+		l, err = lock(ctx)
 	}
 	if err == nil {
 		return c, l, nil
@@ -265,7 +306,14 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 	switch {
 	case errors.Is(err, dlock.ErrNotAcquired):
 		msg := fmt.Sprintf("%q is held", name)
-		if info, ierr := f.inspect(ctx, c, b, name); ierr == nil && info.Held {
+		info, ierr := f.inspect(ctx, c, b, name)
+		switch {
+		case f.limit > 1:
+			msg = fmt.Sprintf("all %d permits of %q are held", f.limit, name)
+			if ierr == nil && len(info.Permits) > 0 {
+				msg += " (" + describePermits(info.Permits) + ")"
+			}
+		case ierr == nil && info.Held:
 			msg += " by " + describeHolder(info)
 		}
 		if f.wait > 0 {
@@ -274,6 +322,8 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 		return nil, nil, withStatus(exitNotAcquired, errors.New(msg))
 	case errors.Is(err, dlock.ErrUnsupported) && f.fair:
 		return nil, nil, withStatus(exitUsage, fmt.Errorf("--fair: %w", err))
+	case errors.Is(err, dlock.ErrUnsupported) && f.limit > 1:
+		return nil, nil, withStatus(exitUsage, fmt.Errorf("--limit %d: the backend %s has no semaphores; use --limit 1 (a plain lock), or a backend that has them", f.limit, b))
 	case errors.Is(err, dlock.ErrInvalidOption):
 		return nil, nil, withStatus(exitUsage, err)
 	}
@@ -322,6 +372,7 @@ func (f *runFlags) runLocked(env *cmdEnv, b *backend, lease *dlock.Lease, argv [
 	sup.Env = append(os.Environ(),
 		"DLOCK_NAME="+lease.Name(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
+		"DLOCK_LIMIT="+strconv.Itoa(f.limit),
 		"DLOCK_BACKEND="+b.url)
 	// The supervisor gets a process group of its own; it puts CMD in
 	// dlock's, so that CMD stays in the shell's job, as with flock(1).
@@ -464,6 +515,21 @@ func (f *runFlags) release(env *cmdEnv, lease *dlock.Lease) error {
 		fmt.Fprintf(env.stderr, "%s: releasing %q failed (it frees itself within --ttl %v): %s\n", env.name, lease.Name(), f.ttl, oneLine(err))
 		return nil
 	}
+}
+
+// describePermits says who holds the permits of a semaphore, for
+// messages: the first few holders, and how many more.
+func describePermits(ps []dlock.Permit) string {
+	const shownMax = 3
+	var parts []string
+	for i, p := range ps {
+		if i == shownMax {
+			parts = append(parts, fmt.Sprintf("and %d more", len(ps)-shownMax))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s with token %d", holderText(p.Holder), p.Token))
+	}
+	return "by " + strings.Join(parts, ", ")
 }
 
 // describeHolder says who holds a lock, for messages.

@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -62,6 +65,21 @@ type lockJSON struct {
 	Holder           *holderJSON  `json:"holder"`             // null when free
 	ExpiresInSeconds *float64     `json:"expires_in_seconds"` // null when free or when the backend does not say
 	Waiters          []holderJSON `json:"waiters"`
+	// Limit and Permits describe a semaphore (dlock run --limit): its
+	// number of permits (null for a plain lock or a free name), and every
+	// holder of one, in grant order ([] for a plain lock or a free name).
+	// Permits also lists the readers of a read-write lock, with a null
+	// limit.
+	Limit   *int         `json:"limit"`
+	Permits []permitJSON `json:"permits"`
+}
+
+// permitJSON is one holder of a semaphore.
+type permitJSON struct {
+	Token            uint64     `json:"token"`
+	Holder           holderJSON `json:"holder"`
+	Limit            *int       `json:"limit"`              // the permits it was granted under; null if not recorded
+	ExpiresInSeconds *float64   `json:"expires_in_seconds"` // null when the backend does not say
 }
 
 // holderJSON is a holder or waiter; each field is null when not recorded.
@@ -85,7 +103,7 @@ type listJSON struct {
 }
 
 func toJSON(in dlock.Info) lockJSON {
-	j := lockJSON{Name: in.Name, Held: in.Held, Waiters: make([]holderJSON, 0, len(in.Waiters))}
+	j := lockJSON{Name: in.Name, Held: in.Held, Waiters: make([]holderJSON, 0, len(in.Waiters)), Permits: make([]permitJSON, 0, len(in.Permits))}
 	for _, w := range in.Waiters {
 		j.Waiters = append(j.Waiters, toHolderJSON(w))
 	}
@@ -93,12 +111,64 @@ func toJSON(in dlock.Info) lockJSON {
 		j.Token = &in.Token
 		h := toHolderJSON(in.Holder)
 		j.Holder = &h
-		if in.ExpiresIn > 0 {
-			s := in.ExpiresIn.Seconds()
-			j.ExpiresInSeconds = &s
-		}
+		j.ExpiresInSeconds = secondsOrNull(in.ExpiresIn)
+	}
+	for _, p := range in.Permits {
+		j.Permits = append(j.Permits, permitJSON{Token: p.Token, Holder: toHolderJSON(p.Holder), Limit: orNull(p.Holder.Limit), ExpiresInSeconds: secondsOrNull(p.ExpiresIn)})
+	}
+	if l := semaphoreLimit(in); l > 0 {
+		j.Limit = &l
 	}
 	return j
+}
+
+// secondsOrNull is d in seconds, or nil (JSON null) when not positive: the
+// backend does not say.
+func secondsOrNull(d time.Duration) *float64 {
+	if d <= 0 {
+		return nil
+	}
+	s := d.Seconds()
+	return &s
+}
+
+// semaphoreLimit is the number of permits of the semaphore in, as its
+// holders were granted them: the newest holder's, should they differ (the
+// limit was changed while some held a permit). It is 0 for a plain lock
+// or a free name.
+func semaphoreLimit(in dlock.Info) int {
+	for i := len(in.Permits) - 1; i >= 0; i-- {
+		if l := in.Permits[i].Holder.Limit; l > 0 {
+			return l
+		}
+	}
+	return 0
+}
+
+// permitsHeld says how many permits of a semaphore are held: "2 of 3
+// permits held", and, if its holders were granted them under different
+// limits, which.
+func permitsHeld(in dlock.Info) string {
+	if readers := slices.ContainsFunc(in.Permits, func(p dlock.Permit) bool { return p.Holder.Shared }); readers {
+		// The readers of a read-write lock (Client.RWMutex), which Info
+		// lists as it lists a semaphore's holders.
+		return fmt.Sprintf("%d readers hold it (read-write lock)", len(in.Permits))
+	}
+	limit := semaphoreLimit(in)
+	s := fmt.Sprintf("%d of %d permits held", len(in.Permits), limit)
+	if limit == 0 {
+		s = fmt.Sprintf("%d permits held", len(in.Permits))
+	}
+	var limits []string
+	for _, p := range in.Permits {
+		if l := strconv.Itoa(p.Holder.Limit); p.Holder.Limit > 0 && !slices.Contains(limits, l) {
+			limits = append(limits, l)
+		}
+	}
+	if len(limits) > 1 {
+		s += " (holders disagree on the limit: " + strings.Join(limits, ", ") + ")"
+	}
+	return s
 }
 
 func toHolderJSON(h dlock.Holder) holderJSON {
