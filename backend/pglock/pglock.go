@@ -50,7 +50,9 @@ type config struct {
 
 // WithTable sets the lease table's name: "name" (in the first schema of the
 // search path) or "schema.name". The token sequence is the table's name
-// with "_token_seq" appended, in the same schema. Default DefaultTable.
+// with "_token_seq" appended, in the same schema, and the permits table of
+// semaphores the table's name with "_permits" appended. Default
+// DefaultTable.
 func WithTable(name string) Option {
 	return func(c *config) error {
 		c.table = name
@@ -249,8 +251,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// Migrate creates the lease table and the token sequence if they do not
-// exist. It needs the CREATE privilege on the schema; run it once as the
+// Migrate creates the lease table, the token sequence and the permits
+// table of semaphores if they do not exist. It needs the CREATE privilege on the schema; run it once as the
 // schema's owner where the locking role has only table privileges. Without
 // it the first operation does the same.
 func (d *Driver) Migrate(ctx context.Context) error {
