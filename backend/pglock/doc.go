@@ -48,6 +48,46 @@
 //   - Grant.Recovered (for WithLockDelay) is true when the grant ended a
 //     lease that was not released: expired, crashed or broken.
 //
+// # Semaphores
+//
+// A semaphore (dlock's Client.Semaphore, driver.Request.Limit > 1) keeps
+// its permits in a second table beside the lease table, named after it
+// with "_permits" appended, in the same schema (dlock_leases_permits by
+// default): one row per permit, with its owner, token, holder and
+// expires_at. It is made with the lease table, and beside a lease table
+// made by an older version on first use (or by Migrate)
+// (TestTableOfAnOlderVersionGainsPermits). A role that may not make or
+// use it keeps its mutexes, Inspect, List and Break, and a semaphore
+// tells it what to run and grant; once granted, the same driver uses it
+// (TestRoleWithoutCreateIsToldWhatToGrant).
+//
+//   - A permit is granted in one round trip of two statements in one
+//     transaction: the first locks the name's row of the lease table (made
+//     free if the name has none), the second counts the permits live by
+//     the server's clock and, if fewer than the request's limit, inserts
+//     one with a token drawn from the sequence. The second statement
+//     starts after the lock is held, so it sees every permit granted
+//     before; one statement would count as of before it waited, and grant
+//     too many (TestPermitGrantsQueuedOnTheNameCountEachOther). Each
+//     client judges by its own limit: holders above a lowered limit keep
+//     their permits.
+//   - Tokens of one name increase in grant order across its permits: each
+//     is drawn under the name's row lock, as a mutex's is.
+//   - Expiry, Extend and Release are as for a lease, by the server's clock
+//     and checked by owner; Release deletes the permit and notifies on the
+//     table's channel. A waiter retries when woken, when the soonest live
+//     permit's TTL runs out (so a crashed holder's permit is taken within
+//     its TTL), and on the safety poll.
+//   - Inspect and List report a semaphore's live permits in grant order
+//     (Info.Permits), in the same round trip as the lease table. Break
+//     ends every permit of the name.
+//   - Grant.Recovered is true when the permit fits only because permits
+//     ended without a release (expired, crashed or broken): such a permit
+//     stays, expired, until a grant needs its place
+//     (TestPermitGrantReportsTakeoverOfUnreleasedPermits).
+//   - Session locks (mode=session) have no semaphores: asking for more
+//     than one permit is dlock.ErrUnsupported.
+//
 // # Guarantees
 //
 // Clock: expiry is decided by the server's clock alone (clock_timestamp(),
@@ -141,8 +181,9 @@
 // postgres:// or postgresql://, as libpq and pgx read it:
 // postgres://user:password@host:port/database?param=value. pglock's own
 // parameters are table ("name" or "schema.name", default dlock_leases; the
-// token sequence is NAME_token_seq, the NOTIFY channel dlock_ followed by
-// a hash of the table's schema-qualified name), mode (lease, the default,
+// token sequence is NAME_token_seq, the permits table NAME_permits, the
+// NOTIFY channel dlock_ followed by a hash of the table's schema-qualified
+// name), mode (lease, the default,
 // or session) and op_timeout (default 10s; see Guarantees). The others
 // are pgx's: sslmode, sslrootcert, sslcert, sslkey, connect_timeout,
 // pool_max_conns, …, and the server settings application_name,
@@ -159,6 +200,7 @@
 // an error (wrapping dlock.ErrUnavailable) that names the table and the
 // grants: run Migrate once as the schema's owner, then GRANT SELECT,
 // INSERT, UPDATE, DELETE ON the table and USAGE ON the sequence to the
-// locking role. Break of a session lock terminates the
+// locking role, and SELECT, INSERT, UPDATE, DELETE ON the permits table
+// (NAME_permits) for semaphores. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.
 package pglock

@@ -1,6 +1,7 @@
 package pglock
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -49,7 +50,9 @@ type config struct {
 
 // WithTable sets the lease table's name: "name" (in the first schema of the
 // search path) or "schema.name". The token sequence is the table's name
-// with "_token_seq" appended, in the same schema. Default DefaultTable.
+// with "_token_seq" appended, in the same schema, and the permits table of
+// semaphores the table's name with "_permits" appended. Default
+// DefaultTable.
 func WithTable(name string) Option {
 	return func(c *config) error {
 		c.table = name
@@ -98,6 +101,14 @@ type Driver struct {
 
 	acquireSQL, extendSQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
 
+	// Semaphores: the permits table (quoted, as configured) and its
+	// statements, bound on first use like the others.
+	permits                                           string
+	permitLockSQL, permitAcquireSQL, permitExtendSQL  string
+	permitReleaseSQL, permitInspectSQL, permitListSQL string
+	permitBreakSQL, createPermitsSQL                  string
+	permitsOK                                         atomic.Bool // the permits table exists and this role may use it
+
 	migrateMu sync.Mutex
 	migrated  atomic.Bool
 
@@ -124,13 +135,15 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	permits := permitsTable(c.table)
 	d := &Driver{
 		pool:      pool,
 		ident:     ident,
 		seq:       seq,
+		permits:   permits,
 		session:   c.session,
 		timeout:   c.opTimeout,
-		createSQL: bind(createSQL, ident, seq),
+		createSQL: bind(createSQL, ident, seq, permits),
 	}
 	// The statements, keys and channel are bound to the table's full name
 	// once the server has resolved it (bindCanonical, on first use).
@@ -155,6 +168,15 @@ func quoteTable(name string) (table, seq string, err error) {
 	seqParts := append([]string(nil), parts...)
 	seqParts[len(seqParts)-1] += "_token_seq"
 	return pgx.Identifier(parts).Sanitize(), pgx.Identifier(seqParts).Sanitize(), nil
+}
+
+// permitsTable returns the quoted identifier of the permits table of the
+// table name (already checked by quoteTable): the table's name followed by
+// "_permits", in the same schema.
+func permitsTable(name string) string {
+	parts := strings.Split(name, ".")
+	parts[len(parts)-1] += "_permits"
+	return pgx.Identifier(parts).Sanitize()
 }
 
 // pgxParams are the URL parameters pgx reads itself (libpq's, pgx's and
@@ -229,8 +251,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// Migrate creates the lease table and the token sequence if they do not
-// exist. It needs the CREATE privilege on the schema; run it once as the
+// Migrate creates the lease table, the token sequence and the permits
+// table of semaphores if they do not exist. It needs the CREATE privilege on the schema; run it once as the
 // schema's owner where the locking role has only table privileges. Without
 // it the first operation does the same.
 func (d *Driver) Migrate(ctx context.Context) error {
@@ -256,12 +278,23 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		table, seq, err := d.resolve(octx)
+		r, err := d.resolve(octx)
 		if err != nil {
 			return d.fail(ctx, err)
 		}
-		if table != "" && seq != "" && !create {
-			d.bindCanonical(table, seq)
+		if r.table != "" && r.seq != "" && !create {
+			if !r.permitsExist && attempt < 4 {
+				// A table made by a version without semaphores: add the
+				// permits table beside it. A role that may not is left
+				// with mutexes, as before; a semaphore then says what to
+				// run (permitsReady).
+				if err := d.createPermits(octx, r); err == nil || isRace(err) {
+					continue // look again
+				} else if !isPrivilege(err) {
+					return d.fail(ctx, err)
+				}
+			}
+			d.bindCanonical(r)
 			d.migrated.Store(true)
 			return nil
 		}
@@ -271,13 +304,12 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 		// CREATE … IF NOT EXISTS checks the schema privilege even when the
 		// object exists, hence the look first.
 		_, err = d.pool.Exec(octx, d.createSQL, pgx.QueryExecModeSimpleProtocol)
-		var pe *pgconn.PgError
 		switch {
 		case err == nil:
 			create = false // look up what was made, by its full name
-		case errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07"):
+		case isRace(err):
 			// Another client created it at the same moment: look again.
-		case errors.As(err, &pe) && pe.Code == "42501":
+		case isPrivilege(err):
 			return d.privilegeError(ctx, err, true)
 		default:
 			return d.fail(ctx, err)
@@ -285,21 +317,112 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 	}
 }
 
+// resolved is what resolve found.
+type resolved struct {
+	table, seq   string // schema-qualified and quoted, or "" if missing
+	permits      string // the permits table's name beside table, quoted
+	permitsExist bool
+	permitsOK    bool // it exists and this role may use it
+}
+
 // resolve returns the schema-qualified, quoted names of the table and the
 // sequence as the server resolves the configured spelling, or "" for
-// either that does not exist.
-func (d *Driver) resolve(ctx context.Context) (table, seq string, err error) {
-	var tn, tr, sn, sr *string
-	if err := d.pool.QueryRow(ctx, resolveSQL, d.ident, d.seq).Scan(&tn, &tr, &sn, &sr); err != nil {
-		return "", "", err
+// either that does not exist, and the state of the permits table.
+func (d *Driver) resolve(ctx context.Context) (resolved, error) {
+	var (
+		tn, tr, sn, sr *string
+		r              resolved
+	)
+	if err := d.pool.QueryRow(ctx, resolveSQL, d.ident, d.seq).Scan(&tn, &tr, &sn, &sr, &r.permitsExist, &r.permitsOK); err != nil {
+		return resolved{}, err
 	}
 	if tn != nil && tr != nil {
-		table = pgx.Identifier{*tn, *tr}.Sanitize()
+		r.table = pgx.Identifier{*tn, *tr}.Sanitize()
+		r.permits = pgx.Identifier{*tn, *tr + "_permits"}.Sanitize()
 	}
 	if sn != nil && sr != nil {
-		seq = pgx.Identifier{*sn, *sr}.Sanitize()
+		r.seq = pgx.Identifier{*sn, *sr}.Sanitize()
 	}
-	return table, seq, nil
+	return r, nil
+}
+
+// createPermits makes the permits table beside the resolved table.
+func (d *Driver) createPermits(ctx context.Context, r resolved) error {
+	_, err := d.pool.Exec(ctx, bind(createPermitsSQL, r.table, r.seq, r.permits), pgx.QueryExecModeSimpleProtocol)
+	return err
+}
+
+// permitsReady reports whether semaphores can be used: the permits table
+// exists and this role may use it. A driver that found it missing or
+// forbidden looks again (and tries to make it) at each semaphore request,
+// so that a Migrate or a GRANT run since is seen without a restart.
+func (d *Driver) permitsReady(ctx context.Context) error {
+	if d.permitsOK.Load() {
+		return nil
+	}
+	d.migrateMu.Lock()
+	defer d.migrateMu.Unlock()
+	if d.permitsOK.Load() {
+		return nil
+	}
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	var cause error
+	for attempt := 0; attempt < 4; attempt++ {
+		r, err := d.resolve(octx)
+		if err != nil {
+			return d.fail(ctx, err)
+		}
+		if r.table == "" {
+			return fmt.Errorf("%w: pglock: the lock table %s is missing", driver.ErrUnavailable, d.ident)
+		}
+		if r.permitsOK {
+			d.permitsOK.Store(true)
+			return nil
+		}
+		if r.permitsExist {
+			cause = errors.New("permission denied")
+			break
+		}
+		if cause = d.createPermits(octx, r); cause != nil && !isRace(cause) {
+			if !isPrivilege(cause) {
+				return d.fail(ctx, cause)
+			}
+			break
+		}
+	}
+	return d.permitsError(ctx, cause)
+}
+
+// permitsError explains that the role may not make or use the permits
+// table, and what to run.
+func (d *Driver) permitsError(ctx context.Context, cause error) error {
+	role := d.role(ctx)
+	return fmt.Errorf("%w: pglock: role %s may not use semaphores: their permits table %s is missing or not granted (%v); run Migrate once as the schema's owner, then GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s",
+		driver.ErrUnavailable, role, d.permits, cause, d.permits, role)
+}
+
+// role returns the connecting role, quoted, for an error message.
+func (d *Driver) role(ctx context.Context) string {
+	ctx, cancel := d.bound(ctx)
+	defer cancel()
+	var r *string
+	if err := d.pool.QueryRow(ctx, "SELECT current_user::text").Scan(&r); err != nil || r == nil {
+		return "<role>"
+	}
+	return pgx.Identifier{*r}.Sanitize()
+}
+
+// isRace reports a CREATE that lost to another client's.
+func isRace(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07")
+}
+
+// isPrivilege reports a missing privilege.
+func isPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
 }
 
 // bindCanonical makes the statements, the advisory keys and the NOTIFY
@@ -308,7 +431,8 @@ func (d *Driver) resolve(ctx context.Context) (table, seq string, err error) {
 // "public.dlock_leases"): two clients that hashed different spellings
 // would take different advisory locks for one name, and listen on
 // different channels. The caller holds migrateMu, before migrated is set.
-func (d *Driver) bindCanonical(table, seq string) {
+func (d *Driver) bindCanonical(r resolved) {
+	table, seq := r.table, r.seq
 	d.canon = table
 	sum := sha256.Sum256([]byte(table))
 	d.channel = "dlock_" + hex.EncodeToString(sum[:8])
@@ -319,9 +443,14 @@ func (d *Driver) bindCanonical(table, seq string) {
 	}{
 		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
 		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL},
+		{&d.permitLockSQL, permitLockSQL}, {&d.permitAcquireSQL, permitAcquireSQL},
+		{&d.permitExtendSQL, permitExtendSQL}, {&d.permitReleaseSQL, permitReleaseSQL},
+		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
+		{&d.permitBreakSQL, permitBreakSQL},
 	} {
-		*q.dst = bind(q.sql, table, seq)
+		*q.dst = bind(q.sql, table, seq, r.permits)
 	}
+	d.permitsOK.Store(r.permitsOK)
 }
 
 // privilegeError explains which privilege the connecting role lacks and
@@ -342,7 +471,8 @@ func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool)
 	if i := strings.LastIndex(d.ident, `"."`); i >= 0 {
 		schema = d.ident[:i+1]
 	}
-	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s", d.ident, role, d.seq, role)
+	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s; GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s",
+		d.ident, role, d.seq, role, d.permits, role)
 	if creating {
 		return fmt.Errorf("%w: pglock: role %s may not create the lock table %s: %w; either run Migrate once as a role that may (then %s), or GRANT CREATE ON SCHEMA %s TO %s",
 			driver.ErrUnavailable, role, d.ident, cause, grants, schema, role)
@@ -391,13 +521,21 @@ func payload(key int64) string {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{DurableFencing: true, Sessions: d.session, LockDelay: true, MinTTL: MinTTL}
+	return driver.Capabilities{DurableFencing: true, Sessions: d.session, LockDelay: true, Semaphore: !d.session, MinTTL: MinTTL}
 }
 
 // Acquire implements driver.Driver.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := d.ensure(ctx); err != nil {
 		return driver.Grant{}, err
+	}
+	if req.Limit > 1 {
+		if d.session {
+			return driver.Grant{}, fmt.Errorf("%w: pglock: session locks have no semaphores", driver.ErrUnsupported)
+		}
+		if err := d.permitsReady(ctx); err != nil {
+			return driver.Grant{}, err
+		}
 	}
 	if d.session {
 		g, err := d.acquireSession(ctx, req)
@@ -413,7 +551,48 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	if err := d.ensure(ctx); err != nil {
 		return driver.Grant{}, 0, err
 	}
+	if req.Limit > 1 {
+		return d.tryPermit(ctx, req)
+	}
 	return d.tryAcquire(ctx, d.pool, req, nil)
+}
+
+// permit is the Handle of a semaphore's grant: Extend and Release act on
+// the permits table.
+type permit struct{}
+
+// tryPermit is one attempt at a permit of a semaphore: one round trip,
+// permitLockSQL then permitAcquireSQL in one transaction (see queries.go).
+func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if err := d.permitsReady(ctx); err != nil {
+		return driver.Grant{}, 0, err
+	}
+	var (
+		token     *int64
+		recovered *bool
+		leftUS    int64
+	)
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue(d.permitLockSQL, []byte(req.Name))
+	b.Queue(d.permitAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
+		d.channel, payload(d.key(req.Name)))
+	br := d.pool.SendBatch(octx, b)
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&token, &recovered, &leftUS, nil)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return driver.Grant{}, 0, d.fail(ctx, err)
+	case token == nil:
+		return driver.Grant{}, max(time.Duration(leftUS)*time.Microsecond, 0), driver.ErrNotAcquired
+	}
+	return driver.Grant{Token: uint64(*token), Recovered: recovered != nil && *recovered, Handle: permit{}}, 0, nil
 }
 
 // querier is a pool or a single connection (a session lock's).
@@ -448,8 +627,11 @@ func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, 
 
 // Extend implements driver.Driver.
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
-	if s, ok := h.Handle.(*session); ok {
-		return s.extend(ctx, d, h, ttl)
+	switch x := h.Handle.(type) {
+	case *session:
+		return x.extend(ctx, d, h, ttl)
+	case permit:
+		return d.extendPermit(ctx, h, ttl)
 	}
 	return d.extend(ctx, d.pool, h, ttl)
 }
@@ -469,10 +651,28 @@ func (d *Driver) extend(ctx context.Context, q querier, h driver.Held, ttl time.
 
 // Release implements driver.Driver.
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
-	if s, ok := h.Handle.(*session); ok {
-		return s.release(ctx, d, h)
+	switch x := h.Handle.(type) {
+	case *session:
+		return x.release(ctx, d, h)
+	case permit:
+		octx, cancel := d.bound(ctx)
+		defer cancel()
+		return d.released(ctx, h, d.pool.QueryRow(octx, d.permitReleaseSQL, d.releaseArgs(h)...).Scan(nil))
 	}
 	return d.release(ctx, d.pool, h)
+}
+
+func (d *Driver) extendPermit(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	tag, err := d.pool.Exec(octx, d.permitExtendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
+	if err != nil {
+		return d.fail(ctx, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: a permit of %q expired or was broken", driver.ErrLeaseLost, h.Name)
+	}
+	return nil
 }
 
 func (d *Driver) release(ctx context.Context, q querier, h driver.Held) error {
@@ -501,15 +701,9 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	if err := d.ensure(ctx); err != nil {
 		return driver.Info{}, err
 	}
-	octx, cancel := d.bound(ctx)
-	defer cancel()
-	rows, err := d.pool.Query(octx, d.inspectSQL, []byte(name))
+	infos, err := d.infos(ctx, d.inspectSQL, d.permitInspectSQL, []byte(name))
 	if err != nil {
-		return driver.Info{}, d.fail(ctx, err)
-	}
-	infos, err := collectInfos(rows)
-	if err != nil {
-		return driver.Info{}, d.fail(ctx, err)
+		return driver.Info{}, err
 	}
 	if len(infos) == 0 {
 		return driver.Info{Name: name}, nil
@@ -523,17 +717,81 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	if err := d.ensure(ctx); err != nil {
 		return nil, err
 	}
+	return d.infos(ctx, d.listSQL, d.permitListSQL, []byte(prefix), prefixEnd([]byte(prefix)))
+}
+
+// infos runs a statement of the lease table (leaseSQL) and, where the
+// permits table can be used, its counterpart of the permits table
+// (permitSQL) with the same arguments, in one round trip, and returns the
+// locks they report by name: a semaphore's Info lists its permits in
+// grant order, the first one also as the Info's holder.
+func (d *Driver) infos(ctx context.Context, leaseSQL, permitSQL string, args ...any) ([]driver.Info, error) {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.pool.Query(octx, d.listSQL, []byte(prefix), prefixEnd([]byte(prefix)))
+	if !d.permitsOK.Load() {
+		rows, err := d.pool.Query(octx, leaseSQL, args...)
+		if err != nil {
+			return nil, d.fail(ctx, err)
+		}
+		infos, err := collectInfos(rows)
+		if err != nil {
+			return nil, d.fail(ctx, err)
+		}
+		return infos, nil
+	}
+	b := &pgx.Batch{}
+	b.Queue(leaseSQL, args...)
+	b.Queue(permitSQL, args...)
+	br := d.pool.SendBatch(octx, b)
+	var leases, permits []driver.Info
+	rows, err := br.Query()
+	if err == nil {
+		leases, err = collectInfos(rows)
+	}
+	if err == nil {
+		rows, err = br.Query()
+	}
+	if err == nil {
+		permits, err = collectInfos(rows)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, d.fail(ctx, err)
 	}
-	infos, err := collectInfos(rows)
-	if err != nil {
-		return nil, d.fail(ctx, err)
+	return mergePermits(leases, permits), nil
+}
+
+// mergePermits adds the permits (one Info each, by name and in grant
+// order) to the leases (by name), as the Info of their name.
+func mergePermits(leases, permits []driver.Info) []driver.Info {
+	if len(permits) == 0 {
+		return leases
 	}
-	return infos, nil
+	out := make([]driver.Info, 0, len(leases)+len(permits))
+	for len(leases) > 0 || len(permits) > 0 {
+		var in driver.Info
+		switch {
+		case len(permits) == 0 || len(leases) > 0 && leases[0].Name < permits[0].Name:
+			out = append(out, leases[0])
+			leases = leases[1:]
+			continue
+		case len(leases) > 0 && leases[0].Name == permits[0].Name:
+			// A name used both as a mutex and a semaphore (which the
+			// package says not to do): the mutex's holder, and the permits.
+			in, leases = leases[0], leases[1:]
+		default:
+			in = permits[0]
+		}
+		for len(permits) > 0 && permits[0].Name == in.Name {
+			p := permits[0]
+			in.Permits = append(in.Permits, driver.Permit{Token: p.Token, Holder: p.Holder, ExpiresIn: p.ExpiresIn})
+			permits = permits[1:]
+		}
+		out = append(out, in)
+	}
+	return out
 }
 
 // prefixEnd is the least byte string greater than every string that begins
@@ -573,7 +831,28 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	}
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	err := d.pool.QueryRow(octx, d.breakSQL, []byte(name), d.channel, payload(d.key(name))).Scan(nil, nil)
+	args := []any{[]byte(name), d.channel, payload(d.key(name))}
+	var err error
+	if !d.permitsOK.Load() {
+		err = d.pool.QueryRow(octx, d.breakSQL, args...).Scan(nil, nil)
+	} else {
+		// The lease and every permit of the name, in one transaction.
+		b := &pgx.Batch{}
+		b.Queue(d.breakSQL, args...)
+		b.Queue(d.permitBreakSQL, args...)
+		br := d.pool.SendBatch(octx, b)
+		err = br.QueryRow().Scan(nil, nil)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil {
+			perr := br.QueryRow().Scan(nil)
+			if err == nil && errors.Is(perr, pgx.ErrNoRows) {
+				perr = nil // the lease was broken: held
+			}
+			err = perr
+		}
+		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
+			err = cmp.Or(cerr, err)
+		}
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %q is free", driver.ErrNotHeld, name)

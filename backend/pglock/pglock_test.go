@@ -143,12 +143,37 @@ func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
 	}
 
 	srv.Exec(want)
-	l, err := newClient(t, lockerURL).Mutex("job").TryLock(ctx)
+	locker = newClient(t, lockerURL)
+	l, err := locker.Mutex("job").TryLock(ctx)
 	if err != nil {
 		t.Fatalf("TryLock after the grants: %v", err)
 	}
-	if err := l.Unlock(ctx); err != nil {
+	// The grants of a version without semaphores: the role may not use
+	// the permits table, yet Inspect, List and Break work, and a
+	// semaphore says what to grant.
+	if in, err := locker.Inspect(ctx, "job"); err != nil || !in.Held {
+		t.Errorf("Inspect without the permits grant: %+v, %v", in, err)
+	}
+	if infos, err := locker.List(ctx, ""); err != nil || len(infos) != 1 {
+		t.Errorf("List without the permits grant: %+v, %v", infos, err)
+	}
+	if err := locker.Break(ctx, "job"); err != nil {
+		t.Errorf("Break without the permits grant: %v", err)
+	}
+	permitsGrant := `GRANT SELECT, INSERT, UPDATE, DELETE ON "dlock_leases_permits" TO "locker"`
+	if _, err := locker.Semaphore("sem", 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), permitsGrant) {
+		t.Errorf("Semaphore without the permits grant: %v; want ErrUnavailable containing %q", err, permitsGrant)
+	}
+	srv.Exec(permitsGrant)
+	s, err := locker.Semaphore("sem", 2).TryAcquire(ctx) // the same client: it looks again
+	if err != nil {
+		t.Fatalf("Semaphore after the permits grant: %v", err)
+	}
+	if err := s.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Errorf("Unlock of the broken lease: %v, want ErrLeaseLost", err)
 	}
 }
 

@@ -35,17 +35,45 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	acquired_at timestamptz NOT NULL,
 	took_over   boolean     NOT NULL DEFAULT false,
 	session_key bigint
+);` + createPermitsSQL
+
+	// createPermitsSQL makes the permits table of the semaphores (a name
+	// acquired with Request.Limit > 1): one row per permit, keyed by the
+	// name and the permit's owner. It is made with the lease table, and
+	// beside a lease table made by a version without semaphores on first
+	// use (or by Migrate). A permit's row may be deleted: its token is
+	// drawn while the grant holds the name's row of the lease table (see
+	// permitAcquireSQL), never by the insert that races others, so nothing
+	// orders tokens but that lock. Released permits are deleted; a permit
+	// that ended without a release (expired, crashed, broken) stays until
+	// a grant needs its place, so that the grant can report it
+	// (Grant.Recovered).
+	createPermitsSQL = `
+CREATE TABLE IF NOT EXISTS {{permits}} (
+	name       bytea       NOT NULL,
+	owner      text        NOT NULL,
+	token      bigint      NOT NULL,
+	holder     bytea,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (name, owner)
 )`
 
 	// resolveSQL returns the schema and name of the table ($1) and of the
 	// sequence ($2) as the server resolves their spelling (to_regclass
 	// parses the quoted names as identifiers, an unqualified one along the
-	// search path), or NULLs for one that does not exist.
+	// search path), or NULLs for one that does not exist; then whether the
+	// permits table exists beside the table (same schema, the table's name
+	// followed by _permits), and whether this role may use it.
+	// (has_table_privilege with a list of privileges is true if any is
+	// held, hence one call each.)
 	resolveSQL = `
-SELECT tn.nspname::text, t.relname::text, sn.nspname::text, s.relname::text
+SELECT tn.nspname::text, t.relname::text, sn.nspname::text, s.relname::text, p.oid IS NOT NULL,
+       coalesce(has_table_privilege(p.oid, 'SELECT') AND has_table_privilege(p.oid, 'INSERT')
+                AND has_table_privilege(p.oid, 'UPDATE') AND has_table_privilege(p.oid, 'DELETE'), false)
 FROM (SELECT to_regclass($1) AS t, to_regclass($2) AS s) r
 LEFT JOIN pg_class t ON t.oid = r.t LEFT JOIN pg_namespace tn ON tn.oid = t.relnamespace
-LEFT JOIN pg_class s ON s.oid = r.s LEFT JOIN pg_namespace sn ON sn.oid = s.relnamespace`
+LEFT JOIN pg_class s ON s.oid = r.s LEFT JOIN pg_namespace sn ON sn.oid = s.relnamespace
+LEFT JOIN pg_class p ON p.relnamespace = t.relnamespace AND p.relname = t.relname || '_permits' AND p.relkind IN ('r', 'p')`
 
 	// acquireSQL takes the lock in one statement: insert the name's first
 	// lease, or take over a lease that is free or has expired by the
@@ -149,10 +177,131 @@ SELECT pg_notify($2, $3)::text,
 FROM b`
 )
 
-// bind puts the quoted table and sequence names into a statement;
-// {{seqname}} is the sequence's name as a string literal, for nextval.
-func bind(sql, table, seq string) string {
-	return strings.NewReplacer("{{table}}", table, "{{seq}}", seq, "{{seqname}}", quoteLiteral(seq)).Replace(sql)
+// The statements of semaphores (Request.Limit > 1). A permit is granted in
+// one round trip of two statements, sent as one pipeline and so run in one
+// implicit transaction: permitLockSQL locks the name's row of the lease
+// table, then permitAcquireSQL counts the live permits and inserts one.
+// Two statements because in READ COMMITTED each statement sees the
+// database as of its own start: a single statement that waited for the
+// row lock would still count the permits as they were before it waited,
+// missing a permit granted meanwhile, and grant one too many. The second
+// statement starts after the lock is ours, so it sees every permit
+// granted before, and none can be granted until it commits.
+const (
+	// permitLockSQL takes the lock every grant of a permit of the name
+	// holds until it commits: the name's row of the lease table, made if
+	// the name has none (free: no owner, expired, token 0, a token no
+	// grant ever returns). The row is locked, not written, when it exists:
+	// ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE
+	// is false. A mutex's acquire of the name locks the same row.
+	// $1 name.
+	permitLockSQL = `
+INSERT INTO {{table}} AS l (name, owner, token, expires_at, acquired_at)
+VALUES ($1, '', 0, '-infinity', clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
+
+	// permitAcquireSQL grants a permit if fewer than $5 permits of the name
+	// are live by the server's clock, with a token drawn now, under the
+	// name's row lock: tokens of one name increase in grant order,
+	// whatever permit a grant takes. Each client judges by its own limit,
+	// so a client with a lowered limit waits while holders above it keep
+	// their permits. It returns one row either way: the grant (token,
+	// whether it took the place of a permit that ended unreleased), or,
+	// when the limit is reached, the time in microseconds until the
+	// soonest live permit expires, which is when a waiter must look again
+	// (an expiry sends no notification).
+	//
+	// Permits that ended without a release (expired, crashed, broken) stay
+	// until a grant needs their place: a grant that would not fit if they
+	// were still held (live + ended >= $5) deletes the oldest of them, as
+	// many as it needs, and is reported as a takeover (Grant.Recovered),
+	// as the mutex's is; like it, it notifies the waiters, which re-arm
+	// their timers.
+	//
+	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 limit,
+	// $6 channel, $7 payload.
+	permitAcquireSQL = `
+WITH now AS (SELECT clock_timestamp() AS t),
+c AS (
+	SELECT count(*) FILTER (WHERE p.expires_at > now.t) AS live,
+	       count(*) AS kept,
+	       min(p.expires_at) FILTER (WHERE p.expires_at > now.t) AS soonest
+	FROM {{permits}} p, now WHERE p.name = $1
+),
+gone AS (
+	DELETE FROM {{permits}} g USING now
+	WHERE g.name = $1 AND g.expires_at <= now.t AND g.owner IN (
+		SELECT e.owner FROM {{permits}} e, now WHERE e.name = $1 AND e.expires_at <= now.t
+		ORDER BY e.token
+		LIMIT (SELECT CASE WHEN c.live < $5 THEN greatest(c.kept + 1 - $5, 0) ELSE 0 END FROM c))
+	RETURNING 1
+),
+ins AS (
+	INSERT INTO {{permits}} (name, owner, token, holder, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, clock_timestamp() + $4::bigint * interval '1 microsecond'
+	FROM c WHERE c.live < $5
+	RETURNING token
+)
+SELECT ins.token, r.took_over, 0::bigint, CASE WHEN r.took_over THEN pg_notify($6, $7)::text END
+FROM ins, (SELECT EXISTS (SELECT FROM gone) AS took_over) r
+UNION ALL
+SELECT NULL, NULL, coalesce((extract(epoch FROM greatest(c.soonest, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint, 0), NULL
+FROM c WHERE NOT EXISTS (SELECT FROM ins)`
+
+	// permitExtendSQL renews a live permit of its owner.
+	// $1 name, $2 owner, $3 TTL in µs.
+	permitExtendSQL = `
+UPDATE {{permits}} SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()`
+
+	// permitReleaseSQL deletes its owner's live permit and wakes the
+	// waiters (the notification is delivered when the statement commits).
+	// It takes no lock of the name: a grant that counted the permit as
+	// live just before is a waiter, and is woken by this notification.
+	// $1 name, $2 owner, $3 channel, $4 payload.
+	permitReleaseSQL = `
+WITH r AS (
+	DELETE FROM {{permits}}
+	WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()
+	RETURNING name
+)
+SELECT pg_notify($3, $4)::text FROM r`
+
+	// permitInspectSQL reports the live permits of a name in grant order
+	// (token order: tokens increase in grant order). $1 name.
+	permitInspectSQL = `
+SELECT p.name, p.token, p.holder, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint
+FROM {{permits}} p WHERE p.name = $1 AND p.expires_at > clock_timestamp()
+ORDER BY p.token`
+
+	// permitListSQL reports the live permits whose names lie in [$1, $2),
+	// or from $1 on when $2 is NULL, by name and in grant order.
+	permitListSQL = `
+SELECT p.name, p.token, p.holder, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint
+FROM {{permits}} p WHERE p.name >= $1 AND ($2::bytea IS NULL OR p.name < $2) AND p.expires_at > clock_timestamp()
+ORDER BY p.name, p.token`
+
+	// permitBreakSQL ends every live permit of a name, whoever holds it,
+	// and wakes the waiters; one row if there was any. The rows stay,
+	// expired, so that the grants that take their places are reported as
+	// takeovers (Grant.Recovered). Each holder's next renewal finds its
+	// permit gone (ErrLeaseLost); the next grant draws a token from the
+	// sequence, above all of theirs.
+	// $1 name, $2 channel, $3 payload.
+	permitBreakSQL = `
+WITH b AS (
+	UPDATE {{permits}} SET expires_at = '-infinity'
+	WHERE name = $1 AND expires_at > clock_timestamp()
+	RETURNING 1
+)
+SELECT pg_notify($2, $3)::text FROM b LIMIT 1`
+)
+
+// bind puts the quoted table, sequence and permits table names into a
+// statement; {{seqname}} is the sequence's name as a string literal, for
+// nextval.
+func bind(sql, table, seq, permits string) string {
+	return strings.NewReplacer("{{table}}", table, "{{seq}}", seq, "{{seqname}}", quoteLiteral(seq), "{{permits}}", permits).Replace(sql)
 }
 
 // quoteLiteral quotes s as an SQL string literal.
