@@ -574,14 +574,27 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 	)
 	octx, cancel := d.bound(ctx)
 	defer cancel()
+	// READ COMMITTED whatever the server's default: under REPEATABLE READ
+	// the count would see the permits as of the first statement, before
+	// it waited for the lock (TestPermitGrantsQueuedOnTheNameCountEachOther).
+	// A transaction left open by an error is not reused: the pool closes
+	// a connection returned in one.
 	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(d.permitLockSQL, []byte(req.Name))
 	b.Queue(d.permitAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
 		d.channel, payload(d.key(req.Name)))
+	b.Queue(`COMMIT`)
 	br := d.pool.SendBatch(octx, b)
 	_, err := br.Exec()
 	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
 		err = br.QueryRow().Scan(&token, &recovered, &leftUS, nil)
+	}
+	if err == nil {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -178,9 +178,10 @@ FROM b`
 )
 
 // The statements of semaphores (Request.Limit > 1). A permit is granted in
-// one round trip of two statements, sent as one pipeline and so run in one
-// implicit transaction: permitLockSQL locks the name's row of the lease
-// table, then permitAcquireSQL counts the live permits and inserts one.
+// one round trip of two statements, sent as one pipeline in one READ
+// COMMITTED transaction (tryPermit begins it so, whatever the server's
+// default): permitLockSQL locks the name's row of the lease table, then
+// permitAcquireSQL counts the live permits and inserts one.
 // Two statements because in READ COMMITTED each statement sees the
 // database as of its own start: a single statement that waited for the
 // row lock would still count the permits as they were before it waited,

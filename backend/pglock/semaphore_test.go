@@ -24,7 +24,21 @@ import (
 func TestPermitGrantsQueuedOnTheNameCountEachOther(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
+	// Also on a server whose sessions default to REPEATABLE READ, where a
+	// transaction that did not ask for READ COMMITTED would count the
+	// permits as of its first statement, before it waited.
+	for _, iso := range []string{"", "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read"} {
+		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
+			testPermitGrantsQueued(t, srv, iso)
+		})
+	}
+}
+
+func testPermitGrantsQueued(t *testing.T, srv *testenv.Postgres, iso string) {
 	rawURL := srv.URL(srv.Addr, "pool_max_conns=10") // a connection for each grant
+	if iso != "" {
+		rawURL += "&" + iso
+	}
 	d := newDriver(t, rawURL)
 	ctx := testenv.Context(t, 60*time.Second)
 	const name, n, grants = "sem/queued", 2, 6
