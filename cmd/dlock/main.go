@@ -39,6 +39,7 @@ type cmdEnv struct {
 func commands() []command {
 	return []command{
 		{name: "run", summary: "hold a lock while a command runs", run: runCmd},
+		{name: "elect", summary: "run a command only while this process leads; --observe: print every change of leader", run: electCmd},
 		{name: "inspect", summary: "show who holds a lock, its token, expiry and waiters", run: inspectCmd},
 		{name: "list", summary: "list the locks held or waited on", run: listCmd},
 		{name: "break", summary: "force-release a lock; the next holder gets a higher token", run: breakCmd},

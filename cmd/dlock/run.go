@@ -119,6 +119,9 @@ type runFlags struct {
 	note      string
 	verbose   bool
 	limit     int // permits of the semaphore NAME; 1: a plain lock
+	// elect: campaign for leadership of NAME (dlock elect), with note as
+	// the published value, instead of taking the lock.
+	elect bool
 }
 
 func runCmd(_ context.Context, env *cmdEnv, args []string) error {
@@ -140,7 +143,13 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 		return err
 	}
 	fs.Visit(func(fl *flag.Flag) { f.waitGiven = f.waitGiven || fl.Name == "wait" })
-	name, argv, err := f.check(fs.Args())
+	return f.run(env, fs.Args())
+}
+
+// run holds NAME (args[0]) while CMD (the rest) runs: the body of dlock
+// run and dlock elect, once their flags are parsed.
+func (f *runFlags) run(env *cmdEnv, args []string) error {
+	name, argv, err := f.check(args)
 	if err != nil {
 		return err
 	}
@@ -168,10 +177,14 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	defer c.Close()
 	if f.verbose {
 		what := fmt.Sprintf("%q", name)
-		if f.limit > 1 {
+		verb := "acquired"
+		switch {
+		case f.limit > 1:
 			what = fmt.Sprintf("a permit of %q (%d permits)", name, f.limit)
+		case f.elect:
+			verb, what = "leading", fmt.Sprintf("%q", name)
 		}
-		fmt.Fprintf(env.stderr, "%s: acquired %s with token %d on %s\n", env.name, what, lease.Token(), b)
+		fmt.Fprintf(env.stderr, "%s: %s %s with token %d on %s\n", env.name, verb, what, lease.Token(), b)
 	}
 	status, err := f.runLocked(env, b, lease, argv, sigs)
 	if err != nil {
@@ -279,9 +292,15 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 	}
 	// --limit 1 is the plain lock; more is one permit of a semaphore.
 	lock, tryLock := c.Mutex(name).Lock, c.Mutex(name).TryLock
-	if f.limit > 1 {
+	switch {
+	case f.limit > 1:
 		s := c.Semaphore(name, f.limit)
 		lock, tryLock = s.Acquire, s.TryAcquire
+	case f.elect:
+		// Leadership is the mutex, with the value as its note (WithNote
+		// above); Campaign waits in arrival order where it can.
+		e := c.Election(name)
+		lock = func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, f.note) }
 	}
 	var l *dlock.Lease
 	switch {
