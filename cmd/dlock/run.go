@@ -33,6 +33,12 @@ NAME should give the same N; NAME must not also be used as a plain lock.
 Not every backend has semaphores: on one without, dlock exits with status
 64. --limit 1, the default, is the plain lock.
 
+With --shared, NAME is a read-write lock and CMD a reader: any number of
+--shared runs hold NAME together, while a plain dlock run of NAME (the
+writer) holds it alone; a --shared run that comes while a writer waits
+queues behind it, so readers cannot starve a writer. Not every backend has
+read-write locks: on one without, dlock exits with status 64.
+
 Flags:
 {{flags}}
 CMD's environment, besides dlock's own:
@@ -80,8 +86,8 @@ Exit status:
   CMD's status  CMD ran and exited by itself; if signal N killed it, dlock
                 dies of N too (a shell shows 128+N)
   64            usage error: a bad flag, lock name or backend URL, or no CMD;
-                also --limit above 1 (or --fair) on a backend without
-                semaphores (or without a queue)
+                also --limit above 1, --shared or --fair on a backend
+                without semaphores, read-write locks or a queue
   69            the backend could not be reached, or failed
   71            the supervisor of CMD could not be started, or was killed
                 (EX_OSERR, as flock(1) when it cannot wait for its command)
@@ -118,7 +124,8 @@ type runFlags struct {
 	grace     time.Duration
 	note      string
 	verbose   bool
-	limit     int // permits of the semaphore NAME; 1: a plain lock
+	limit     int  // permits of the semaphore NAME; 1: a plain lock
+	reader    bool // a reader of the read-write lock NAME (--shared)
 	// elect: campaign for leadership of NAME (dlock elect), with note as
 	// the published value, instead of taking the lock.
 	elect bool
@@ -135,6 +142,7 @@ func runCmd(_ context.Context, env *cmdEnv, args []string) error {
 	fs.DurationVar(&f.grace, "grace", 5*time.Second, "after SIGTERM to CMD's processes, wait `D` before SIGKILL")
 	f.limit = 1
 	fs.Var((*permitsFlag)(&f.limit), "limit", fmt.Sprintf("let at most `N` copies of CMD run at once: take one of N permits of the semaphore NAME (1..%d; the default, 1, is a plain lock)", dlock.MaxPermits))
+	fs.BoolVar(&f.reader, "shared", false, "hold NAME as a reader of a read-write lock: with other --shared runs, never with a plain one")
 	fs.StringVar(&f.note, "note", "", "free `text` that dlock inspect shows next to this holder")
 	fs.BoolVar(&f.verbose, "verbose", false, "say on stderr when the lock is acquired (with its token) and released")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
@@ -217,6 +225,8 @@ func (f *runFlags) check(args []string) (string, []string, error) {
 		return "", nil, usageErrorf("--wait %v: must not be negative", f.wait)
 	case f.grace < 0:
 		return "", nil, usageErrorf("--grace %v: must not be negative", f.grace)
+	case f.reader && f.limit > 1:
+		return "", nil, usageErrorf("--shared and --limit %d contradict each other: a reader of a read-write lock, or a permit of a semaphore; give one", f.limit)
 	case f.noWait && f.wait > 0:
 		return "", nil, usageErrorf("--no-wait and --wait %v contradict each other; give one", f.wait)
 	case f.timeout <= 0:
@@ -296,6 +306,9 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 	case f.limit > 1:
 		s := c.Semaphore(name, f.limit)
 		lock, tryLock = s.Acquire, s.TryAcquire
+	case f.reader:
+		rw := c.RWMutex(name)
+		lock, tryLock = rw.RLock, rw.TryRLock
 	case f.elect:
 		// Leadership is the mutex, with the value as its note (WithNote
 		// above); Campaign waits in arrival order where it can.
@@ -341,6 +354,8 @@ func (f *runFlags) tryAcquire(ctx context.Context, b *backend, name string) (*dl
 		return nil, nil, withStatus(exitNotAcquired, errors.New(msg))
 	case errors.Is(err, dlock.ErrUnsupported) && f.fair:
 		return nil, nil, withStatus(exitUsage, fmt.Errorf("--fair: %w", err))
+	case errors.Is(err, dlock.ErrUnsupported) && f.reader:
+		return nil, nil, withStatus(exitUsage, fmt.Errorf("--shared: the backend %s has no read-write locks; leave --shared out (a plain lock), or use a backend that has them", b))
 	case errors.Is(err, dlock.ErrUnsupported) && f.limit > 1:
 		return nil, nil, withStatus(exitUsage, fmt.Errorf("--limit %d: the backend %s has no semaphores; use --limit 1 (a plain lock), or a backend that has them", f.limit, b))
 	case errors.Is(err, dlock.ErrInvalidOption):
