@@ -157,12 +157,8 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 			// The server is unreachable or has no leader: try again
 			// until ctx ends or our lease runs out.
 			failures++
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case err := <-leaseErr:
+			if err := pauseQueued(ctx, leaseErr, failures); err != nil {
 				return err
-			case <-time.After(retryBackoff.Delay(failures - 1)):
 			}
 			continue
 		}
@@ -253,6 +249,20 @@ func (d *Driver) readAtLeast(ctx context.Context, atLeast int64, key string, opt
 		return nil, unavailable(ctx, "get", err)
 	}
 	return resp, nil
+}
+
+// pauseQueued waits out the pause before a queued waiter's next try, after
+// its failures-th failure in a row: it returns ctx's error if ctx ends
+// first, or the error of leaseErr if the lease of the waiter's key is lost.
+func pauseQueued(ctx context.Context, leaseErr <-chan error, failures int) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-leaseErr:
+		return err
+	case <-time.After(retryBackoff.Delay(failures - 1)):
+		return nil
+	}
 }
 
 // retryBackoff paces the retries after failures: after the n-th failure

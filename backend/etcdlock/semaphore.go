@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -73,12 +72,8 @@ func (d *Driver) waitPermit(ctx context.Context, pfx string, hd *holding) error 
 		// The watch broke (no leader, compaction) or a read failed: try
 		// again until ctx ends or our lease runs out.
 		failures++
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-leaseErr:
+		if err := pauseQueued(ctx, leaseErr, failures); err != nil {
 			return err
-		case <-time.After(retryBackoff.Delay(failures - 1)):
 		}
 	}
 }
