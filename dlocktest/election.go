@@ -58,7 +58,7 @@ func (s *suite) testElectionOneLeader(t *testing.T) {
 				terms = append(terms, l.Token())
 				mu.Unlock()
 				if ld, err := e.Leader(ctx); err != nil || ld.Term != l.Token() || ld.Value != value {
-					errs <- fmt.Errorf("Leader = %+v, %v while %q leads with term %d", ld, err, value, l.Token())
+					errs <- fmt.Errorf("while %q leads with term %d, Leader reports %+v, %v", value, l.Token(), ld, err)
 				}
 				time.Sleep(10 * time.Millisecond)
 				leading.Add(-1)

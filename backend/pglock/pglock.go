@@ -106,7 +106,7 @@ type Driver struct {
 	permits                                           string
 	permitLockSQL, permitAcquireSQL, permitExtendSQL  string
 	permitReleaseSQL, permitInspectSQL, permitListSQL string
-	permitBreakSQL, createPermitsSQL                  string
+	permitBreakSQL                                    string
 	permitsOK                                         atomic.Bool // the permits table exists and this role may use it
 
 	migrateMu sync.Mutex
