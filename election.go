@@ -95,19 +95,45 @@ const ObserveInterval = 100 * time.Millisecond
 
 // Observe reports the leadership now, then every change of it, in order,
 // on the returned channel, until ctx ends (then the channel is closed): a
-// new leader (a higher Term), or nobody (Term 0). It reads the leadership
-// every ObserveInterval, so every leadership that lasts longer than that
-// is reported; one that begins and ends between two reads is not (its
-// term was never seen). The terms reported only ever increase. A read
-// that fails is tried again; a change is never reported twice, and the
-// channel is not closed before ctx ends unless the client is closed.
-// Read the channel promptly: Observe waits for each value to be taken.
+// new leader (a higher Term), or nobody (Term 0). The terms reported only
+// ever increase, and a change is never reported twice.
+//
+// On a backend that keeps the history of changes (driver.Watcher: etcd),
+// Observe follows it, and reports every leader, however briefly it led.
+// Elsewhere, or if that history is lost (an etcd compaction), it reads the
+// leadership every ObserveInterval: every leadership that lasts longer
+// than that is reported; one that begins and ends between two reads is
+// not. A read that fails is tried again; the channel is not closed before
+// ctx ends unless the client is closed. Read the channel promptly: Observe
+// waits for each value to be taken.
 func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 	ch := make(chan Leadership)
 	go func() {
 		defer close(ch)
 		last, reported := Leadership{}, false
 		var lastTerm uint64
+		report := func(now Leadership) bool {
+			if now.Term < lastTerm && now.Term != 0 || reported && now.Term == last.Term {
+				return true // stale, or no change
+			}
+			select {
+			case ch <- now:
+			case <-ctx.Done():
+				return false
+			}
+			last, reported = now, true
+			lastTerm = max(lastTerm, now.Term)
+			return true
+		}
+		if w, ok := e.c.d.(driver.Watcher); ok {
+			if changes, err := w.WatchHolder(ctx, e.name); err == nil {
+				for in := range changes {
+					if !report(leadershipOf(infoFrom(in))) {
+						return
+					}
+				}
+			}
+		}
 		for failures := 0; ; {
 			in, err := e.c.Inspect(ctx, e.name)
 			switch {
@@ -117,18 +143,8 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 				failures++
 			default:
 				failures = 0
-				now := leadershipOf(in)
-				if now.Term < lastTerm && now.Term != 0 {
-					break // a stale read from before a term already reported
-				}
-				if !reported || now.Term != last.Term {
-					select {
-					case ch <- now:
-					case <-ctx.Done():
-						return
-					}
-					last, reported = now, true
-					lastTerm = max(lastTerm, now.Term)
+				if !report(leadershipOf(in)) {
+					return
 				}
 			}
 			wait := ObserveInterval

@@ -216,3 +216,18 @@ type Capabilities struct {
 	// cross-process parts of the conformance suite do not apply.
 	InProcess bool
 }
+
+// Watcher is implemented by a backend that can report every change of a
+// lock's holder in order, with none left out, where its engine keeps the
+// history of changes (etcd's revisions). dlock's Election.Observe uses it;
+// without it, Observe reads the lock at intervals and can miss a holder
+// that came and went between two reads.
+type Watcher interface {
+	// WatchHolder sends the state of the lock name when the watch begins,
+	// then its state after every change of its holder (a grant with a new
+	// token, or the lock freed), in the order they happened, until ctx
+	// ends; then it closes the channel. Info.ExpiresIn may be 0. If the
+	// backend loses the history it needs to leave nothing out (etcd's
+	// compaction), the channel is closed before ctx ends.
+	WatchHolder(ctx context.Context, name string) (<-chan Info, error)
+}

@@ -31,9 +31,10 @@ CMD's environment is dlock run's: DLOCK_TOKEN is the term, higher for every
 later leader, so a resource that remembers the highest term it has seen can
 refuse the writes of a deposed leader.
 
-With --observe, dlock prints who leads now, then every change of leader as
-it sees it (it looks every 100 ms; a leadership shorter than that may go
-unseen), one line each, until it is interrupted: the time, the term, the
+With --observe, dlock prints who leads now, then every change of leader,
+one line each, until it is interrupted (on etcd every change, however
+brief; elsewhere it looks every 100 ms, and a leadership shorter than that
+may go unseen): the time, the term, the
 leader's value, host and PID, or "no leader". With --json each line is a
 JSON object.
 
