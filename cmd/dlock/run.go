@@ -566,7 +566,11 @@ func describePermits(ps []dlock.Permit) string {
 	return "by " + strings.Join(parts, ", ")
 }
 
-// describeHolder says who holds a lock, for messages.
+// describeHolder says who holds a lock, for messages: every holder of a
+// semaphore or every reader, up to three.
 func describeHolder(info dlock.Info) string {
+	if len(info.Permits) > 1 {
+		return strings.TrimPrefix(describePermits(info.Permits), "by ")
+	}
 	return holderText(info.Holder) + fmt.Sprintf(" with token %d", info.Token)
 }
