@@ -1,4 +1,5 @@
-// Package dlock is a distributed mutex for Go programs: mutual exclusion
+// Package dlock is a distributed mutex for Go programs, with semaphores,
+// read-write locks and leader election beside it: mutual exclusion
 // between processes and machines, kept in a coordination engine you already
 // run — etcd, Redis, a quorum of Redis nodes (Redlock), ZooKeeper,
 // PostgreSQL, MySQL/MariaDB or Temporal.
@@ -52,4 +53,13 @@
 //
 // Backends register a URL scheme when their package is imported, as
 // database/sql drivers do; New takes a driver directly.
+//
+// # Beyond the mutex
+//
+// Semaphore (at most n holders), RWMutex (readers together, a writer
+// alone, writers not starved) and Election (one leader, its term the
+// token) grant the same kind of Lease, with the same renewal, loss
+// notification and fencing. Not every backend has every primitive:
+// driver.Capabilities says which, and a call on one that has not returns
+// ErrUnsupported.
 package dlock
