@@ -240,7 +240,7 @@ func TestMixedFleetWithEtcdctlAndMutexLosesNoIncrement(t *testing.T) {
 		}()
 	}
 	for range workers {
-		for _, kind := range []string{"dlock", "own", "mutex"} {
+		for _, kind := range []string{"dlock", "mutex"} {
 			run(kind, dlocktest.WorkerCommand(kind, srv.Endpoints()[0], name, counter, log, strconv.Itoa(nGo), window.String()))
 		}
 		loop := exec.Command("sh", script, etcdctl, srv.Endpoints()[0], name, counter, log,
