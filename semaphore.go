@@ -24,12 +24,14 @@ const MaxPermits = 10000
 //
 // Changing n. Every client asks with its own n: a request is granted only
 // while fewer than its own n leases are held. To raise the limit, start
-// clients with the higher n; they are granted permits beyond the old limit
-// at once. To lower it, start clients with the lower n: holders above it
-// keep their permits until they release them (nothing revokes a lease), and
-// no client with the lower n is granted one until fewer than the lower n
-// are held. Clients still running with the old, higher n keep being
-// granted up to it.
+// clients with the higher n: each is granted while fewer than its n are
+// held (on a backend that queues, in arrival order: not ahead of a waiter
+// that asked with a lower n). To lower it, start clients with the lower n:
+// holders above it keep their permits until they release them (nothing
+// revokes a lease), and no client with the lower n is granted one until
+// fewer than the lower n are held. Clients still running with the old,
+// higher n keep being granted up to it. dlocktest checks the lowered limit
+// and clients that disagree.
 //
 // Not every backend offers semaphores: Capabilities.Semaphore in package
 // driver says which, and Acquire on one that does not returns
