@@ -307,6 +307,34 @@ func (s *suite) testTryLock(t *testing.T) {
 	mustUnlock(t, l2)
 }
 
+// eachClient runs f for n clients, each with connections of its own (as
+// n processes would have), all at once, and fails the test with each
+// error that f returns.
+func (s *suite) eachClient(t *testing.T, n int, f func(i int, c *dlock.Client) error) {
+	t.Helper()
+	cs := make([]*dlock.Client, n)
+	for i := range cs {
+		cs[i] = s.client(t)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i, c := range cs {
+		wg.Go(func() {
+			<-start
+			if err := f(i, c); err != nil {
+				errs <- err
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 // testExclusion has 8 independent clients increment a shared counter with
 // a read–sleep–write window under the lock: a single lost update, or two
 // clients inside at once, or a token out of order, fails.
@@ -318,46 +346,28 @@ func (s *suite) testExclusion(t *testing.T) {
 		inside  atomic.Int32
 		mu      sync.Mutex
 		tokens  []uint64
-		wg      sync.WaitGroup
-		errs    = make(chan error, clients)
 	)
-	cs := make([]*dlock.Client, clients)
-	for i := range cs {
-		cs[i] = s.client(t)
-	}
-	start := make(chan struct{})
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for range rounds {
-				err := cs[i].Do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
-					if n := inside.Add(1); n != 1 {
-						return fmt.Errorf("%d holders inside the critical section at once", n)
-					}
-					defer inside.Add(-1)
-					mu.Lock()
-					tokens = append(tokens, l.Token())
-					mu.Unlock()
-					v := atomic.LoadInt64(&counter)
-					time.Sleep(2 * time.Millisecond)
-					atomic.StoreInt64(&counter, v+1)
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
+	s.eachClient(t, clients, func(_ int, c *dlock.Client) error {
+		for range rounds {
+			err := c.Do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
+				if n := inside.Add(1); n != 1 {
+					return fmt.Errorf("%d holders inside the critical section at once", n)
 				}
+				defer inside.Add(-1)
+				mu.Lock()
+				tokens = append(tokens, l.Token())
+				mu.Unlock()
+				v := atomic.LoadInt64(&counter)
+				time.Sleep(2 * time.Millisecond)
+				atomic.StoreInt64(&counter, v+1)
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+		return nil
+	})
 	if counter != clients*rounds {
 		t.Errorf("counter = %d after %d increments: lost updates", counter, clients*rounds)
 	}

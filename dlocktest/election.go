@@ -36,46 +36,33 @@ func (s *suite) testElectionOneLeader(t *testing.T) {
 		leading atomic.Int32
 		mu      sync.Mutex
 		terms   []uint64
-		wg      sync.WaitGroup
-		errs    = make(chan error, clients)
 	)
-	for i := range clients {
-		c := s.client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e := c.Election(name)
-			value := fmt.Sprintf("candidate-%d", i)
-			for range rounds {
-				ctx := testenv.Context(t, 120*time.Second)
-				l, err := e.Campaign(ctx, value)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if n := leading.Add(1); n != 1 {
-					errs <- fmt.Errorf("%d leaders at once", n)
-				}
-				mu.Lock()
-				terms = append(terms, l.Token())
-				mu.Unlock()
-				if ld, err := e.Leader(ctx); err != nil || ld.Term != l.Token() || ld.Value != value {
-					errs <- fmt.Errorf("while %q leads with term %d, Leader reports %+v, %v", value, l.Token(), ld, err)
-				}
-				time.Sleep(10 * time.Millisecond)
-				leading.Add(-1)
-				if err := e.Resign(ctx, l); err != nil {
-					errs <- err
-					return
-				}
+	s.eachClient(t, clients, func(i int, c *dlock.Client) error {
+		e := c.Election(name)
+		value := fmt.Sprintf("candidate-%d", i)
+		for range rounds {
+			ctx := testenv.Context(t, 120*time.Second)
+			l, err := e.Campaign(ctx, value)
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			if n := leading.Add(1); n != 1 {
+				t.Errorf("%d leaders at once", n)
+			}
+			mu.Lock()
+			terms = append(terms, l.Token())
+			mu.Unlock()
+			if ld, err := e.Leader(ctx); err != nil || ld.Term != l.Token() || ld.Value != value {
+				t.Errorf("while %q leads with term %d, Leader reports %+v, %v", value, l.Token(), ld, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+			leading.Add(-1)
+			if err := e.Resign(ctx, l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	for i := 1; i < len(terms); i++ {
 		if terms[i] <= terms[i-1] {
 			t.Errorf("term %d after term %d", terms[i], terms[i-1])

@@ -79,45 +79,28 @@ func (g *rwLog) leave(shared bool) {
 func (s *suite) testRWExclusion(t *testing.T) {
 	const clients, rounds = 6, 5
 	name := s.name(t, "rw")
-	var (
-		log  rwLog
-		wg   sync.WaitGroup
-		errs = make(chan error, clients)
-	)
-	start := make(chan struct{})
-	for i := range clients {
-		c := s.client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for r := range rounds {
-				shared := (i+r)%3 != 0 // two reads to each write
-				do := c.DoShared
-				if !shared {
-					do = c.DoExclusive
-				}
-				err := do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
-					if err := log.enter(shared, l.Token()); err != nil {
-						return err
-					}
-					defer log.leave(shared)
-					time.Sleep(20 * time.Millisecond)
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
+	var log rwLog
+	s.eachClient(t, clients, func(i int, c *dlock.Client) error {
+		for r := range rounds {
+			shared := (i+r)%3 != 0 // two reads to each write
+			do := c.DoShared
+			if !shared {
+				do = c.DoExclusive
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			err := do(testenv.Context(t, 120*time.Second), name, func(ctx context.Context, l *dlock.Lease) error {
+				if err := log.enter(shared, l.Token()); err != nil {
+					return err
+				}
+				defer log.leave(shared)
+				time.Sleep(20 * time.Millisecond)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	t.Logf("%d grants, at most %d readers at once", log.grants, log.mostReaders)
 	if log.mostReaders < 2 {
 		t.Errorf("at most %d reader at once: readers do not share the lock", log.mostReaders)

@@ -39,9 +39,9 @@ func (s *suite) mustAcquire(t testing.TB, c *dlock.Client, name string, n int) *
 }
 
 // Eight clients, each with its own connections, take turns at a semaphore
-// of three permits: never more than three are inside at once, three are at
-// some point (the permits are really shared), and every grant has a token
-// of its own, increasing in each client's order of grants.
+// of three permits: never more than three are inside at once, two or more
+// are at some point (the permits are really shared), and every grant has a
+// token of its own, increasing in each client's order of grants.
 func (s *suite) testSemaphoreBound(t *testing.T) {
 	const clients, rounds, n = 8, 5, 3
 	name := s.name(t, "sem")
@@ -49,52 +49,34 @@ func (s *suite) testSemaphoreBound(t *testing.T) {
 		inside, most atomic.Int32
 		mu           sync.Mutex
 		tokens       []uint64
-		wg           sync.WaitGroup
-		errs         = make(chan error, clients)
 	)
-	cs := make([]*dlock.Client, clients)
-	for i := range cs {
-		cs[i] = s.client(t)
-	}
-	start := make(chan struct{})
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var last uint64
-			for range rounds {
-				err := cs[i].DoLimited(testenv.Context(t, 120*time.Second), name, n, func(ctx context.Context, l *dlock.Lease) error {
-					k := inside.Add(1)
-					defer inside.Add(-1)
-					for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
-					}
-					if k > n {
-						return fmt.Errorf("%d holders of a semaphore of %d permits at once", k, n)
-					}
-					if l.Token() <= last {
-						return fmt.Errorf("client %d: token %d after its own %d", i, l.Token(), last)
-					}
-					last = l.Token()
-					mu.Lock()
-					tokens = append(tokens, l.Token())
-					mu.Unlock()
-					time.Sleep(20 * time.Millisecond)
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
+	s.eachClient(t, clients, func(i int, c *dlock.Client) error {
+		var last uint64
+		for range rounds {
+			err := c.DoLimited(testenv.Context(t, 120*time.Second), name, n, func(ctx context.Context, l *dlock.Lease) error {
+				k := inside.Add(1)
+				defer inside.Add(-1)
+				for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
 				}
+				if k > n {
+					return fmt.Errorf("%d holders of a semaphore of %d permits at once", k, n)
+				}
+				if l.Token() <= last {
+					return fmt.Errorf("client %d: token %d after its own %d", i, l.Token(), last)
+				}
+				last = l.Token()
+				mu.Lock()
+				tokens = append(tokens, l.Token())
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+		return nil
+	})
 	t.Logf("%d grants, at most %d holders at once", len(tokens), most.Load())
 	if most.Load() < 2 {
 		t.Errorf("at most %d holder at once among %d clients: the %d permits were not shared", most.Load(), clients, n)
