@@ -1,7 +1,7 @@
 # make demo   the flash sale, on a throwaway embedded etcd
 # make test   install what tests need, then run every test with -race
 # make check  gofmt, go vet, staticcheck
-# make verify every backend x fault combination in the short profile, and its table
+# make verify every backend x fault x workload (mutex, semaphore, rwmutex, election) combination in the short profile, and its table
 # make bench  dlock side by side with the incumbent libraries: bench/RESULTS.md and bench/curves-*.svg
 GO ?= go
 
@@ -43,7 +43,7 @@ check:
 VERIFY_OUT ?= $(CURDIR)/verify-out
 verify: install
 	rm -rf $(VERIFY_OUT)
-	DLOCK_VERIFY_OUT=$(VERIFY_OUT) $(GO) test -count=1 -timeout 20m -run '^TestVerifyShortProfile$$' ./verify/ || { cat $(VERIFY_OUT)/summary.txt 2>/dev/null; exit 1; }
+	DLOCK_VERIFY_OUT=$(VERIFY_OUT) DLOCK_VERIFY_WORKLOADS=all $(GO) test -count=1 -timeout 80m -run '^TestVerifyShortProfile$$' ./verify/ || { cat $(VERIFY_OUT)/summary.txt 2>/dev/null; exit 1; }
 	@cat $(VERIFY_OUT)/summary.txt
 
 # Starts its own servers; about 11 minutes on 2 cores. BENCH_FLAGS passes

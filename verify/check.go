@@ -82,6 +82,9 @@ const (
 type Result struct {
 	Backend string
 	Fault   string
+	// Workload is what the clients took: "mutex", "semaphore 3",
+	// "rwmutex", "election" (Config.Workload).
+	Workload string
 	// Ops counts client operations invoked (acquire, write, read, release).
 	Ops int
 	// Grants counts successful acquires.
@@ -92,6 +95,10 @@ type Result struct {
 	// them by reason (the Excuse constants, or "allowance <name>").
 	Overlaps, Explained int
 	Excused             map[string]int
+	// MostHeld is the most holds of one name claimed at once: 1 for a
+	// mutex run without overlaps, up to the limit for a semaphore's,
+	// readers together for a read-write lock's.
+	MostHeld int
 	// Refused counts writes the fenced register refused (stale tokens).
 	Refused int
 	// Losses counts lease losses the clients noticed while they held the
@@ -159,6 +166,10 @@ type hold struct {
 	// none).
 	expires time.Time
 	values  []string // the values its writes carried
+	// limit is a semaphore permit's limit (0 for the other primitives);
+	// shared marks a reader of a read-write lock.
+	limit  int
+	shared bool
 }
 
 func (h *hold) String() string {
@@ -242,7 +253,7 @@ func Check(events []Event, p Params) *Result {
 		case OpAcquire:
 			switch e.Phase {
 			case Invoke:
-				h := &hold{proc: e.Proc, n: e.Hold, name: e.Name, invoke: e.Time}
+				h := &hold{proc: e.Proc, n: e.Hold, name: e.Name, invoke: e.Time, limit: e.Limit, shared: e.Shared}
 				holds[key(e.Proc, e.Hold)] = h
 			case OK:
 				h := holds[key(e.Proc, e.Hold)]
@@ -365,7 +376,36 @@ func Check(events []Event, p Params) *Result {
 	}
 	checkRecovery(r, order, heals, end, p)
 	noteSkewed(r, skewed, order, losers, decided)
+	r.MostHeld = mostHeld(order)
 	return r
+}
+
+// mostHeld is the most holds of one name claimed at once.
+func mostHeld(order []*hold) int {
+	type edge struct {
+		t    time.Time
+		name string
+		d    int
+	}
+	var es []edge
+	for _, h := range order {
+		if h.start.Before(h.end) {
+			es = append(es, edge{h.start, h.name, 1}, edge{h.end, h.name, -1})
+		}
+	}
+	// An end at the moment of a start comes first: holds are [start, end).
+	sort.Slice(es, func(i, j int) bool {
+		if !es[i].t.Equal(es[j].t) {
+			return es[i].t.Before(es[j].t)
+		}
+		return es[i].d < es[j].d
+	})
+	most, n := 0, map[string]int{}
+	for _, e := range es {
+		n[e.name] += e.d
+		most = max(most, n[e.name])
+	}
+	return most
 }
 
 // checkComplete: every write the client saw decided has the register's
@@ -755,6 +795,7 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 
 	losers, unexcused := map[*hold]bool{}, map[*hold]bool{}
 	excusedAs := map[*hold]string{}
+	var permitted []*hold // semaphore grants made while another permit was held
 	defer func() {
 		r.Overlaps, r.Explained = len(losers)+len(unexcused), len(losers)
 		for h, why := range excusedAs {
@@ -769,6 +810,13 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 				break // sorted by start: no later hold overlaps a either
 			}
 			if b.name != a.name || !b.start.Before(b.end) || !a.start.Before(a.end) {
+				continue
+			}
+			if a.shared && b.shared {
+				continue // two readers of a read-write lock
+			}
+			if a.limit > 1 || b.limit > 1 {
+				permitted = append(permitted, b) // judged by counting, below
 				continue
 			}
 			if !p.Faults {
@@ -812,7 +860,102 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 			unexcused[a] = true
 		}
 	}
+	checkPermits(r, hs, permitted, p, permitExcuses{older: excuseOlder, newer: excuseNewer, allowed: allowed, fenced: fenced}, losers, unexcused, excusedAs)
 	return losers
+}
+
+// permitExcuses are checkExclusion's judgements of one overlap, lent to
+// checkPermits.
+type permitExcuses struct {
+	older   func(a, b *hold) (string, string)
+	newer   func(a, b *hold) bool
+	allowed func(a, b *hold) *Allowance
+	fenced  func(loser, winner *hold) []string
+}
+
+// checkPermits judges the grants of a semaphore made while other permits
+// of the name were held. A grant B broke the limit if, when it completed,
+// as many holds as B's limit were still claimed (the contract grants a
+// request only while fewer than its own Limit leases are held). Under
+// faults, a hold that had lost its permit in a way the contract allows
+// (the excuses of checkExclusion, each judged as for a mutex between that
+// hold and B) is not counted; B itself is excused if it was dead on
+// arrival. The holds excused are the losers; B is the overlap that counts
+// when the limit was broken.
+func checkPermits(r *Result, hs, permitted []*hold, p Params, ex permitExcuses, losers, unexcused map[*hold]bool, excusedAs map[*hold]string) {
+	judged := map[*hold]bool{}
+	for _, b := range permitted {
+		if judged[b] {
+			continue
+		}
+		judged[b] = true
+		var held []*hold
+		for _, a := range hs {
+			if !a.start.Before(b.start) {
+				break
+			}
+			if a.name == b.name && b.start.Before(a.end) && a.start.Before(a.end) {
+				held = append(held, a)
+			}
+		}
+		limit := max(b.limit, 1)
+		if len(held) < limit {
+			continue
+		}
+		list := func(hs []*hold) string {
+			var ss []string
+			for _, h := range hs {
+				ss = append(ss, h.String())
+			}
+			return strings.Join(ss, "; ")
+		}
+		if !p.Faults {
+			r.violate(CheckExclusion, "without faults, %s was granted while %d permits of %d were held: %s", b, len(held), limit, list(held))
+			unexcused[b] = true
+			continue
+		}
+		var stand []*hold
+		var against []string
+		excused := map[*hold]string{}
+		for _, a := range held {
+			excuse, why := ex.older(a, b)
+			if excuse == "" {
+				if al := ex.allowed(a, b); al != nil {
+					excuse = "allowance " + al.Name
+					r.Notes = append(r.Notes, fmt.Sprintf("allowed overlap (%s: %s): %s held a permit when %s was granted: %s", al.Name, al.Reason, a, b, why))
+				}
+			}
+			if f := ex.fenced(a, b); excuse != "" && len(f) == 0 {
+				excused[a] = excuse
+				continue
+			} else if len(f) > 0 {
+				why = strings.Join(append([]string{why}, f...), "; ")
+			}
+			stand, against = append(stand, a), append(against, strings.TrimPrefix(why, "; "))
+		}
+		if len(stand) < limit {
+			for a, e := range excused {
+				losers[a] = true
+				if _, ok := excusedAs[a]; !ok {
+					excusedAs[a] = e
+				}
+			}
+			continue
+		}
+		doa := false // no excuse holds for b if its own release succeeded
+		for _, a := range stand {
+			doa = doa || !b.releaseOK && ex.newer(a, b)
+		}
+		if doa {
+			losers[b] = true
+			if _, ok := excusedAs[b]; !ok {
+				excusedAs[b] = ExcuseArrival
+			}
+			continue
+		}
+		r.violate(CheckExclusion, "%s was granted while %d permits of %d were held and not lost as the contract allows: %s: %s", b, len(stand), limit, list(stand), strings.Join(against, "; "))
+		unexcused[b] = true
+	}
 }
 
 // checkRecovery: after each heal, a grant (of any name) comes within TTL +

@@ -26,9 +26,20 @@ func TestMain(m *testing.M) {
 // over one memlock server, without faults.
 func inProcess(t *testing.T, backend string, wrap func(*memlock.Driver) driver.Driver) *Result {
 	t.Helper()
+	return inProcessWorkload(t, backend, WorkloadMutex, wrap)
+}
+
+// inProcessWorkload is inProcess with the clients taking workload (a
+// semaphore of 3 permits, with 5 clients).
+func inProcessWorkload(t *testing.T, backend string, workload Workload, wrap func(*memlock.Driver) driver.Driver) *Result {
+	t.Helper()
 	srv := memlock.NewServer()
+	clients := 4
+	if workload == WorkloadSemaphore {
+		clients = 5
+	}
 	res, err := Run(context.Background(), Config{
-		Backend: backend, Clients: 4, Duration: 3 * time.Second, TTL: time.Second, Dir: t.TempDir(),
+		Backend: backend, Workload: workload, Clients: clients, Duration: 3 * time.Second, TTL: time.Second, Dir: t.TempDir(),
 		HoldMin: 5 * time.Millisecond, HoldMax: 30 * time.Millisecond,
 		Open: func(context.Context) (*dlock.Client, error) { return dlock.New(wrap(memlock.New(srv))), nil },
 	})

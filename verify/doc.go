@@ -23,6 +23,35 @@
 // process on a loopback port and accepts a write only if its token is at
 // least the highest token it accepted; it records each decision in order.
 //
+// # Workloads
+//
+// The loop above is the mutex's (WorkloadMutex). The primitives beside it
+// run the same loop through their own API, and are checked by the same
+// checkers (Config.Workload; dlock verify --workload):
+//
+//   - WorkloadElection: Election.Campaign, with the client's name as its
+//     value, and Resign. A leadership is a lease whose token is the term:
+//     the checks are the mutex's, word for word.
+//   - WorkloadSemaphore: Client.Semaphore(name, Config.Limit) (3 by
+//     default; the test profile runs 5 clients). Its holders share the
+//     name, each with its own token, so they do not write the fenced
+//     register (it would refuse every holder's write but the highest
+//     token's): each hold reads it once, which is also the moment the
+//     fault injector may aim at the hold. Exclusion becomes counting: a
+//     grant made while as many holds of the name as its limit were still
+//     claimed breaks the limit, unless enough of them had lost their
+//     permits in a way the contract allows (the excuses below, judged
+//     between each of them and the new grant).
+//   - WorkloadRWMutex: Client.RWMutex; two holds in three are a reader's
+//     (RLock), the third a writer's (Lock). Writers write the fenced
+//     register as the mutex does; readers only read it. Two readers may
+//     overlap; any overlap with a writer is judged as the mutex's.
+//
+// The table's "most held" column is the most holds of one name claimed at
+// once: 1 for a mutex or an election without overlaps, up to the limit
+// for a semaphore, the readers together for a read-write lock; an excused
+// overlap (a paused holder's) shows as one more.
+//
 // # Faults
 //
 // None; Pause (a lock holder frozen with SIGSTOP past its TTL, as in a long

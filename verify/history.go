@@ -99,6 +99,12 @@ type Event struct {
 	// clock, recorded with a grant (acquire ok) and each renewal (renew).
 	Expires time.Time `json:"expires,omitzero"`
 	Err     string    `json:"err,omitempty"`
+	// Limit (acquire invoke) is a semaphore's permits: the hold may share
+	// the name with Limit - 1 others. Shared (acquire invoke) marks a
+	// reader's hold of a read-write lock: it may share the name with
+	// other readers.
+	Limit  int  `json:"limit,omitempty"`
+	Shared bool `json:"shared,omitempty"`
 }
 
 // recorder appends events to a JSON-lines file, one write per event, so a

@@ -25,6 +25,7 @@ type register struct {
 	state    map[string]registerState
 	seq      int64
 	accepted int
+	begun    int // holds begun with a read (Begin)
 	// The next hold to begin is stretched for the fault injector: asked by
 	// stretchNext, marked at its first write, told at its read.
 	stretchWanted bool
@@ -56,6 +57,10 @@ type registerRequest struct {
 	Name  string `json:"name"`
 	Token uint64 `json:"token,omitempty"`
 	Value string `json:"value,omitempty"`
+	// Begin (read): this read begins a hold that writes nothing (a
+	// reader's, a semaphore permit's): the hold may be the one stretched
+	// for a fault.
+	Begin bool `json:"begin,omitempty"`
 }
 
 type registerReply struct {
@@ -132,7 +137,14 @@ func (r *register) apply(req registerRequest) registerReply {
 	st := r.state[req.Name]
 	if req.Op == "r" {
 		rep := registerReply{OK: true, Token: st.token, Value: st.value, Stop: r.stopped}
-		if req.Proc != "" && req.Proc == r.stretchProc {
+		if req.Begin {
+			r.begun++
+		}
+		if req.Begin && r.stretchWanted && (len(r.stretchOnly) == 0 || slices.Contains(r.stretchOnly, req.Proc)) {
+			r.stretchWanted = false
+			r.stretched <- stretchedHold{req.Proc, req.Name}
+			rep.StretchFor = r.stretchFor
+		} else if req.Proc != "" && req.Proc == r.stretchProc {
 			r.stretchProc, rep.StretchFor = "", r.stretchFor
 		}
 		return rep
@@ -162,11 +174,13 @@ func (r *register) stop() {
 	r.stopped = true
 }
 
-// acceptedCount returns how many writes were accepted.
-func (r *register) acceptedCount() int {
+// progress returns how many writes were accepted and holds begun without
+// a write (a reader's, a semaphore permit's): it grows while clients are
+// granted leases.
+func (r *register) progress() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.accepted
+	return r.accepted + r.begun
 }
 
 // stretchNext asks that the next hold to begin (of one of procs, if any)

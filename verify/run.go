@@ -73,6 +73,22 @@ const (
 	BreakPartition Fault = "break-partition"
 )
 
+// Workload is the primitive the client processes take: each grant a lease
+// with a fencing token, checked alike (see the package documentation,
+// "Workloads").
+type Workload string
+
+// The workloads.
+const (
+	WorkloadMutex     Workload = "mutex"     // Client.Mutex: Lock, Unlock
+	WorkloadSemaphore Workload = "semaphore" // Client.Semaphore(name, Config.Limit): Acquire, Unlock
+	WorkloadRWMutex   Workload = "rwmutex"   // Client.RWMutex: RLock two holds in three, Lock the third
+	WorkloadElection  Workload = "election"  // Client.Election: Campaign, Resign
+)
+
+// Workloads are every workload, in the order the table shows them.
+var Workloads = []Workload{WorkloadMutex, WorkloadSemaphore, WorkloadRWMutex, WorkloadElection}
+
 // The clocks of the Skew fault's two client processes (see the package
 // documentation for why these values).
 const (
@@ -136,6 +152,11 @@ type Config struct {
 	// (memlock) and for checking the checkers. Only fault None applies.
 	Open func(ctx context.Context) (*dlock.Client, error)
 
+	// Workload is what the clients take (default WorkloadMutex); Limit is
+	// the semaphore's permits (WorkloadSemaphore; default 3).
+	Workload Workload
+	Limit    int
+
 	Clients  int           // client processes (default 4)
 	Names    int           // lock names they contend for (default 1)
 	TTL      time.Duration // lease length (default 2s)
@@ -184,6 +205,12 @@ func (c *Config) defaults() {
 	if c.Fault == "" {
 		c.Fault = None
 	}
+	if c.Workload == "" {
+		c.Workload = WorkloadMutex
+	}
+	if c.Workload == WorkloadSemaphore && c.Limit <= 0 {
+		c.Limit = 3
+	}
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
@@ -215,6 +242,9 @@ func (c *Config) check() error {
 	case c.Fault == PartitionRestart && (c.Deploy.Members < 3 || len(c.Deploy.Endpoints) != c.Deploy.Members || c.Deploy.StopMember == nil || c.Deploy.StartMember == nil):
 		return fmt.Errorf("verify: fault %q needs a deployment of three or more members, one endpoint each, that can be restarted", c.Fault)
 	}
+	if !slices.Contains(Workloads, c.Workload) {
+		return fmt.Errorf("verify: unknown workload %q (mutex, semaphore, rwmutex, election)", c.Workload)
+	}
 	switch c.Fault {
 	case None, Pause, Kill, Net, Restart, Member, Skew, MemberCut, Evict, PartitionRestart, BreakPartition:
 		return nil
@@ -229,6 +259,9 @@ func (c *Config) check() error {
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg.defaults()
 	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if err := offers(ctx, cfg); err != nil {
 		return nil, err
 	}
 	if cfg.Dir == "" {
@@ -257,7 +290,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for i := range cfg.Names {
 		h.names = append(h.names, fmt.Sprintf("verify/%s/%d/lock-%d", cfg.Backend, start.UnixNano(), i))
 	}
-	fmt.Fprintf(cfg.Log, "verify %s × %s: %d clients, TTL %v, %v, history in %s\n", cfg.Backend, cfg.Fault, cfg.Clients, cfg.TTL, cfg.Duration, cfg.Dir)
+	fmt.Fprintf(cfg.Log, "verify %s × %s × %s: %d clients, TTL %v, %v, history in %s\n", cfg.Backend, cfg.Workload, cfg.Fault, cfg.Clients, cfg.TTL, cfg.Duration, cfg.Dir)
 
 	runErr := h.run(ctx)
 	h.reg.close()
@@ -282,6 +315,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := Check(events, Params{TTL: cfg.TTL, Bound: cfg.Bound, Until: h.until, Faults: cfg.Fault != None, TokensMayReset: cfg.TokensMayReset, Allowances: cfg.Allowances})
 	res.Backend, res.Fault, res.History = cfg.Backend, string(cfg.Fault), path
+	res.Workload = string(cfg.Workload)
+	if cfg.Workload == WorkloadSemaphore {
+		res.Workload = fmt.Sprintf("semaphore %d", cfg.Limit)
+	}
 	if err := h.rec.failed(); err != nil {
 		res.violate(CheckComplete, "the harness could not record its events (faults, register decisions): %v", err)
 	}
@@ -289,6 +326,32 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.violate(CheckComplete, "the run was too short to inject %s: it needs room for a round and TTL + bound + 1s of recovery after it", cfg.Fault)
 	}
 	return res, nil
+}
+
+// offers returns an error if the backend does not offer the workload's
+// primitive (Capabilities), rather than a run whose every acquire fails.
+func offers(ctx context.Context, cfg Config) error {
+	if cfg.Workload != WorkloadSemaphore && cfg.Workload != WorkloadRWMutex {
+		return nil
+	}
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	var c *dlock.Client
+	var err error
+	if cfg.Open != nil {
+		c, err = cfg.Open(octx)
+	} else {
+		c, err = dlock.Open(octx, cfg.Deploy.URL(cfg.Deploy.Endpoints))
+	}
+	if err != nil {
+		return fmt.Errorf("verify: open the backend to read what it offers: %w", err)
+	}
+	defer c.Close()
+	caps := c.Capabilities()
+	if cfg.Workload == WorkloadSemaphore && !caps.Semaphore || cfg.Workload == WorkloadRWMutex && !caps.RWMutex {
+		return fmt.Errorf("verify: %s does not offer the %s workload's primitive (%w)", cfg.Backend, cfg.Workload, dlock.ErrUnsupported)
+	}
+	return nil
 }
 
 // harness runs one verification: the register, the clients, the faults.
@@ -396,7 +459,7 @@ func (h *harness) spawn(ctx context.Context, slot, n int) error {
 	wc := WorkerConfig{
 		Proc: c.proc, Names: h.names, TTL: h.cfg.TTL, HoldMin: h.cfg.HoldMin, HoldMax: h.cfg.HoldMax,
 		Until: h.until, Register: h.reg.addr(), History: filepath.Join(h.parts, c.proc+".jsonl"),
-		Seed: uint64(slot)<<32 | uint64(n),
+		Seed: uint64(slot)<<32 | uint64(n), Workload: h.cfg.Workload, Limit: h.cfg.Limit,
 	}
 	var skew string
 	var rate float64
@@ -497,7 +560,8 @@ const (
 	faultMargin = 250 * time.Millisecond
 	// warmupMin is the least time the clients run before the first fault.
 	warmupMin = time.Second
-	// progressPoll is how often the nemesis looks for an accepted write.
+	// progressPoll is how often the nemesis looks for an accepted write or
+	// a hold begun.
 	progressPoll = 20 * time.Millisecond
 )
 
@@ -529,8 +593,9 @@ func (h *harness) nemesis(ctx context.Context) {
 		return
 	}
 	// A fault before the workload runs tests nothing: wait for the first
-	// accepted write (client processes start slowly on a loaded machine).
-	for h.reg.acceptedCount() == 0 && time.Now().Before(h.until) {
+	// accepted write or hold begun (client processes start slowly on a
+	// loaded machine).
+	for h.reg.progress() == 0 && time.Now().Before(h.until) {
 		if !sleep(progressPoll) {
 			return
 		}
@@ -586,10 +651,10 @@ func (h *harness) nemesis(ctx context.Context) {
 		lastHeal = time.Now()
 		longest = max(longest, time.Since(began))
 		// Let grants resume before the next round.
-		before := h.reg.acceptedCount()
+		before := h.reg.progress()
 		deadline := time.Now().Add(ttl + h.cfg.Bound)
 		for time.Now().Before(deadline) {
-			if h.reg.acceptedCount() > before {
+			if h.reg.progress() > before {
 				break
 			}
 			if !sleep(progressPoll) {

@@ -8,13 +8,14 @@ import (
 )
 
 // WriteTable prints the summary table of results, one row per run: the
-// client operations invoked, the leases granted, the holds that overlapped a
+// workload, the client operations invoked, the leases granted, the most
+// holds of one name at once, the holds that overlapped a
 // newer one (and how many of those were excused, and why), the stale writes the
 // fenced register refused, the lease-loss notifications clients received,
 // the longest time from a heal to the next grant, and the verdict.
 func WriteTable(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "backend\tfault\toperations\tgrants\toverlaps\trefused stale writes\tloss notifications\trecovery\tverdict")
+	fmt.Fprintln(tw, "backend\tworkload\tfault\toperations\tgrants\tmost held\toverlaps\trefused stale writes\tloss notifications\trecovery\tverdict")
 	noted := false
 	for _, r := range results {
 		rec := "-"
@@ -34,7 +35,11 @@ func WriteTable(w io.Writer, results []*Result) {
 			verdict += " *"
 			noted = true
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Backend, r.Fault, r.Ops, r.Grants, overlaps, r.Refused, r.Losses, rec, verdict)
+		workload := r.Workload
+		if workload == "" {
+			workload = string(WorkloadMutex)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\t%s\n", r.Backend, workload, r.Fault, r.Ops, r.Grants, r.MostHeld, overlaps, r.Refused, r.Losses, rec, verdict)
 	}
 	tw.Flush()
 	if noted {

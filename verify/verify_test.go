@@ -5,19 +5,35 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 )
 
 // TestVerifyShortProfile runs every backend × fault combination of the
-// table for a short while, checks each history, and prints one summary
-// table. Combinations run one after another, so that each has the machine
-// to itself. DLOCK_VERIFY_OUT=DIR keeps the histories (DIR/<backend>-<fault>)
-// and writes the table to DIR/summary.txt; DLOCK_VERIFY_ONLY=etcd,redis/pause
-// restricts the run to the named backends or backend/fault pairs;
-// DLOCK_VERIFY_DURATION=1m sets the length of each run (a fault run ends
-// earlier, once a grant has followed its last heal and two TTLs passed).
+// table for a short while with the mutex workload, and each primitive's
+// workload (semaphore, read-write lock, election) on the backends that
+// offer it, checks each history, and prints one summary table.
+// Combinations run one after another, so that each has the machine to
+// itself.
+//
+// By default a primitive's workload runs under one fault only
+// (primitiveFaults), the election's on etcd only: every test run (make
+// test) checks each mechanism against real servers without doubling its
+// length. DLOCK_VERIFY_WORKLOADS=all (make verify) runs every workload the
+// backend offers under every fault of its row; a comma-separated list
+// (mutex,semaphore) runs those under every fault.
+//
+// DLOCK_VERIFY_OUT=DIR keeps the histories
+// (DIR/<backend>-<fault>[-<workload>]) and writes the table to
+// DIR/summary.txt; DLOCK_VERIFY_ONLY=etcd,redis/pause restricts the run to
+// the named backends or backend/fault pairs; DLOCK_VERIFY_DURATION=1m sets
+// the length of each run (a fault run ends earlier, once a grant has
+// followed its last heal and two TTLs passed).
 func TestVerifyShortProfile(t *testing.T) {
 	out := os.Getenv("DLOCK_VERIFY_OUT")
 	if out != "" {
@@ -44,74 +60,132 @@ func TestVerifyShortProfile(t *testing.T) {
 		}
 		t.Run(be.name, func(t *testing.T) {
 			dep := be.start(t)
-			for _, f := range be.faults {
-				if !selected(be.name, f) {
+			caps := capabilitiesOf(t, dep)
+			for _, w := range Workloads {
+				if w == WorkloadSemaphore && !caps.Semaphore || w == WorkloadRWMutex && !caps.RWMutex {
 					continue
 				}
-				t.Run(string(f), func(t *testing.T) {
-					// The history outlives a failed test, for a second look.
-					var dir string
-					if out != "" {
-						dir = filepath.Join(out, be.name+"-"+string(f))
-					} else {
-						d, err := os.MkdirTemp("", "dlock-verify-"+be.name+"-"+string(f)+"-")
-						if err != nil {
-							t.Fatal(err)
+				for _, f := range be.faults {
+					if !selected(be.name, f) || !workloadSelected(be.name, w, f) {
+						continue
+					}
+					name := string(f)
+					if w != WorkloadMutex {
+						name += "/" + string(w)
+					}
+					t.Run(name, func(t *testing.T) {
+						if res := verifyOne(t, be, dep, w, f, out); res != nil {
+							results = append(results, res)
 						}
-						dir = d
-						t.Cleanup(func() {
-							if !t.Failed() {
-								os.RemoveAll(d)
-							}
-						})
-					}
-					// A fault run needs room for rounds and, after the last
-					// heal, TTL + bound + 1s of recovery.
-					duration := 20 * time.Second
-					switch f {
-					case None:
-						duration = 9 * time.Second
-					case Skew:
-						duration = 28 * time.Second // a round for each skewed clock
-					case Evict, BreakPartition:
-						if be.bound == 0 {
-							duration = 16 * time.Second // two rounds
-						}
-					}
-					if f != None && be.bound > 5*time.Second {
-						duration += be.bound - 5*time.Second // a longer recovery to leave room for
-					}
-					if d, err := time.ParseDuration(os.Getenv("DLOCK_VERIFY_DURATION")); err == nil && d > 0 {
-						duration = d
-					}
-					res, err := Run(context.Background(), Config{
-						Backend: be.name, Fault: f, Deploy: dep, Dir: dir,
-						Clients: 4, Duration: duration, TTL: be.ttl, Bound: be.bound,
-						TokensMayReset: be.tokensMayReset, Allowances: be.allowances,
-						Spawn: func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
-						Log:   testLog{t},
 					})
-					if err != nil {
-						t.Fatal(err)
-					}
-					results = append(results, res)
-					for _, n := range res.Notes {
-						t.Log("note:", n)
-					}
-					if res.Verdict() != "PASS" {
-						for i, v := range res.Violations {
-							if i == 10 {
-								t.Errorf("… and %d more", len(res.Violations)-10)
-								break
-							}
-							t.Error(v)
-						}
-						t.Errorf("history (kept): %s", res.History)
-					}
-				})
+				}
 			}
 		})
 	}
+}
+
+// verifyOne runs and checks one row of the table, and returns its result
+// (nil if the run could not be carried out).
+func verifyOne(t *testing.T, be backend, dep Deployment, w Workload, f Fault, out string) *Result {
+	// The history outlives a failed test, for a second look.
+	var dir string
+	suffix := be.name + "-" + string(f)
+	if w != WorkloadMutex {
+		suffix += "-" + string(w)
+	}
+	if out != "" {
+		dir = filepath.Join(out, suffix)
+	} else {
+		d, err := os.MkdirTemp("", "dlock-verify-"+suffix+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = d
+		t.Cleanup(func() {
+			if !t.Failed() {
+				os.RemoveAll(d)
+			}
+		})
+	}
+	// A fault run needs room for rounds and, after the last heal, TTL +
+	// bound + 1s of recovery.
+	duration := 20 * time.Second
+	switch f {
+	case None:
+		duration = 9 * time.Second
+	case Skew:
+		duration = 28 * time.Second // a round for each skewed clock
+	case Evict, BreakPartition:
+		if be.bound == 0 {
+			duration = 16 * time.Second // two rounds
+		}
+	}
+	if f != None && be.bound > 5*time.Second {
+		duration += be.bound - 5*time.Second // a longer recovery to leave room for
+	}
+	if d, err := time.ParseDuration(os.Getenv("DLOCK_VERIFY_DURATION")); err == nil && d > 0 {
+		duration = d
+	}
+	clients := 4
+	if w == WorkloadSemaphore {
+		clients = 5 // a semaphore of 3 (the default) with two clients waiting
+	}
+	res, err := Run(context.Background(), Config{
+		Backend: be.name, Workload: w, Fault: f, Deploy: dep, Dir: dir,
+		Clients: clients, Duration: duration, TTL: be.ttl, Bound: be.bound,
+		TokensMayReset: be.tokensMayReset, Allowances: be.allowances,
+		Spawn: func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
+		Log:   testLog{t},
+	})
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	for _, n := range res.Notes {
+		t.Log("note:", n)
+	}
+	if res.Verdict() != "PASS" {
+		for i, v := range res.Violations {
+			if i == 10 {
+				t.Errorf("… and %d more", len(res.Violations)-10)
+				break
+			}
+			t.Error(v)
+		}
+		t.Errorf("history (kept): %s", res.History)
+	}
+	return res
+}
+
+// primitiveFaults is the fault each primitive's workload runs under by
+// default (see TestVerifyShortProfile): a permit holder killed (its permit
+// must come back within the TTL, and the others hold on meanwhile), a
+// reader or writer paused past its TTL, a leader paused past its TTL.
+var primitiveFaults = map[Workload]Fault{WorkloadSemaphore: Kill, WorkloadRWMutex: Pause, WorkloadElection: Pause}
+
+// workloadSelected applies DLOCK_VERIFY_WORKLOADS.
+func workloadSelected(backend string, w Workload, f Fault) bool {
+	switch ws := os.Getenv("DLOCK_VERIFY_WORKLOADS"); ws {
+	case "all":
+		return true
+	case "":
+		return w == WorkloadMutex || f == primitiveFaults[w] && (w != WorkloadElection || backend == "etcd")
+	default:
+		return slices.Contains(strings.Split(ws, ","), string(w))
+	}
+}
+
+// capabilitiesOf opens a client on the deployment and returns what its
+// backend offers.
+func capabilitiesOf(t *testing.T, dep Deployment) driver.Capabilities {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := dlock.Open(ctx, dep.URL(dep.Endpoints))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.Capabilities()
 }
 
 // selected applies DLOCK_VERIFY_ONLY.

@@ -32,6 +32,10 @@ type WorkerConfig struct {
 	// clock.Skew): the Skew fault.
 	ClockRate   float64       `json:"clock_rate,omitempty"`
 	ClockOffset time.Duration `json:"clock_offset,omitempty"`
+	// Workload is the primitive it takes (default WorkloadMutex), and
+	// Limit the semaphore's permits (WorkloadSemaphore).
+	Workload Workload `json:"workload,omitempty"`
+	Limit    int      `json:"limit,omitempty"`
 }
 
 // IsWorker reports whether this process was started as a client process of
@@ -131,8 +135,14 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 	stop := false // the harness ended the run early (registerReply.Stop)
 	for hold := 1; !stop && time.Now().Before(cfg.Until) && ctx.Err() == nil; hold++ {
 		name := cfg.Names[rng.IntN(len(cfg.Names))]
+		// A read-write lock's holds are a reader's two times in three.
+		shared := cfg.Workload == WorkloadRWMutex && rng.IntN(3) > 0
+		limit := 0
+		if cfg.Workload == WorkloadSemaphore {
+			limit = cfg.Limit
+		}
 		id := rec.nextID()
-		rec.record(Event{Op: OpAcquire, Phase: Invoke, ID: id, Hold: hold, Name: name})
+		rec.record(Event{Op: OpAcquire, Phase: Invoke, ID: id, Hold: hold, Name: name, Limit: limit, Shared: shared})
 		actx, cancel := context.WithDeadline(ctx, cfg.Until)
 		// The loss is recorded where it is decided, before Done closes: the
 		// Lost hook runs then. A loss decided after the release was called
@@ -141,7 +151,21 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		lost := func(name string, tok uint64, cause error) {
 			rec.record(Event{Op: OpLost, Hold: hold, Name: name, Token: tok, Err: cause.Error()})
 		}
-		l, err := c.Mutex(name, dlock.WithTTL(cfg.TTL), dlock.WithHooks(dlock.Hooks{Lost: lost})).Lock(actx)
+		opts := []dlock.Option{dlock.WithTTL(cfg.TTL), dlock.WithHooks(dlock.Hooks{Lost: lost})}
+		var l *dlock.Lease
+		var err error
+		switch {
+		case cfg.Workload == WorkloadSemaphore:
+			l, err = c.Semaphore(name, cfg.Limit, opts...).Acquire(actx)
+		case cfg.Workload == WorkloadRWMutex && shared:
+			l, err = c.RWMutex(name, opts...).RLock(actx)
+		case cfg.Workload == WorkloadRWMutex:
+			l, err = c.RWMutex(name, opts...).Lock(actx)
+		case cfg.Workload == WorkloadElection:
+			l, err = c.Election(name, opts...).Campaign(actx, cfg.Proc)
+		default:
+			l, err = c.Mutex(name, opts...).Lock(actx)
+		}
 		cancel()
 		if err != nil {
 			rec.record(Event{Op: OpAcquire, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
@@ -173,11 +197,18 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 				rec.record(Event{Op: OpWrite, Phase: Refused, ID: id, Hold: hold, Name: name, Token: tok, Value: v, Highest: rep.Token, Seq: rep.Seq})
 			}
 		}
-		write(1)
+		// A reader and a semaphore's permit holder share the lock with
+		// others whose tokens differ: they do not write the fenced
+		// register (it would refuse all but the highest token), only read
+		// it, and that read begins the hold for the fault injector.
+		exclusive := !shared && limit <= 1
+		if exclusive {
+			write(1)
+		}
 		id = rec.nextID()
 		rec.record(Event{Op: OpRead, Phase: Invoke, ID: id, Hold: hold, Name: name})
 		holdFor := between(cfg.HoldMin, cfg.HoldMax)
-		if rep, err := reg.do(registerRequest{Op: "r", Proc: cfg.Proc, Name: name}); err != nil {
+		if rep, err := reg.do(registerRequest{Op: "r", Proc: cfg.Proc, Name: name, Begin: !exclusive}); err != nil {
 			rec.record(Event{Op: OpRead, Phase: Fail, ID: id, Hold: hold, Name: name, Err: err.Error()})
 		} else {
 			rec.record(Event{Op: OpRead, Phase: OK, ID: id, Hold: hold, Name: name, Token: rep.Token, Value: rep.Value})
@@ -192,14 +223,16 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		case <-l.Done():
 			t.Stop()
 		}
-		write(2)
+		if exclusive {
+			write(2)
+		}
 
 		close(stopWatch)
 		<-watched
 		id = rec.nextID()
 		rec.record(Event{Op: OpRelease, Phase: Invoke, ID: id, Hold: hold, Name: name, Token: tok})
 		uctx, cancel := context.WithTimeout(ctx, 2*cfg.TTL+unlockSlack)
-		err = l.Unlock(uctx)
+		err = l.Unlock(uctx) // Election.Resign is Unlock
 		cancel()
 		if err != nil {
 			rec.record(Event{Op: OpRelease, Phase: Fail, ID: id, Hold: hold, Name: name, Token: tok, Err: err.Error()})

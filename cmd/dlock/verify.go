@@ -45,6 +45,13 @@ a follower cut from the other members; evict: memory filled up to the
 server's limit; partition-restart: a Redlock node cut off while another
 restarts) run in dlock's own tests (make verify), on servers they start.
 
+Workloads (--workload): mutex (the default), semaphore (Client.Semaphore
+with --limit permits, 3 by default: the check counts the holders at once),
+rwmutex (readers two holds in three, a writer the third: a writer must hold
+alone; only writers write the fenced register), election (Campaign and
+Resign: one leader at a time, the term its token). A backend without the
+primitive is refused (status 64).
+
 Under a fault, two holders at once pass only where the lease contract
 allows it: the older one was paused while the other was granted, or
 killed before, or the other was granted after its proven deadline and it
@@ -81,6 +88,8 @@ type verifyArgs struct {
 	history              string
 	yes                  bool
 	runs                 []verify.Fault
+	workload             verify.Workload
+	limit                int
 }
 
 // parseVerifyArgs parses and checks dlock verify's arguments, without I/O
@@ -97,9 +106,12 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 	fs.BoolVar(&a.yes, "yes", false, "write to a backend other than dlock dev without asking")
 	fs.BoolVar(&a.yes, "y", false, "short for --yes")
 	fs.DurationVar(&a.bound, "bound", 5*time.Second, "after a fault heals, a grant must come within TTL + `D`")
+	workload := fs.String("workload", "mutex", "the primitive the clients take: mutex, semaphore, rwmutex or election (`W`)")
+	fs.IntVar(&a.limit, "limit", 3, "the semaphore's permits `N` (--workload semaphore)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
+	a.workload = verify.Workload(*workload)
 	switch {
 	case fs.NArg() > 0:
 		return nil, usageErrorf("unexpected argument %q (see dlock verify --help)", fs.Arg(0))
@@ -107,6 +119,10 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 		return nil, usageErrorf("--clients %d: want 2..64 client processes", a.clients)
 	case a.ttl <= 0 || a.bound <= 0:
 		return nil, usageErrorf("--ttl and --bound must be positive")
+	case !slices.Contains(verify.Workloads, a.workload):
+		return nil, usageErrorf("--workload %q: want mutex, semaphore, rwmutex or election", *workload)
+	case a.limit < 2 || a.limit > dlock.MaxPermits:
+		return nil, usageErrorf("--limit %d: want 2..%d permits", a.limit, dlock.MaxPermits)
 	case a.duration/5 < a.ttl: // not 5*ttl, which can overflow
 		return nil, usageErrorf("--duration %v: want at least 5 TTLs (--ttl %v), room for a fault and the recovery after it", a.duration, a.ttl)
 	}
@@ -162,6 +178,9 @@ func verifyRun(ctx context.Context, env *cmdEnv, args []string) error {
 	if caps.InProcess {
 		return usageErrorf("backend %s keeps its locks inside one process; verify needs one that client processes share", b)
 	}
+	if a.workload == verify.WorkloadSemaphore && !caps.Semaphore || a.workload == verify.WorkloadRWMutex && !caps.RWMutex {
+		return usageErrorf("--workload %s: the backend %s does not offer it (see the README, \"Beyond the mutex\")", a.workload, b)
+	}
 	if caps.MinTTL > 0 && a.ttl < caps.MinTTL {
 		return usageErrorf("--ttl %v: this backend's shortest lease is %v", a.ttl, caps.MinTTL)
 	}
@@ -195,7 +214,7 @@ func verifyRun(ctx context.Context, env *cmdEnv, args []string) error {
 			continue
 		}
 		res, err := verify.Run(ctx, verify.Config{
-			Backend: label, Fault: f, Deploy: deploy, Clients: a.clients, TTL: a.ttl, Duration: a.duration, Bound: a.bound,
+			Backend: label, Fault: f, Workload: a.workload, Limit: a.limit, Deploy: deploy, Clients: a.clients, TTL: a.ttl, Duration: a.duration, Bound: a.bound,
 			Dir:   filepath.Join(dir, string(f)),
 			Spawn: func() *exec.Cmd { return exec.Command(self, verifyWorkerCmd) },
 			Log:   env.stderr,

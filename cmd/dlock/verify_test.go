@@ -101,3 +101,24 @@ func TestVerifyThatFailsItselfIsNotAViolation(t *testing.T) {
 		t.Errorf("bench against an unreachable backend: %s; want status %d", r, exitUnavailable)
 	}
 }
+
+// TestVerifySemaphoreWorkload: dlock verify --workload semaphore runs a
+// semaphore of 2 on a real Redis under kill and passes, with the table
+// saying so and at most 2 holders at once; the compat=setnx layout, which
+// has no semaphores, is refused before any process starts.
+func TestVerifySemaphoreWorkload(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	r := runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0", "--workload", "semaphore", "--limit", "2",
+		"--faults", "none,kill", "--clients", "4", "--ttl", "1s", "--bound", "2s", "--duration", "10s", "--yes")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^redis\s+semaphore 2\s+kill\s+\d+\s+\d+\s+2\s+0\s`).MatchString(r.stdout) {
+		t.Fatalf("verify --workload semaphore --limit 2: %s; want status 0 and a kill row with 2 held at most and no overlap", r)
+	}
+	r = runDlock(t, cleanEnv(), "verify", "--backend", "redis://"+srv.Addr+"/0?compat=setnx", "--workload", "semaphore", "--yes")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "does not offer it") {
+		t.Errorf("verify --workload semaphore on compat=setnx: %s; want status %d and the reason", r, exitUsage)
+	}
+	r = runDlock(t, cleanEnv(), "verify", "--workload", "queue")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `--workload "queue"`) {
+		t.Errorf("verify --workload queue: %s; want status %d naming the flag", r, exitUsage)
+	}
+}

@@ -1,0 +1,123 @@
+package verify
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock/backend/memlock"
+	"github.com/dlock/dlock/driver"
+)
+
+// TestWorkloadsPassOnACorrectBackend: each primitive's workload on
+// memlock passes, and the semaphore's and the read-write lock's holds did
+// share the name (a checker that saw them one at a time would test
+// nothing).
+func TestWorkloadsPassOnACorrectBackend(t *testing.T) {
+	for _, w := range Workloads {
+		t.Run(string(w), func(t *testing.T) {
+			res := inProcessWorkload(t, "memlock", w, func(d *memlock.Driver) driver.Driver { return d })
+			if res.Verdict() != "PASS" || res.Grants < 10 || res.Overlaps != 0 {
+				t.Fatalf("verdict %s, %d grants, %d overlaps: %v", res.Verdict(), res.Grants, res.Overlaps, res.Violations)
+			}
+			want := map[Workload]int{WorkloadMutex: 1, WorkloadElection: 1, WorkloadSemaphore: 3, WorkloadRWMutex: 2}[w]
+			switch {
+			case w == WorkloadRWMutex && res.MostHeld < want:
+				t.Errorf("readers never held together: at most %d at once", res.MostHeld)
+			case w != WorkloadRWMutex && res.MostHeld != want:
+				t.Errorf("at most %d held at once, want %d", res.MostHeld, want)
+			}
+		})
+	}
+}
+
+// onePermitTooMany is a broken semaphore: it grants one permit more than
+// asked for.
+type onePermitTooMany struct{ driver.Driver }
+
+func (b onePermitTooMany) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if req.Limit > 1 {
+		req.Limit++
+	}
+	return b.Driver.Acquire(ctx, req)
+}
+
+func TestSemaphoreGrantingOneTooManyIsCaught(t *testing.T) {
+	res := inProcessWorkload(t, "one-permit-too-many", WorkloadSemaphore, func(d *memlock.Driver) driver.Driver { return onePermitTooMany{d} })
+	if res.Verdict() != "FAIL" || !violationContains(res, CheckExclusion, "permits of 3 were held") || res.MostHeld != 4 {
+		t.Fatalf("a semaphore of 3 that granted 4 passed: most held %d, %v", res.MostHeld, res.Violations)
+	}
+}
+
+// writersRead is a broken read-write lock: a writer is granted as a
+// reader.
+type writersRead struct{ driver.Driver }
+
+func (b writersRead) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if !req.Shared && b.Capabilities().RWMutex && req.Fair {
+		req.Shared = true
+	}
+	return b.Driver.Acquire(ctx, req)
+}
+
+func TestRWMutexWriterAmongReadersIsCaught(t *testing.T) {
+	res := inProcessWorkload(t, "writers-read", WorkloadRWMutex, func(d *memlock.Driver) driver.Driver { return writersRead{d} })
+	if res.Verdict() != "FAIL" || !violationContains(res, CheckExclusion, "without faults") {
+		t.Fatalf("a read-write lock whose writers shared the lock passed: %v", res.Violations)
+	}
+}
+
+// electsEveryCandidate is a broken election: every campaigner leads at
+// once, with increasing terms.
+type electsEveryCandidate struct {
+	driver.Driver
+	terms *atomic.Uint64
+}
+
+func (b electsEveryCandidate) Acquire(context.Context, driver.Request) (driver.Grant, error) {
+	return driver.Grant{Token: b.terms.Add(1)}, nil
+}
+func (b electsEveryCandidate) Extend(context.Context, driver.Held, time.Duration) error { return nil }
+func (b electsEveryCandidate) Release(context.Context, driver.Held) error               { return nil }
+
+func TestElectionWithTwoLeadersIsCaught(t *testing.T) {
+	var terms atomic.Uint64
+	res := inProcessWorkload(t, "elects-every-candidate", WorkloadElection, func(d *memlock.Driver) driver.Driver { return electsEveryCandidate{d, &terms} })
+	if res.Verdict() != "FAIL" || !hasViolation(res, CheckExclusion) || res.Refused == 0 {
+		t.Fatalf("an election with several leaders at once passed (%d stale writes refused): %v", res.Refused, res.Violations)
+	}
+}
+
+// A semaphore of 3 under faults: the fourth grant is excused only if one
+// of the three it overlapped lost its permit as the contract allows.
+func permitHistory(pauseOne bool) *history {
+	h := &history{}
+	for i, p := range []string{"c0.0", "c1.0", "c2.0"} {
+		h.add(Event{Proc: p, Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x", Limit: 3})
+		h.add(Event{Proc: p, Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Limit: 3, Token: uint64(5 + i), Expires: h.now().Add(time.Second)})
+	}
+	heal := func() {}
+	if pauseOne {
+		heal = h.fault("pause", "c1.0")
+	}
+	h.pass(10 * time.Millisecond)
+	h.add(Event{Proc: "c3.0", Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x", Limit: 3})
+	h.add(Event{Proc: "c3.0", Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Limit: 3, Token: 8})
+	heal()
+	for _, p := range []string{"c0.0", "c1.0", "c2.0", "c3.0"} {
+		h.add(Event{Proc: p, Op: OpRelease, Phase: Invoke, ID: 20, Hold: 1, Name: "x"})
+		h.add(Event{Proc: p, Op: OpRelease, Phase: Fail, ID: 20, Hold: 1, Name: "x", Err: "lease lost"})
+	}
+	return h.grant("c0.0", 2, 9).release("c0.0", 2, 9, OK) // recovery
+}
+
+func TestSemaphoreOverLimitIsExcusedOnlyByAPausedHolder(t *testing.T) {
+	if r := Check(permitHistory(false).events, strict); r.Verdict() != "FAIL" || !violationContains(r, CheckExclusion, "3 permits of 3 were held") {
+		t.Errorf("a fourth permit of three, nobody paused, passed: %v", r.Violations)
+	}
+	r := Check(permitHistory(true).events, strict)
+	if r.Verdict() != "PASS" || r.Excused[ExcusePause] != 1 || r.MostHeld != 4 {
+		t.Errorf("a fourth permit while one of three was paused: %s, excused %v, most held %d, %v", r.Verdict(), r.Excused, r.MostHeld, r.Violations)
+	}
+}
