@@ -17,6 +17,7 @@ const (
 	CheckTokens       = "tokens"       // a grant's token exceeds every token granted before it was asked for
 	CheckExclusion    = "exclusion"    // no two holds of a name overlap, except where the contract allows it
 	CheckRecovery     = "recovery"     // after a fault heals, a grant follows within TTL + bound
+	CheckObserve      = "observe"      // an election's observers report each leader with its own term, in order
 	CheckProgress     = "progress"     // the run granted at least one lease
 	CheckComplete     = "complete"     // the history is whole: every process recorded everything and exited well
 )
@@ -99,6 +100,8 @@ type Result struct {
 	// mutex run without overlaps, up to the limit for a semaphore's,
 	// readers together for a read-write lock's.
 	MostHeld int
+	// Observed counts the leaders an election's observers reported.
+	Observed int
 	// Refused counts writes the fenced register refused (stale tokens).
 	Refused int
 	// Losses counts lease losses the clients noticed while they held the
@@ -242,6 +245,7 @@ func Check(events []Event, p Params) *Result {
 	openWindow := map[string]*window{} // target → its fault that has not healed
 	spawned, killedProcs := []string{}, map[string]bool{}
 	var breaks []brk
+	var observed []Event
 	breaking := map[int64]Event{} // Break invocations by ID
 	key := func(proc string, n int) string { return fmt.Sprintf("%s/%d", proc, n) }
 
@@ -343,6 +347,8 @@ func Check(events []Event, p Params) *Result {
 			if e.Rate > 0 && e.Rate < 1 {
 				slow[e.Target] = true
 			}
+		case OpObserve:
+			observed = append(observed, e)
 		case OpBreak:
 			switch e.Phase {
 			case Invoke:
@@ -377,7 +383,41 @@ func Check(events []Event, p Params) *Result {
 	checkRecovery(r, order, heals, end, p)
 	noteSkewed(r, skewed, order, losers, decided)
 	r.MostHeld = mostHeld(order)
+	checkObserved(r, observed, order, p)
 	return r
+}
+
+// checkObserved judges what an election's observers reported: each
+// observer's terms never go back (unless the backend's tokens may restart
+// with it); a term reported for a value was granted to the client process
+// of that value, and that client had asked for it before it was reported.
+// A term no client recorded a grant of is not judged: a campaign
+// cancelled just as it was granted, or killed before recording it, leads
+// for a moment that an observer may see.
+func checkObserved(r *Result, observed []Event, order []*hold, p Params) {
+	granted := map[string]*hold{} // name/token
+	for _, h := range order {
+		granted[fmt.Sprintf("%s/%d", h.name, h.token)] = h
+	}
+	last := map[string]Event{} // observer → its last report of a leader
+	for _, e := range observed {
+		if e.Token == 0 {
+			continue
+		}
+		r.Observed++
+		if prev, ok := last[e.Proc]; ok && e.Token < prev.Token && !p.TokensMayReset {
+			r.violate(CheckObserve, "%s observed term %d (%s) at %s after term %d (%s)", e.Proc, e.Token, e.Value, e.Time.Format("15:04:05.000"), prev.Token, prev.Value)
+		}
+		last[e.Proc] = e
+		h := granted[fmt.Sprintf("%s/%d", e.Name, e.Token)]
+		switch {
+		case h == nil:
+		case h.proc != e.Value:
+			r.violate(CheckObserve, "%s observed term %d led by %q at %s, but term %d was granted to %s", e.Proc, e.Token, e.Value, e.Time.Format("15:04:05.000"), e.Token, h.proc)
+		case e.Time.Before(h.invoke):
+			r.violate(CheckObserve, "%s observed term %d of %s at %s, before %s asked for it at %s", e.Proc, e.Token, e.Value, e.Time.Format("15:04:05.000"), h.proc, h.invoke.Format("15:04:05.000"))
+		}
+	}
 }
 
 // mostHeld is the most holds of one name claimed at once.

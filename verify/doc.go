@@ -31,7 +31,11 @@
 //
 //   - WorkloadElection: Election.Campaign, with the client's name as its
 //     value, and Resign. A leadership is a lease whose token is the term:
-//     the checks are the mutex's, word for word.
+//     the checks are the mutex's, word for word. Every candidate also
+//     watches the leadership with Election.Observe and records each leader
+//     reported; the observe check then asks that each observer's terms
+//     never go back, that a term is reported with the value of the client
+//     it was granted to, and not before that client asked for it.
 //   - WorkloadSemaphore: Client.Semaphore(name, Config.Limit) (3 by
 //     default; the test profile runs 5 clients). Its holders share the
 //     name, each with its own token, so they do not write the fenced
@@ -187,6 +191,8 @@
 //     decision; every client process exited with status 0 or was killed by
 //     the harness; the harness wrote every event; a fault run injected at
 //     least one round. A client never granted a lease is noted.
+//  6. observe (election workload): what Election.Observe reported (see
+//     Workloads).
 //
 // A hold is the interval from the acquire's completion to the first of:
 // the release call, the moment the client learnt of the loss, its kill,

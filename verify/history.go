@@ -32,6 +32,11 @@ const (
 	// OpRenew is recorded by the client when its lease's proven deadline
 	// (Lease.Expires, in Expires) moved forward: a renewal was confirmed.
 	OpRenew Op = "renew"
+	// OpObserve is recorded by a client of the election workload when
+	// Election.Observe reported a leadership: the term in Token, the
+	// leader's value (the client process that campaigned) in Value; a
+	// Token of 0 is nobody leading.
+	OpObserve Op = "observe"
 
 	// OpDecide is the register's own record of a write it accepted or
 	// refused, in the order it decided them (Seq).

@@ -141,6 +141,9 @@ func verifyOne(t *testing.T, be backend, dep Deployment, w Workload, f Fault, ou
 		t.Error(err)
 		return nil
 	}
+	if w == WorkloadElection {
+		t.Logf("the observers reported %d leaders of %d terms", res.Observed, res.Grants)
+	}
 	for _, n := range res.Notes {
 		t.Log("note:", n)
 	}

@@ -132,6 +132,22 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 		}
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 	}
+	if cfg.Workload == WorkloadElection {
+		// Every candidate also watches the leadership, as a service's
+		// other instances would.
+		octx, cancel := context.WithCancel(ctx)
+		observed := make(chan struct{})
+		go func() {
+			defer close(observed)
+			for ld := range c.Election(cfg.Names[0]).Observe(octx) {
+				rec.record(Event{Op: OpObserve, Name: cfg.Names[0], Token: ld.Term, Value: ld.Value})
+			}
+		}()
+		defer func() {
+			cancel()
+			<-observed
+		}()
+	}
 	stop := false // the harness ended the run early (registerReply.Stop)
 	for hold := 1; !stop && time.Now().Before(cfg.Until) && ctx.Err() == nil; hold++ {
 		name := cfg.Names[rng.IntN(len(cfg.Names))]
