@@ -20,6 +20,15 @@ const (
 	envChildName = "DLOCKTEST_CHILD_NAME"
 	envChildTTL  = "DLOCKTEST_CHILD_TTL"
 	envChildN    = "DLOCKTEST_CHILD_PERMITS"
+	envChildKind = "DLOCKTEST_CHILD_KIND" // "", "reader" or "leader"
+)
+
+// What a lock-holding child process takes (envChildKind).
+const (
+	childPermit = ""       // a permit of a semaphore (of one: a mutex)
+	childReader = "reader" // a reader's lease of a read-write lock
+	childLeader = "leader" // the leadership of an election, with value childValue
+	childValue  = "crashed-leader"
 )
 
 // A worker process: the test binary started by WorkerCommand.
@@ -87,7 +96,16 @@ func runChild() int {
 		return 2
 	}
 	n, _ := strconv.Atoi(os.Getenv(envChildN))
-	l, err := c.Semaphore(os.Getenv(envChildName), max(n, 1), dlock.WithTTL(ttl)).Acquire(ctx)
+	name := os.Getenv(envChildName)
+	var l *dlock.Lease
+	switch os.Getenv(envChildKind) {
+	case childReader:
+		l, err = c.RWMutex(name, dlock.WithTTL(ttl)).RLock(ctx)
+	case childLeader:
+		l, err = c.Election(name, dlock.WithTTL(ttl)).Campaign(ctx, childValue)
+	default:
+		l, err = c.Semaphore(name, max(n, 1), dlock.WithTTL(ttl)).Acquire(ctx)
+	}
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 2
@@ -119,8 +137,14 @@ func StartHolder(t *testing.T, url, name string, ttl time.Duration) (*exec.Cmd, 
 // n permits.
 func StartPermitHolder(t *testing.T, url, name string, n int, ttl time.Duration) (*exec.Cmd, uint64) {
 	t.Helper()
+	return startChild(t, url, name, childPermit, n, ttl)
+}
+
+// startChild starts a child process that takes kind of lease of name.
+func startChild(t *testing.T, url, name, kind string, n int, ttl time.Duration) (*exec.Cmd, uint64) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChildURL+"="+url, envChildName+"="+name, envChildTTL+"="+ttl.String(), envChildN+"="+strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), envChildURL+"="+url, envChildName+"="+name, envChildTTL+"="+ttl.String(), envChildN+"="+strconv.Itoa(n), envChildKind+"="+kind)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

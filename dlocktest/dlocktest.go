@@ -84,6 +84,10 @@ func Run(t *testing.T, h Harness) {
 		if s.caps.Semaphore {
 			parallel = append(parallel, test{"SemaphoreCrashedHolderFreesPermitWithinTTL", s.testSemaphoreCrash})
 		}
+		if s.caps.RWMutex {
+			parallel = append(parallel, test{"RWMutexCrashedReaderFreesLockWithinTTL", s.testRWCrashedReader})
+		}
+		parallel = append(parallel, test{"ElectionCrashedLeaderIsReplacedWithinTTL", s.testElectionCrashedLeader})
 	}
 	t.Run("Contract", func(t *testing.T) {
 		for _, tc := range parallel {

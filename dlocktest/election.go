@@ -26,6 +26,41 @@ func (s *suite) electionTests() []test {
 	}
 }
 
+// The leader, another process, is killed: Leader reports it (its value,
+// its term) until then, and a campaign wins within the TTL (before half of
+// it on session backends) with a higher term, which Leader reports next.
+func (s *suite) testElectionCrashedLeader(t *testing.T) {
+	name := s.name(t, "elect")
+	ttl := s.crashTTL()
+	cmd, term := startChild(t, s.h.URL, name, childLeader, 0, ttl)
+	c := s.client(t)
+	e := c.Election(name)
+	ld, err := e.Leader(testenv.Context(t, 30*time.Second))
+	if err != nil || ld.Value != childValue || ld.Term != term {
+		t.Fatalf("Leader while another process leads: %+v, %v; want value %q, term %d", ld, err, childValue, term)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), ttl+20*time.Second)
+	defer cancel()
+	lead, err := e.Campaign(ctx, "next")
+	if err != nil {
+		t.Fatalf("no new leader within the crashed leader's TTL %v (+20s): %v", ttl, err)
+	}
+	s.freedInTime(t, "leadership", killed, ttl)
+	if lead.Token() <= term {
+		t.Errorf("the new term %d, want > %d (the crashed leader's)", lead.Token(), term)
+	}
+	if ld, err := e.Leader(testenv.Context(t, 30*time.Second)); err != nil || ld.Value != "next" || ld.Term != lead.Token() {
+		t.Errorf("Leader after the new campaign: %+v, %v; want value %q, term %d", ld, err, "next", lead.Token())
+	}
+	if err := e.Resign(testenv.Context(t, 30*time.Second), lead); err != nil {
+		t.Errorf("Resign: %v", err)
+	}
+}
+
 // Four clients campaign in turn, each leading for a moment and resigning:
 // never two leaders at once, Leader reports the one leading with its
 // value, and each term is above the one before.

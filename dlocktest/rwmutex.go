@@ -280,6 +280,40 @@ func (s *suite) testRWCancel(t *testing.T) {
 }
 
 // testRWUnsupported runs where Capabilities.RWMutex is false.
+// A process holding a read lock beside this client's reader is killed: once
+// this client's reader leaves, a writer is granted within the TTL (before
+// half of it on session backends), with a token above both readers'.
+func (s *suite) testRWCrashedReader(t *testing.T) {
+	name := s.name(t, "rw")
+	ttl := s.crashTTL()
+	cmd, tok := startChild(t, s.h.URL, name, childReader, 0, ttl)
+	c := s.client(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	mine, err := c.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatalf("RLock beside another process's reader: %v", err)
+	}
+	if _, err := c.RWMutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while two readers hold: got %v, want ErrNotAcquired", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	mustUnlock(t, mine)
+	wctx, cancel := context.WithTimeout(context.Background(), ttl+20*time.Second)
+	defer cancel()
+	w, err := s.client(t).RWMutex(name).Lock(wctx)
+	if err != nil {
+		t.Fatalf("the crashed reader's lease did not end within its TTL %v (+20s): %v", ttl, err)
+	}
+	s.freedInTime(t, "read lock", killed, ttl)
+	if w.Token() <= max(tok, mine.Token()) {
+		t.Errorf("the writer's token %d, want > %d and > %d (the readers')", w.Token(), tok, mine.Token())
+	}
+	mustUnlock(t, w)
+}
+
 func (s *suite) testRWUnsupported(t *testing.T) {
 	c := s.client(t)
 	ctx := testenv.Context(t, 30*time.Second)
