@@ -49,6 +49,14 @@ type Leadership struct {
 	// ExpiresIn is the time left on the leader's lease by the backend's
 	// clock, 0 where the backend does not say.
 	ExpiresIn time.Duration
+	// Complete (Observe only) says that no leadership came and went
+	// unreported between the report before this one and this one: true
+	// when Observe follows the backend's history of changes
+	// (driver.Watcher), false when it read the leadership at intervals,
+	// where a leadership shorter than ObserveInterval may be missing. A
+	// skip is never silent: an observer that must see every term checks
+	// Complete.
+	Complete bool
 }
 
 // Campaign waits until this client leads, or ctx ends, and returns the
@@ -116,6 +124,11 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 			if now.Term < lastTerm && now.Term != 0 || reported && now.Term == last.Term {
 				return true // stale, or no change
 			}
+			if reported && !last.Complete {
+				// The report before came from a read at intervals (the
+				// history was lost): what lies between is unknown.
+				now.Complete = false
+			}
 			select {
 			case ch <- now:
 			case <-ctx.Done():
@@ -128,7 +141,9 @@ func (e *Election) Observe(ctx context.Context) <-chan Leadership {
 		if w, ok := e.c.d.(driver.Watcher); ok {
 			if changes, err := w.WatchHolder(ctx, e.name); err == nil {
 				for in := range changes {
-					if !report(leadershipOf(infoFrom(in))) {
+					ld := leadershipOf(infoFrom(in))
+					ld.Complete = true
+					if !report(ld) {
 						return
 					}
 				}

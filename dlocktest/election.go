@@ -200,19 +200,38 @@ func (s *suite) testElectionBreak(t *testing.T) {
 
 // On a backend that implements driver.Watcher, an observer sees every
 // term, however short: ten leaders who resign at once are all reported,
-// in order. Elsewhere the test says it does not apply.
+// in order, each report Complete. Elsewhere Observe reads at intervals and
+// may miss a short term, and its reports say so: none is Complete.
 func (s *suite) testElectionEveryTerm(t *testing.T) {
 	c := s.client(t)
-	if _, ok := s.driver(t).(driver.Watcher); !ok {
-		t.Log("the backend does not implement driver.Watcher: Observe reads at intervals, and a short term may go unseen (not checked)")
-		return
-	}
 	name := s.name(t, "e")
 	ctx, stop := context.WithCancel(testenv.Context(t, 60*time.Second))
 	defer stop()
 	obs := c.Election(name).Observe(ctx)
-	if first := <-obs; first.Term != 0 {
+	first := <-obs
+	if first.Term != 0 {
 		t.Fatalf("the observer first saw %+v, want nobody leading", first)
+	}
+	if _, ok := s.driver(t).(driver.Watcher); !ok {
+		// Observe reads at intervals: a short term may go unseen, and
+		// the reports say so.
+		l, err := s.client(t).Election(name).Campaign(ctx, "read")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mustUnlock(t, l)
+		select {
+		case ld := <-obs:
+			if ld.Term != l.Token() || first.Complete || ld.Complete {
+				t.Errorf("Observe without driver.Watcher reported %+v after %+v; want term %d, neither Complete", ld, first, l.Token())
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the observer did not report the leader within 10s")
+		}
+		return
+	}
+	if !first.Complete {
+		t.Errorf("Observe through driver.Watcher reported %+v, not Complete", first)
 	}
 	var want []uint64
 	e := s.client(t).Election(name)
@@ -232,6 +251,9 @@ func (s *suite) testElectionEveryTerm(t *testing.T) {
 		case ld := <-obs:
 			if ld.Term != 0 {
 				got = append(got, ld.Term)
+			}
+			if !ld.Complete {
+				t.Errorf("Observe through driver.Watcher reported %+v, not Complete", ld)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the observer saw terms %v, want %v", got, want)

@@ -36,7 +36,8 @@ one line each, until it is interrupted (on etcd every change, however
 brief; elsewhere it looks every 100 ms, and a leadership shorter than that
 may go unseen): the time, the term, the
 leader's value, host and PID, or "no leader". With --json each line is a
-JSON object.
+JSON object, whose "complete" is true when no leadership can have come and
+gone unreported since the line before (on etcd).
 
 Flags:
 {{flags}}
@@ -112,7 +113,7 @@ func (f *runFlags) observe(env *cmdEnv, args []string, asJSON bool) error {
 				h := toHolderJSON(ld.Holder)
 				holder = &h
 			}
-			if err := enc.Encode(leadershipJSON{Schema: 1, Time: now, Name: name, Term: ld.Term, Value: orNull(ld.Value), Holder: holder}); err != nil {
+			if err := enc.Encode(leadershipJSON{Schema: 1, Time: now, Name: name, Term: ld.Term, Value: orNull(ld.Value), Holder: holder, Complete: ld.Complete}); err != nil {
 				return err
 			}
 			continue
@@ -129,12 +130,14 @@ func (f *runFlags) observe(env *cmdEnv, args []string, asJSON bool) error {
 }
 
 // leadershipJSON is a line of dlock elect --observe --json. Term is 0,
-// Value and Holder null, when nobody leads.
+// Value and Holder null, when nobody leads. Complete is
+// Leadership.Complete.
 type leadershipJSON struct {
-	Schema int         `json:"schema"`
-	Time   string      `json:"time"`
-	Name   string      `json:"name"`
-	Term   uint64      `json:"term"`
-	Value  *string     `json:"value"`
-	Holder *holderJSON `json:"holder"`
+	Complete bool        `json:"complete"`
+	Schema   int         `json:"schema"`
+	Time     string      `json:"time"`
+	Name     string      `json:"name"`
+	Term     uint64      `json:"term"`
+	Value    *string     `json:"value"`
+	Holder   *holderJSON `json:"holder"`
 }
