@@ -341,6 +341,30 @@ func TestUIShowsLocksLiveInABrowser(t *testing.T) {
 		t.Errorf("the page made %d elements out of a lock's name or note", elements)
 	}
 
+	// A semaphore's permits and a read-write lock's readers, each holder
+	// listed.
+	sem, rw := "ui/render", "ui/catalog"
+	p1 := startDlock(t, dev.env(), "run", "--limit", "3", sem, "--", "sleep", "120")
+	p2 := startDlock(t, dev.env(), "run", "--limit", "3", sem, "--", "sleep", "120")
+	r1 := startDlock(t, dev.env(), "run", "--shared", rw, "--", "sleep", "120")
+	r2 := startDlock(t, dev.env(), "run", "--shared", rw, "--", "sleep", "120")
+	for _, c := range []struct {
+		name, want string
+		pids       []int
+	}{{sem, "2 of 3 permits", []int{p1.pid(), p2.pid()}}, {rw, "2 readers", []int{r1.pid(), r2.pid()}}} {
+		br.waitRow(t, c.want, c.name, func(r pageRow, shown bool) error {
+			if !shown || !strings.HasPrefix(r.Holder, c.want) || strings.Count(r.Holder, "(token ") != 2 {
+				return fmt.Errorf("row %+v (shown: %v)", r, shown)
+			}
+			for _, pid := range c.pids {
+				if !strings.Contains(r.Holder, fmt.Sprintf("pid %d (token ", pid)) {
+					return fmt.Errorf("row %+v: no permit of pid %d", r, pid)
+				}
+			}
+			return nil
+		})
+	}
+
 	// Break from the page, confirming its dialog.
 	backup := "ui/nightly-backup"
 	d := startDlock(t, dev.env(), "run", "--note", "backup", backup, "--", "sleep", "120")

@@ -65,6 +65,17 @@ function renderLocks() {
     if (l.holder && l.holder.note) {
       holder.append(" ", el("span", l.holder.note, "note"));
     }
+    if (l.permits.length > 0) {
+      // A semaphore's permit holders, or a read-write lock's readers.
+      holder.replaceChildren(l.limit !== null
+        ? l.permits.length + " of " + l.limit + " permits"
+        : l.permits.length + (l.permits.length === 1 ? " reader" : " readers"));
+      for (const p of l.permits) {
+        let t = holderText(p.holder) + " (token " + p.token + ")";
+        if (p.holder.note) t += " " + p.holder.note;
+        holder.append(el("span", t, "permit"));
+      }
+    }
     tr.append(holder);
     tr.append(el("td", l.held ? l.token : "-", "token"));
     tr.append(el("td", heldFor(l), "held-for"));
