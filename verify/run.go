@@ -173,8 +173,8 @@ type Config struct {
 	// under faults (see Allowance).
 	Allowances []Allowance
 	// Dir receives the merged history "history.jsonl", and under "parts"
-	// each process's own history and log. Default: a new temporary
-	// directory.
+	// each process's own history and log (a "parts" left by an earlier
+	// run is removed first). Default: a new temporary directory.
 	Dir string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
@@ -272,6 +272,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg.Dir = d
 	}
 	parts := filepath.Join(cfg.Dir, "parts")
+	// The processes append to their histories there: a Dir used before
+	// would mix that run's events into this one's.
+	if err := os.RemoveAll(parts); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(parts, 0o755); err != nil {
 		return nil, err
 	}

@@ -2,12 +2,15 @@ package verify
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock/backend/memlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/etcdserver"
 )
 
 // TestWorkloadsPassOnACorrectBackend: each primitive's workload on
@@ -151,5 +154,49 @@ func TestSemaphoreOverLimitIsExcusedOnlyByAPausedHolder(t *testing.T) {
 	r := Check(permitHistory(true).events, strict)
 	if r.Verdict() != "PASS" || r.Excused[ExcusePause] != 1 || r.MostHeld != 4 {
 		t.Errorf("a fourth permit while one of three was paused: %s, excused %v, most held %d, %v", r.Verdict(), r.Excused, r.MostHeld, r.Violations)
+	}
+}
+
+// TestRunInADirUsedBeforeStartsAfresh: a second run in the same Dir does
+// not mix the first run's histories into its own (the client processes
+// append to them).
+func TestRunInADirUsedBeforeStartsAfresh(t *testing.T) {
+	srv, err := etcdserver.Start(context.Background(), etcdserver.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dir := t.TempDir()
+	for i := range 2 {
+		res, err := Run(context.Background(), Config{
+			Backend: "etcd", Clients: 2, Duration: 3 * time.Second, Dir: dir,
+			Deploy: Deployment{Endpoints: srv.Endpoints(), URL: joined("etcd", "")},
+			Spawn:  func() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict() != "PASS" || res.Grants == 0 {
+			t.Fatalf("run %d in the same directory: %d grants, %v", i+1, res.Grants, res.Violations)
+		}
+		// Each run's lock has a name of its own: one name in a history.
+		f, err := os.Open(res.History)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := ReadHistory(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, e := range events {
+			if e.Op == OpAcquire {
+				names[e.Name] = true
+			}
+		}
+		if len(names) != 1 {
+			t.Errorf("run %d's history has the acquires of %d lock names, want 1 (its own): %v", i+1, len(names), names)
+		}
 	}
 }
