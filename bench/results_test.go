@@ -153,6 +153,13 @@ func TestResults(t *testing.T) {
 	r.servers = append(r.servers, serverRow{"mariadb", mariadbVersion(mdb), "testenv defaults"})
 	backends = append(backends, &backend{name: "mariadb", libs: mariadbLibs(mdb), maxB: 8})
 	r.backends = backends
+	r.prims = []*primBackend{
+		newPrimBackend(t, "redis", openURL("redis://"+rs.Addr+"/0")),
+		newPrimBackend(t, "etcd", openURL("etcd://"+strings.TrimPrefix(etcdEP, "http://")), etcdPrimIncumbents(etcdEP)...),
+		newPrimBackend(t, "zookeeper", openURL("zk://"+zks.Addrs()[0]+"/bench")),
+		newPrimBackend(t, "postgres", openURL(pg.URL(pg.Addr, ""))),
+		newPrimBackend(t, "mariadb", openURL(mdb.URL(testenv.MariaDBUser, testenv.MariaDBPassword, mdb.Addr))),
+	}
 	r.sleep = measureSleep(hold)
 
 	for _, b := range backends {
@@ -161,6 +168,7 @@ func TestResults(t *testing.T) {
 	for _, b := range backends {
 		r.scenarioB(t, b)
 	}
+	r.scenarioP(t)
 	for _, n := range []int{keysC, keysCLarge} { // the long runs last, where the budget can drop them
 		for _, b := range backends {
 			if b.manyKey {
