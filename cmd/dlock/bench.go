@@ -71,9 +71,9 @@ semaphore, the reads and writes of any but the rwmutex) is null, never left
 out.
 
 Exit status: 0 when no exclusion was violated, 1 when one was (and only
-then), 64 for a usage error or a primitive the backend lacks, 69 when the backend cannot be reached or
-failed, 70 when the run itself failed before a verdict (interrupted, for
-one).
+then), 64 for a usage error or a primitive the backend lacks, 69 when the
+backend cannot be reached or failed, 70 when the run itself failed before a
+verdict (interrupted, for one).
 
 Example:
   dlock bench
