@@ -23,7 +23,7 @@ var (
 	results  = flag.Bool("results", false, "run every scenario and write RESULTS.md and the charts (make bench)")
 	scale    = flag.Float64("scale", 1, "multiply every measuring duration by this")
 	million  = flag.String("million", "redis/dlock-fair,redis/bsm-linear1ms", "backend/library pairs that also run scenario C with 1,000,000 names")
-	budget   = flag.Duration("budget", 13*time.Minute, "skip the 1,000,000-name runs that would end the whole run later than this")
+	budget   = flag.Duration("budget", 14*time.Minute, "skip the 1,000,000-name runs that would end the whole run later than this")
 	outDir   = flag.String("out", ".", "where RESULTS.md and the charts go")
 	etcdData = flag.String("etcd-dir", "/dev/shm", "parent directory of the etcd server's data (a tmpfs takes the disk out)")
 )
