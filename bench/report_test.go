@@ -46,12 +46,15 @@ type report struct {
 	curves      map[string]*curve // backend + "/" + variable
 	many        []manyRow
 	skipped     []string // runs left out, and why
+	prims       []*primBackend
+	primRuns    map[*primLib]*primRun
 }
 
 func newReport() *report {
 	return &report{
 		start: time.Now(), load0: loadAvg(),
 		serials: map[*lib]*serial{}, contentions: map[*lib]map[int]*contention{}, curves: map[string]*curve{},
+		primRuns: map[*primLib]*primRun{},
 	}
 }
 
@@ -159,6 +162,7 @@ func (r *report) write(dir string) error {
 	r.writeB(p)
 	r.writeC(p)
 	r.writeD(p)
+	r.writeP(p)
 	if err := r.writeCurves(dir, p); err != nil {
 		return err
 	}
@@ -451,6 +455,72 @@ func (r *report) writeD(p func(string, ...any)) {
 		l := b.floor()
 		s := r.serial(l)
 		p("| %s | %s | %s | %s | %.0f |\n", b.name, l.how, ms(quantile(s.lat, 0.5)), ms(quantile(s.lat, 0.99)), s.opsPerSec())
+	}
+	p("\n")
+}
+
+func (r *report) writeP(p func(string, ...any)) {
+	p("## P. Primitives: semaphore, read-write lock, election\n\n")
+	p("Each primitive on each backend that has it (`Capabilities`; memlock and Temporal left out), beside the Go incumbents where there are some. ")
+	p("Uncontended: one worker takes and releases a name of its own — a permit of a semaphore of %d, the read-write lock's writer lock, a Campaign and Resign — the libraries of a backend and primitive interleaved call by call for %v each, as in A; ops/s is 1 ÷ the mean time of the pair. ", limitP, scaled(eachPA))
+	p("Contended: %d workers on one name, each grant held %v, %d rounds of %v per library after a %v warm-up, the libraries round by round as in B. ", workersP, hold, roundsP, scaled(eachP), scaled(warmUpP))
+	p("Semaphore: %d permits; held mean is the number of permits the workers held at once, averaged over the rounds' time (each from its grant to the start of its release), max the most. ", limitP)
+	p("Read-write lock: %d of the %d workers read and %d write; reads/s and writes/s apart, and the writers' wait. Election: a grant is a term (Campaign returned, held, Resign), so grants/s is terms/s. ", readersP, workersP, workersP-readersP)
+	p("Wait: from the call to the grant. ÷ incumbent: dlock's figure over the incumbent's. Violations: grants that made more holders than the primitive allows (a writer or a leader beside anyone, more than %d permits); they must be 0.\n\n", limitP)
+	p("There is no Go incumbent for a semaphore across processes on these engines that we know of (Curator's InterProcessSemaphoreV2 and Redisson's RPermitExpirableSemaphore are Java), so the semaphore rows stand alone; so do the PostgreSQL and MariaDB rows, and ZooKeeper's (go-zookeeper/zk has a lock only).\n\n")
+	p("| backend | primitive | library | module version | how it is used |\n|---|---|---|---|---|\n")
+	for _, b := range r.prims {
+		for _, l := range b.libs {
+			v := l.version
+			if l.role == ours {
+				v = libVersion(&lib{role: ours})
+			}
+			p("| %s | %s | %s | %s | %s |\n", b.name, l.primitive, l.name, v, l.how)
+		}
+	}
+	p("\n| backend | primitive | library | uncontended p50 | ops/s | ÷ incumbent | contended grants/s | ÷ incumbent | held mean / max | reads/s | writes/s | wait p50 | wait p99 | writers' wait max | grants/worker min–max | gave up | violations |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, b := range r.prims {
+		for _, prim := range primitiveNames {
+			if slices.Contains(b.unsupported, prim) {
+				p("| %s | %s | dlock | not on this backend (`Capabilities`: `ErrUnsupported`) | | | | | | | | | | | | | |\n", b.name, prim)
+				continue
+			}
+			var inc *primRun
+			for _, l := range b.libs {
+				if l.primitive == prim && l.role == incumbent {
+					inc = r.primRun(l)
+				}
+			}
+			for _, l := range b.libs {
+				if l.primitive != prim {
+					continue
+				}
+				pr := r.primRun(l)
+				ratioA, ratioB := "–", "–"
+				if l.role == ours && inc != nil {
+					ratioA, ratioB = ratioCell(pr.serial.opsPerSec(), inc.serial.opsPerSec()), ratioCell(pr.grantsPerSec(), inc.grantsPerSec())
+				}
+				held, reads, writes, writerMax := "–", "–", "–", "–"
+				switch prim {
+				case semaphore:
+					held = fmt.Sprintf("%.2f / %d", pr.meanHeld(), pr.maxHeld)
+				case rwmutex:
+					reads, writes = fmt.Sprintf("%.1f", pr.readsPerSec()), fmt.Sprintf("%.1f", pr.writesPerSec())
+					writerMax = ms(quantile(pr.writerWaits, 1))
+				}
+				minW, maxW := 0, 0
+				if len(pr.perWorker) > 0 {
+					minW, maxW = slices.Min(pr.perWorker), slices.Max(pr.perWorker)
+				}
+				violations := fmt.Sprint(pr.violations)
+				if pr.violations > 0 {
+					violations = "**" + violations + "**"
+				}
+				p("| %s | %s | %s | %s | %.0f | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %d–%d | %d | %s |\n", b.name, prim, l.name,
+					ms(quantile(pr.serial.lat, 0.5)), pr.serial.opsPerSec(), ratioA, pr.grantsPerSec(), ratioB, held, reads, writes,
+					ms(quantile(pr.waits, 0.5)), ms(quantile(pr.waits, 0.99)), writerMax, minW, maxW, pr.errors+pr.serial.errors, violations)
+			}
+		}
 	}
 	p("\n")
 }

@@ -23,7 +23,7 @@ var (
 	results  = flag.Bool("results", false, "run every scenario and write RESULTS.md and the charts (make bench)")
 	scale    = flag.Float64("scale", 1, "multiply every measuring duration by this")
 	million  = flag.String("million", "redis/dlock-fair,redis/bsm-linear1ms", "backend/library pairs that also run scenario C with 1,000,000 names")
-	budget   = flag.Duration("budget", 13*time.Minute, "skip the 1,000,000-name runs that would end the whole run later than this")
+	budget   = flag.Duration("budget", 14*time.Minute, "skip the 1,000,000-name runs that would end the whole run later than this")
 	outDir   = flag.String("out", ".", "where RESULTS.md and the charts go")
 	etcdData = flag.String("etcd-dir", "/dev/shm", "parent directory of the etcd server's data (a tmpfs takes the disk out)")
 )
@@ -153,6 +153,13 @@ func TestResults(t *testing.T) {
 	r.servers = append(r.servers, serverRow{"mariadb", mariadbVersion(mdb), "testenv defaults"})
 	backends = append(backends, &backend{name: "mariadb", libs: mariadbLibs(mdb), maxB: 8})
 	r.backends = backends
+	r.prims = []*primBackend{
+		newPrimBackend(t, "redis", openURL("redis://"+rs.Addr+"/0")),
+		newPrimBackend(t, "etcd", openURL("etcd://"+strings.TrimPrefix(etcdEP, "http://")), etcdPrimIncumbents(etcdEP)...),
+		newPrimBackend(t, "zookeeper", openURL("zk://"+zks.Addrs()[0]+"/bench")),
+		newPrimBackend(t, "postgres", openURL(pg.URL(pg.Addr, ""))),
+		newPrimBackend(t, "mariadb", openURL(mdb.URL(testenv.MariaDBUser, testenv.MariaDBPassword, mdb.Addr))),
+	}
 	r.sleep = measureSleep(hold)
 
 	for _, b := range backends {
@@ -161,6 +168,7 @@ func TestResults(t *testing.T) {
 	for _, b := range backends {
 		r.scenarioB(t, b)
 	}
+	r.scenarioP(t)
 	for _, n := range []int{keysC, keysCLarge} { // the long runs last, where the budget can drop them
 		for _, b := range backends {
 			if b.manyKey {

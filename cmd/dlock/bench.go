@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,16 +25,32 @@ const benchUsage = `Usage:
 Measures a backend with --workers clients, each with its own connection as
 separate processes would have, in two phases of --duration each:
 
-  uncontended  every worker locks and unlocks a name of its own
+  uncontended  every worker takes and releases a name of its own
   contended    the workers share --keys names (worker i uses name i mod K)
 
-Each grant holds the lock for --hold. Reported per phase: grants and grants
-per second; acquire latency (from calling Lock to holding the lock, waiting
-included) p50, p99 and max; hand-off latency (from the moment a holder starts
-to release to the moment a waiting worker holds the lock); fairness (the
-fewest and most grants one worker got); and exclusion violations — two
-holders of one name at once, or a token not above the previous holder's —
-which must be 0. On a terminal a progress line shows while it runs.
+--primitive says what each name is, and so what a grant is:
+
+  mutex      Lock and Unlock (the default)
+  semaphore  Acquire and Unlock of one of --limit permits (default 3)
+  rwmutex    RLock or Lock, then Unlock: the first round(--readers × N) of
+             the N workers read (default 0.75: 6 of 8), the others write
+  election   Campaign and Resign: each grant is a term of leadership
+
+Each grant is held for --hold. Reported per phase: grants and grants per
+second (terms per second for the election; reads and writes per second
+apart for the rwmutex); acquire latency (from the call to holding the
+grant, waiting included) p50, p99 and max, the readers' and the writers'
+apart for the rwmutex; hand-off latency (from the moment a holder starts to
+release to the moment a worker that was waiting holds the name); for the
+semaphore, the mean and the most permits of a name held at once; fairness
+(the fewest and most grants one worker got); and violations — more holders
+of a name at once than the primitive allows (one; --limit for the
+semaphore; a writer beside anyone), or a token not above one granted before
+— which must be 0. On a terminal a progress line shows while it runs.
+
+A backend without the primitive (semaphores and read-write locks are not
+on every backend: see the README) is refused with the library's error and
+status 64, before anything is written.
 
 What it writes: locks named bench/RUN/… (RUN is random, one per run), each
 released when taken; at the end it breaks any of them still held. Backends
@@ -44,19 +63,23 @@ Flags:
 {{flags}}` + backendHelp + metricsHelp + `
 The throwaway etcd runs inside the bench process and shares its CPU.
 
-With --json: {"schema": 1, "backend", "workers", "hold_ms",
-"duration_per_phase", "phases": [...]}; a figure that was not measured (the
-hand-off latency of the uncontended phase, a first error when there was
-none) is null, never left out.
+With --json: {"schema": 1, "backend", "primitive", "limit", "readers",
+"workers", "hold_ms", "duration_per_phase", "phases": [...]}; a figure that
+was not measured (the hand-off latency of the uncontended phase, a first
+error when there was none, the permits held of any primitive but the
+semaphore, the reads and writes of any but the rwmutex) is null, never left
+out.
 
 Exit status: 0 when no exclusion was violated, 1 when one was (and only
-then), 64 for a usage error, 69 when the backend cannot be reached or
-failed, 70 when the run itself failed before a verdict (interrupted, for
-one).
+then), 64 for a usage error or a primitive the backend lacks, 69 when the
+backend cannot be reached or failed, 70 when the run itself failed before a
+verdict (interrupted, for one).
 
 Example:
   dlock bench
   dlock bench --workers 16 --keys 4 --duration 10s --json
+  dlock bench --primitive semaphore --limit 3
+  dlock bench --primitive rwmutex --readers 0.9
   dlock bench --backend redis://127.0.0.1:6379/0
 `
 
@@ -71,7 +94,20 @@ type benchFlags struct {
 	ttl       time.Duration
 	json      bool
 	yes       bool
+	primitive string
+	limit     int     // permits of the semaphore
+	readers   float64 // the fraction of the rwmutex's workers that read
 }
+
+// The primitives dlock bench measures.
+const (
+	primMutex     = "mutex"
+	primSemaphore = "semaphore"
+	primRWMutex   = "rwmutex"
+	primElection  = "election"
+)
+
+var primitives = []string{primMutex, primSemaphore, primRWMutex, primElection}
 
 // latency is a distribution summary, in milliseconds in JSON; with no
 // samples the figures are null.
@@ -94,15 +130,31 @@ type phaseResult struct {
 	Violations   int     `json:"exclusion_violations"`
 	Errors       int     `json:"errors"`
 	FirstError   *string `json:"first_error"` // null without errors
+
+	// The semaphore only: permits of a name held at once, the mean over
+	// the phase's time and names, and the most.
+	PermitsHeldMean *float64 `json:"permits_held_mean"`
+	PermitsHeldMax  *int     `json:"permits_held_max"`
+	// The rwmutex only: the readers' and the writers' grants and acquire
+	// latencies apart (Grants and Acquire count both).
+	Reads        *int     `json:"reads"`
+	ReadsPerSec  *float64 `json:"reads_per_sec"`
+	ReadAcquire  *latency `json:"read_acquire"`
+	Writes       *int     `json:"writes"`
+	WritesPerSec *float64 `json:"writes_per_sec"`
+	WriteAcquire *latency `json:"write_acquire"`
 }
 
 type benchReport struct {
-	Schema   int           `json:"schema"`
-	Backend  string        `json:"backend"`
-	Workers  int           `json:"workers"`
-	HoldMS   float64       `json:"hold_ms"`
-	Duration string        `json:"duration_per_phase"`
-	Phases   []phaseResult `json:"phases"`
+	Schema    int           `json:"schema"`
+	Backend   string        `json:"backend"`
+	Primitive string        `json:"primitive"`
+	Limit     *int          `json:"limit"`   // the semaphore's permits; null for the others
+	Readers   *float64      `json:"readers"` // the rwmutex's fraction of readers; null for the others
+	Workers   int           `json:"workers"`
+	HoldMS    float64       `json:"hold_ms"`
+	Duration  string        `json:"duration_per_phase"`
+	Phases    []phaseResult `json:"phases"`
 }
 
 // benchCmd is dlock bench: status 1 for an exclusion violation only, 70
@@ -123,13 +175,27 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&f.yes, "yes", false, "write to a backend other than the throwaway etcd or dlock dev without asking")
 	fs.BoolVar(&f.yes, "y", false, "short for --yes")
+	fs.StringVar(&f.primitive, "primitive", primMutex, "what to measure: `P` is mutex, semaphore, rwmutex or election")
+	f.limit = 3
+	fs.Var((*permitsFlag)(&f.limit), "limit", fmt.Sprintf("permits `N` of each semaphore with --primitive semaphore (1..%d)", dlock.MaxPermits))
+	fs.Float64Var(&f.readers, "readers", 0.75, "with --primitive rwmutex, the fraction `F` of the workers that read (0 to 1)")
 	f.metrics.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	switch {
 	case fs.NArg() > 0:
 		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	case !slices.Contains(primitives, f.primitive):
+		return usageErrorf("--primitive %q: want mutex, semaphore, rwmutex or election", f.primitive)
+	case set["limit"] && f.primitive != primSemaphore:
+		return usageErrorf("--limit is the semaphore's: give it with --primitive semaphore")
+	case set["readers"] && f.primitive != primRWMutex:
+		return usageErrorf("--readers is the read-write lock's: give it with --primitive rwmutex")
+	case !(f.readers >= 0 && f.readers <= 1):
+		return usageErrorf("--readers %v: want a fraction from 0 to 1", f.readers)
 	case f.workers < 1 || f.workers > 1000:
 		return usageErrorf("--workers %d: want 1 to 1000", f.workers)
 	case f.keys < 1 || f.keys > f.workers:
@@ -170,13 +236,22 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := f.unsupported(ctx, clients[0], prefix+"/probe"); err != nil {
+		return withStatus(exitUsage, fmt.Errorf("--primitive %s: backend %s: %w", f.primitive, b, err))
+	}
 
 	var progress io.Writer
 	if askable(os.Stderr) && !f.json {
 		progress = env.stderr
 	}
 	defer f.breakLeftovers(ctx, env, clients[0], b, prefix+"/")
-	rep := benchReport{Schema: jsonSchema, Backend: b.String(), Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
+	rep := benchReport{Schema: jsonSchema, Backend: b.String(), Primitive: f.primitive, Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
+	switch f.primitive {
+	case primSemaphore:
+		rep.Limit = &f.limit
+	case primRWMutex:
+		rep.Readers = &f.readers
+	}
 	for _, phase := range []struct {
 		name string
 		keys int
@@ -197,7 +272,7 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	}
 	for _, p := range rep.Phases {
 		if p.Violations > 0 {
-			return withStatus(exitViolation, fmt.Errorf("%d exclusion violations in the %s phase", p.Violations, p.Phase))
+			return withStatus(exitViolation, fmt.Errorf("%d exclusion violations of the %s in the %s phase", p.Violations, f.primitive, p.Phase))
 		}
 	}
 	return nil
@@ -238,17 +313,45 @@ func (f *benchFlags) openClients(ctx context.Context, b *backend) ([]*dlock.Clie
 	return opened, errors.Join(errs...)
 }
 
-// benchKey is the shared state of one name, to check exclusion and measure
-// hand-offs.
-type benchKey struct {
-	inside atomic.Int32 // holders in the critical section: must be 0 or 1
+// unsupported is the library's refusal of f.primitive on c's backend, or
+// nil where the backend has it. Only a call the library refuses is made,
+// and the library refuses it before any I/O: nothing is written.
+func (f *benchFlags) unsupported(ctx context.Context, c *dlock.Client, name string) error {
+	caps := c.Capabilities()
+	var err error
+	switch {
+	case f.primitive == primSemaphore && f.limit > 1 && !caps.Semaphore:
+		_, err = c.Semaphore(name, f.limit).TryAcquire(ctx)
+	case f.primitive == primRWMutex && !caps.RWMutex:
+		_, err = c.RWMutex(name).TryLock(ctx)
+	}
+	return err
+}
 
-	mu          sync.Mutex // taken only by the holder, so never contended
-	lastToken   uint64
+// benchKey is the shared state of one name, to check exclusion and measure
+// hand-offs and the permits held.
+type benchKey struct {
+	mu          sync.Mutex
+	holders     int // grants held now: readers and writers, or permits
+	writers     int // of which exclusive (a writer of the rwmutex)
+	maxHolders  int
+	heldArea    float64 // holders integrated over time, in holder-seconds
+	changed     time.Time
+	maxToken    uint64 // the highest token recorded
+	writerToken uint64 // the highest token of an exclusive grant
 	lastRelease time.Time
 }
 
+// held adds the holders since the last change to the area, at now.
+func (k *benchKey) held(now time.Time) {
+	if !k.changed.IsZero() {
+		k.heldArea += float64(k.holders) * now.Sub(k.changed).Seconds()
+	}
+	k.changed = now
+}
+
 type workerStats struct {
+	reader     bool // the rwmutex's: this worker reads
 	grants     int
 	acquire    []time.Duration
 	handoff    []time.Duration
@@ -266,24 +369,31 @@ func (f *benchFlags) runPhase(ctx context.Context, clients []*dlock.Client, phas
 	defer cancel()
 	var total atomic.Int64
 	stats := make([]workerStats, len(clients))
+	nreaders := 0
+	if f.primitive == primRWMutex {
+		nreaders = int(math.Round(f.readers * float64(len(clients))))
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w, c := range clients {
 		k := w % nkeys
-		wg.Go(func() { stats[w] = f.benchWorker(pctx, c, fmt.Sprintf("%sk%d", prefix, k), keys[k], &total) })
+		stats[w].reader = w < nreaders
+		wg.Go(func() { f.benchWorker(pctx, c, w, fmt.Sprintf("%sk%d", prefix, k), keys[k], &total, &stats[w]) })
 	}
 	if progress != nil {
 		stop := showProgress(progress, phase, start, f.duration, &total)
 		defer stop()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	end := time.Now()
+	elapsed := end.Sub(start)
 	if err := ctx.Err(); err != nil {
 		return phaseResult{}, err
 	}
 
 	r := phaseResult{Phase: phase, Keys: nkeys, MinGrants: -1}
-	var acq, hand []time.Duration
+	var acq, hand, racq, wacq []time.Duration
+	reads, writes := 0, 0
 	for _, s := range stats {
 		r.Grants += s.grants
 		r.Violations += s.violations
@@ -298,16 +408,72 @@ func (f *benchFlags) runPhase(ctx context.Context, clients []*dlock.Client, phas
 		r.MaxGrants = max(r.MaxGrants, s.grants)
 		acq = append(acq, s.acquire...)
 		hand = append(hand, s.handoff...)
+		if s.reader {
+			reads += s.grants
+			racq = append(racq, s.acquire...)
+		} else {
+			writes += s.grants
+			wacq = append(wacq, s.acquire...)
+		}
 	}
 	r.GrantsPerSec = float64(r.Grants) / elapsed.Seconds()
 	r.Acquire, r.Handoff = summarize(acq), summarize(hand)
+	switch f.primitive {
+	case primSemaphore:
+		var area float64
+		most := 0
+		for _, k := range keys {
+			k.mu.Lock()
+			k.held(end)
+			area += k.heldArea
+			most = max(most, k.maxHolders)
+			k.mu.Unlock()
+		}
+		mean := area / elapsed.Seconds() / float64(nkeys)
+		r.PermitsHeldMean, r.PermitsHeldMax = &mean, &most
+	case primRWMutex:
+		rps, wps := float64(reads)/elapsed.Seconds(), float64(writes)/elapsed.Seconds()
+		rl, wl := summarize(racq), summarize(wacq)
+		r.Reads, r.ReadsPerSec, r.ReadAcquire = &reads, &rps, &rl
+		r.Writes, r.WritesPerSec, r.WriteAcquire = &writes, &wps, &wl
+	}
 	return r, nil
 }
 
-// benchWorker locks and unlocks name until ctx ends.
-func (f *benchFlags) benchWorker(ctx context.Context, c *dlock.Client, name string, k *benchKey, total *atomic.Int64) workerStats {
-	var s workerStats
-	m := c.Mutex(name)
+// grantFuncs returns how worker w of the primitive takes and releases a
+// grant of name: the lease of a lock, a permit or a term.
+func (f *benchFlags) grantFuncs(c *dlock.Client, w int, name string, reader bool) (take func(context.Context) (*dlock.Lease, error), release func(context.Context, *dlock.Lease) error) {
+	unlock := func(ctx context.Context, l *dlock.Lease) error { return l.Unlock(ctx) }
+	switch f.primitive {
+	case primSemaphore:
+		return c.Semaphore(name, f.limit).Acquire, unlock
+	case primRWMutex:
+		rw := c.RWMutex(name)
+		if reader {
+			return rw.RLock, unlock
+		}
+		return rw.Lock, unlock
+	case primElection:
+		e := c.Election(name)
+		value := fmt.Sprintf("worker-%d", w)
+		return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, value) }, e.Resign
+	}
+	return c.Mutex(name).Lock, unlock
+}
+
+// benchWorker takes and releases name until ctx ends.
+func (f *benchFlags) benchWorker(ctx context.Context, c *dlock.Client, w int, name string, k *benchKey, total *atomic.Int64, s *workerStats) {
+	take, release := f.grantFuncs(c, w, name, s.reader)
+	// At most this many holders of a name at once; a writer of the
+	// rwmutex, or any grant of the mutex and the election, alone.
+	limit := 1
+	switch {
+	case f.primitive == primSemaphore:
+		limit = f.limit
+	case f.primitive == primRWMutex && s.reader:
+		limit = math.MaxInt // readers hold together
+	}
+	exclusive := limit == 1
 	fail := func(err error) {
 		s.errors++
 		if s.firstErr == nil {
@@ -315,8 +481,11 @@ func (f *benchFlags) benchWorker(ctx context.Context, c *dlock.Client, name stri
 		}
 	}
 	for ctx.Err() == nil {
+		k.mu.Lock()
+		before := k.maxToken // every token recorded now was granted before this request
+		k.mu.Unlock()
 		asked := time.Now()
-		l, err := m.Lock(ctx)
+		l, err := take(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				fail(err)
@@ -325,15 +494,25 @@ func (f *benchFlags) benchWorker(ctx context.Context, c *dlock.Client, name stri
 			continue
 		}
 		got := time.Now()
-		if k.inside.Add(1) != 1 {
-			s.violations++
-		}
 		k.mu.Lock()
-		if l.Token() <= k.lastToken {
+		k.held(got)
+		k.holders++
+		k.maxHolders = max(k.maxHolders, k.holders)
+		if k.holders > limit || k.writers > 0 {
 			s.violations++
 		}
-		k.lastToken = l.Token()
-		if k.lastRelease.After(asked) { // it was released while this worker waited
+		// A shared grant's token is above every token granted before it
+		// was asked for, and above every writer's before it; an exclusive
+		// grant's is above every token granted before it.
+		if t := l.Token(); t <= before || t <= k.writerToken || exclusive && t <= k.maxToken {
+			s.violations++
+		}
+		if exclusive {
+			k.writers++
+			k.writerToken = max(k.writerToken, l.Token())
+		}
+		k.maxToken = max(k.maxToken, l.Token())
+		if k.lastRelease.After(asked) { // a holder released while this worker waited
 			s.handoff = append(s.handoff, got.Sub(k.lastRelease))
 		}
 		k.mu.Unlock()
@@ -343,17 +522,21 @@ func (f *benchFlags) benchWorker(ctx context.Context, c *dlock.Client, name stri
 		if f.hold > 0 {
 			time.Sleep(f.hold)
 		}
-		k.inside.Add(-1)
 		k.mu.Lock()
-		k.lastRelease = time.Now()
+		now := time.Now()
+		k.held(now)
+		k.holders--
+		if exclusive {
+			k.writers--
+		}
+		k.lastRelease = now
 		k.mu.Unlock()
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.timeout)
-		if err := l.Unlock(uctx); err != nil {
+		if err := release(uctx, l); err != nil {
 			fail(err)
 		}
 		cancel()
 	}
-	return s
 }
 
 func summarize(ds []time.Duration) latency {
@@ -392,15 +575,42 @@ func showProgress(w io.Writer, phase string, start time.Time, d time.Duration, t
 
 func (f *benchFlags) printTable(w io.Writer, rep benchReport) error {
 	fmt.Fprintf(w, "dlock bench: %s\n", rep.Backend)
-	fmt.Fprintf(w, "%d workers, each with its own connection; each grant held %v; %v per phase\n\n", rep.Workers, f.hold, f.duration)
+	what := map[string]string{
+		primMutex:     "a mutex per name",
+		primSemaphore: fmt.Sprintf("a semaphore of %d permits per name", f.limit),
+		primRWMutex:   fmt.Sprintf("a read-write lock per name, %d of the workers reading", int(math.Round(f.readers*float64(rep.Workers)))),
+		primElection:  "an election per name; a grant is a term",
+	}[f.primitive]
+	fmt.Fprintf(w, "%s; %d workers, each with its own connection; each grant held %v; %v per phase\n\n", what, rep.Workers, f.hold, f.duration)
 	t := newTable(w)
-	fmt.Fprintln(t, "PHASE\tKEYS\tGRANTS\tGRANTS/S\tACQUIRE p50\tp99\tmax\tHAND-OFF p50\tp99\tmax\tGRANTS/WORKER min-max\tVIOLATIONS\tERRORS")
+	grants, acquire := "GRANTS\tGRANTS/S", "ACQUIRE p50\tp99\tmax"
+	switch f.primitive {
+	case primSemaphore:
+		grants += "\tHELD mean\tmax"
+	case primRWMutex:
+		grants += "\tREADS/S\tWRITES/S"
+		acquire = "READ WAIT p50\tp99\tmax\tWRITE WAIT p50\tp99\tmax"
+	case primElection:
+		grants, acquire = "TERMS\tTERMS/S", "CAMPAIGN p50\tp99\tmax"
+	}
+	fmt.Fprintf(t, "PHASE\tKEYS\t%s\t%s\tHAND-OFF p50\tp99\tmax\tGRANTS/WORKER min-max\tVIOLATIONS\tERRORS\n", grants, acquire)
 	for _, p := range rep.Phases {
-		acq, hand := p.Acquire.columns(), p.Handoff.columns()
-		fmt.Fprintf(t, "%s\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%d-%d\t%d\t%d\n",
-			p.Phase, p.Keys, p.Grants, p.GrantsPerSec,
-			acq[0], acq[1], acq[2],
-			hand[0], hand[1], hand[2], p.MinGrants, p.MaxGrants, p.Violations, p.Errors)
+		cells := []string{p.Phase, fmt.Sprint(p.Keys), fmt.Sprint(p.Grants), fmt.Sprintf("%.1f", p.GrantsPerSec)}
+		acq := p.Acquire.columns()
+		switch f.primitive {
+		case primSemaphore:
+			cells = append(cells, fmt.Sprintf("%.2f", *p.PermitsHeldMean), fmt.Sprint(*p.PermitsHeldMax))
+		case primRWMutex:
+			cells = append(cells, fmt.Sprintf("%.1f", *p.ReadsPerSec), fmt.Sprintf("%.1f", *p.WritesPerSec))
+			r, wr := p.ReadAcquire.columns(), p.WriteAcquire.columns()
+			cells = append(cells, r[:]...)
+			acq = wr
+		}
+		cells = append(cells, acq[:]...)
+		hand := p.Handoff.columns()
+		cells = append(cells, hand[:]...)
+		cells = append(cells, fmt.Sprintf("%d-%d", p.MinGrants, p.MaxGrants), fmt.Sprint(p.Violations), fmt.Sprint(p.Errors))
+		fmt.Fprintln(t, strings.Join(cells, "\t"))
 	}
 	if err := t.Flush(); err != nil {
 		return err

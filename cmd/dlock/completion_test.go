@@ -36,6 +36,8 @@ func TestBashCompletionOffersCommandsAndFlags(t *testing.T) {
 		{[]string{"dlock", "run", "--m"}, "--metrics-addr"},
 		{[]string{"dlock", "run", "--l"}, "--limit"},
 		{[]string{"dlock", "bench", "--a"}, "--allow-remote"},
+		{[]string{"dlock", "bench", "--p"}, "--primitive"},
+		{[]string{"dlock", "bench", "--primitive", "rwmutex", "--r"}, "--readers"},
 		{[]string{"dlock", "verify", "--f"}, "--faults"},
 		{[]string{"dlock", "ui", "--allow"}, "--allow-break --allow-remote"},
 		{[]string{"dlock", "completion", ""}, "bash zsh fish"},

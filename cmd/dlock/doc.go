@@ -10,6 +10,7 @@
 //	dlock ui                                  a live dashboard of the locks, in a web browser
 //	dlock demo seckill | dlock demo fencing   the flash-sale race; Kleppmann's paused holder
 //	dlock bench                               throughput, latency and fairness of a backend
+//	                                          (--primitive: mutex, semaphore, rwmutex or election)
 //	dlock verify                              a backend's guarantees under client-side faults
 //	dlock completion bash|zsh|fish            a shell completion script
 //
