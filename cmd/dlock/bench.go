@@ -48,9 +48,16 @@ of a name at once than the primitive allows (one; --limit for the
 semaphore; a writer beside anyone), or a token not above one granted before
 — which must be 0. On a terminal a progress line shows while it runs.
 
+--fair asks for fair waiting (dlock.WithFair: grants in arrival order) on
+a backend that has it; the read-write lock and the election ask for it
+wherever the backend has it, with or without --fair. Compare the
+contended phase's fairness (GRANTS/WORKER min-max) and hand-off with and
+without it.
+
 A backend without the primitive (semaphores and read-write locks are not
-on every backend: see the README) is refused with the library's error and
-status 64, before anything is written.
+on every backend: see the README), or without fair waiting when --fair is
+given, is refused with the library's error and status 64, before anything
+is written.
 
 What it writes: locks named bench/RUN/… (RUN is random, one per run), each
 released when taken; at the end it breaks any of them still held. Backends
@@ -63,7 +70,7 @@ Flags:
 {{flags}}` + backendHelp + metricsHelp + `
 The throwaway etcd runs inside the bench process and shares its CPU.
 
-With --json: {"schema": 1, "backend", "primitive", "limit", "readers",
+With --json: {"schema": 1, "backend", "primitive", "fair", "limit", "readers",
 "workers", "hold_ms", "duration_per_phase", "phases": [...]}; a figure that
 was not measured (the hand-off latency of the uncontended phase, a first
 error when there was none, the permits held of any primitive but the
@@ -95,6 +102,7 @@ type benchFlags struct {
 	json      bool
 	yes       bool
 	primitive string
+	fair      bool    // dlock.WithFair
 	limit     int     // permits of the semaphore
 	readers   float64 // the fraction of the rwmutex's workers that read
 }
@@ -149,6 +157,7 @@ type benchReport struct {
 	Schema    int           `json:"schema"`
 	Backend   string        `json:"backend"`
 	Primitive string        `json:"primitive"`
+	Fair      bool          `json:"fair"`    // --fair
 	Limit     *int          `json:"limit"`   // the semaphore's permits; null for the others
 	Readers   *float64      `json:"readers"` // the rwmutex's fraction of readers; null for the others
 	Workers   int           `json:"workers"`
@@ -178,6 +187,7 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 	fs.StringVar(&f.primitive, "primitive", primMutex, "what to measure: `P` is mutex, semaphore, rwmutex or election")
 	f.limit = 3
 	fs.Var((*permitsFlag)(&f.limit), "limit", fmt.Sprintf("permits `N` of each semaphore with --primitive semaphore (1..%d)", dlock.MaxPermits))
+	fs.BoolVar(&f.fair, "fair", false, "grant in arrival order (dlock.WithFair), on a backend that can")
 	fs.Float64Var(&f.readers, "readers", 0.75, "with --primitive rwmutex, the fraction `F` of the workers that read (0 to 1)")
 	f.metrics.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
@@ -245,7 +255,7 @@ func benchRun(ctx context.Context, env *cmdEnv, args []string) error {
 		progress = env.stderr
 	}
 	defer f.breakLeftovers(ctx, env, clients[0], b, prefix+"/")
-	rep := benchReport{Schema: jsonSchema, Backend: b.String(), Primitive: f.primitive, Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
+	rep := benchReport{Schema: jsonSchema, Backend: b.String(), Primitive: f.primitive, Fair: f.fair, Workers: f.workers, HoldMS: ms(f.hold), Duration: f.duration.String()}
 	switch f.primitive {
 	case primSemaphore:
 		rep.Limit = &f.limit
@@ -320,6 +330,8 @@ func (f *benchFlags) unsupported(ctx context.Context, c *dlock.Client, name stri
 	caps := c.Capabilities()
 	var err error
 	switch {
+	case f.fair && !caps.Fair:
+		_, err = c.Mutex(name, dlock.WithFair()).TryLock(ctx)
 	case f.primitive == primSemaphore && f.limit > 1 && !caps.Semaphore:
 		_, err = c.Semaphore(name, f.limit).TryAcquire(ctx)
 	case f.primitive == primRWMutex && !caps.RWMutex:
@@ -444,21 +456,25 @@ func (f *benchFlags) runPhase(ctx context.Context, clients []*dlock.Client, phas
 // grant of name: the lease of a lock, a permit or a term.
 func (f *benchFlags) grantFuncs(c *dlock.Client, w int, name string, reader bool) (take func(context.Context) (*dlock.Lease, error), release func(context.Context, *dlock.Lease) error) {
 	unlock := func(ctx context.Context, l *dlock.Lease) error { return l.Unlock(ctx) }
+	var opts []dlock.Option
+	if f.fair {
+		opts = append(opts, dlock.WithFair())
+	}
 	switch f.primitive {
 	case primSemaphore:
-		return c.Semaphore(name, f.limit).Acquire, unlock
+		return c.Semaphore(name, f.limit, opts...).Acquire, unlock
 	case primRWMutex:
-		rw := c.RWMutex(name)
+		rw := c.RWMutex(name, opts...)
 		if reader {
 			return rw.RLock, unlock
 		}
 		return rw.Lock, unlock
 	case primElection:
-		e := c.Election(name)
+		e := c.Election(name, opts...)
 		value := fmt.Sprintf("worker-%d", w)
 		return func(ctx context.Context) (*dlock.Lease, error) { return e.Campaign(ctx, value) }, e.Resign
 	}
-	return c.Mutex(name).Lock, unlock
+	return c.Mutex(name, opts...).Lock, unlock
 }
 
 // benchWorker takes and releases name until ctx ends.
@@ -581,6 +597,9 @@ func (f *benchFlags) printTable(w io.Writer, rep benchReport) error {
 		primRWMutex:   fmt.Sprintf("a read-write lock per name, %d of the workers reading", int(math.Round(f.readers*float64(rep.Workers)))),
 		primElection:  "an election per name; a grant is a term",
 	}[f.primitive]
+	if f.fair {
+		what += ", granted in arrival order (--fair)"
+	}
 	fmt.Fprintf(w, "%s; %d workers, each with its own connection; each grant held %v; %v per phase\n\n", what, rep.Workers, f.hold, f.duration)
 	t := newTable(w)
 	grants, acquire := "GRANTS\tGRANTS/S", "ACQUIRE p50\tp99\tmax"

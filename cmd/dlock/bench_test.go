@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // TestBenchMeasuresEachPrimitive runs dlock bench with each primitive but
@@ -94,5 +96,27 @@ func TestBenchRefusesAPrimitiveTheBackendLacks(t *testing.T) {
 	}
 	if r := runDlock(t, env, "bench", "--yes", "--primitive", "election", "--workers", "2", "--duration", "300ms"); r.code != 0 || !strings.Contains(r.stdout, "TERMS/S") {
 		t.Errorf("bench --primitive election in the etcdctl layout: %s; want status 0 and the terms", r)
+	}
+}
+
+// TestBenchFairAsksForArrivalOrder: --fair measures the fair mode where
+// the backend has one (etcd: every worker gets its turn, the JSON says
+// "fair": true), and is refused with the library's error and status 64 on
+// a backend without one (Redis in the setnx layout), measuring nothing.
+func TestBenchFairAsksForArrivalOrder(t *testing.T) {
+	dev := sharedDev(t)
+	r := runDlock(t, dev.env(), "bench", "--backend", dev.url, "--fair", "--workers", "4", "--duration", "500ms", "--json")
+	var rep benchReport
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || !rep.Fair || len(rep.Phases) != 2 || rep.Phases[1].MinGrants < 1 {
+		t.Fatalf("bench --fair on etcd: %s; want status 0, \"fair\": true and every worker granted in the contended phase", r)
+	}
+	r = runDlock(t, dev.env(), "bench", "--backend", dev.url, "--fair", "--workers", "2", "--duration", "300ms")
+	if r.code != 0 || !strings.Contains(r.stdout, "granted in arrival order (--fair)") {
+		t.Errorf("bench --fair table: %s; want it to say the grants were fair", r)
+	}
+	srv := testenv.StartRedis(t)
+	r = runDlock(t, cleanEnv(), "bench", "--yes", "--backend", "redis://"+srv.Addr+"/0?compat=setnx", "--fair", "--workers", "2", "--duration", "300ms")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "not supported by this backend") || strings.Contains(r.stdout, "PHASE") {
+		t.Errorf("bench --fair on Redis compat=setnx: %s; want status %d and the library's error", r, exitUsage)
 	}
 }
