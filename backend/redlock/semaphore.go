@@ -64,7 +64,15 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 			}
 			if t1.ok >= d.quorum && try+1 < slotTries {
 				// Room on a majority, but in different slots: ask for one.
-				pref = slot
+				// A node gives the lowest slot free there, so the slots
+				// below the one it gave are taken there: the lowest slot
+				// that a majority may give is the quorum-th lowest given.
+				given := make([]int, 0, len(t1.okIdx))
+				for _, i := range t1.okIdx {
+					given = append(given, round1[i].Slot)
+				}
+				slices.Sort(given)
+				pref = given[d.quorum-1]
 				continue
 			}
 			return driver.Grant{}, retryAfter(r1, t1, d.quorum), driver.ErrNotAcquired
