@@ -123,6 +123,28 @@ func TestPermitOnMinorityIsNoGrant(t *testing.T) {
 	if got := permitsOn(t, ctx, nodes[0].Addr, "sem"); got != 0 {
 		t.Errorf("%d permits left on n0 by the refused attempt", got)
 	}
+	// A permit on n0 alone, with a token (both rounds of a grant made
+	// there only), is not reported: Inspect lists the two on {n1, n2}.
+	k := redisscript.KeysFor("dlock", "sem")
+	rdb := redis.NewClient(&redis.Options{Addr: nodes[0].Addr})
+	defer rdb.Close()
+	if r, err := k.AcquireSlot(ctx, rdb, "minority", time.Minute, 2, -1, nil, "dlock:fence-state"); err != nil || !r.Granted {
+		t.Fatalf("first round on n0: %+v, %v", r, err)
+	}
+	if _, held, _, err := k.SlotToken(ctx, rdb, "minority", 0, 1000, "dlock:fence-state"); err != nil || !held {
+		t.Fatalf("second round on n0: %v, %v", held, err)
+	}
+	in, err := c.Inspect(ctx, "sem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Permits) != 2 || in.Token == 1000 {
+		t.Errorf("Inspect = %+v; want the 2 permits held on {n1, n2}, not the one on n0", in)
+	}
+	if _, err := k.ReleaseSlot(ctx, rdb, "minority", -1); err != nil {
+		t.Fatal(err)
+	}
+
 	// A client that reaches only one node is refused as unavailable.
 	if l, err := partialClient(t, nodes, 0).Semaphore("sem", 2).TryAcquire(ctx); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Errorf("TryAcquire reaching one node of three = %v, %v; want ErrUnavailable", l, err)
@@ -250,4 +272,103 @@ func ownerOf(t *testing.T, ctx context.Context, rdb *redis.Client, k redisscript
 	}
 	t.Fatalf("no permit with token %d in %v", tok, h)
 	return ""
+}
+
+// A release, and a Break, of a permit wakes the waiters: it publishes on
+// the name's channel on every node that held it, as a mutex's release
+// does.
+func TestPermitReleaseWakesWaiters(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	c := open(t, nodes)
+	lockUnlock(t, c, "seed")
+	var subs []*redis.PubSub
+	for _, n := range nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		t.Cleanup(func() { rdb.Close() })
+		ps := rdb.Subscribe(ctx, redisscript.KeysFor("dlock", "sem").Channel)
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, ps)
+	}
+	heard := func(what string) {
+		t.Helper()
+		for i, ps := range subs {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := ps.ReceiveMessage(rctx)
+			cancel()
+			if err != nil {
+				t.Errorf("%s: no wake-up on node %d: %v", what, i, err)
+			}
+		}
+	}
+	l, err := c.Semaphore("sem", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heard("release")
+	if _, err = c.Semaphore("sem", 2).TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Break(ctx, "sem"); err != nil {
+		t.Fatal(err)
+	}
+	heard("break")
+}
+
+// A re-seed of a node that lost its counters waits for a permit whose
+// grant is between its rounds (its first round done on n0 and n1, token
+// 0), and copies the counter its second round raised, as it does for a
+// mutex's grant (TestReseedWaitsForGrantBetweenRounds).
+func TestReseedWaitsForPermitBetweenRounds(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	c := open(t, nodes)
+	l, err := c.Semaphore("p", 2).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := l.Token()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	k := redisscript.KeysFor("dlock", "p")
+	var direct []*redis.Client
+	for _, n := range nodes[:2] {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		t.Cleanup(func() { rdb.Close() })
+		direct = append(direct, rdb)
+		if r, err := k.AcquireSlot(ctx, rdb, "between", time.Minute, 2, -1, nil, "dlock:fence-state"); err != nil || !r.Granted || r.Slot != 0 {
+			t.Fatalf("first round on %s: %+v, %v", n.Addr, r, err)
+		}
+	}
+	nodes[2].Restart()
+	lockUnlock(t, c, "other") // sees n2 without counters, and re-seeds it
+	for s := ""; !strings.HasPrefix(s, "seeding ") && s != "complete"; s = fenceState(t, ctx, nodes[2].Addr) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the re-seed of n2 did not begin (fence state %q)", s)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	for range 30 {
+		if s := fenceState(t, ctx, nodes[2].Addr); s == "complete" {
+			t.Fatalf("n2 was marked complete while a permit of p was between its rounds")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, rdb := range direct {
+		if claimed, held, _, err := k.SlotToken(ctx, rdb, "between", 0, tok+1, "dlock:fence-state"); err != nil || !claimed || !held {
+			t.Fatalf("second round: claimed %v, held %v, %v", claimed, held, err)
+		}
+	}
+	waitSeeded(t, nodes[2].Addr)
+	if got := fenceCounter(t, ctx, nodes[2].Addr, "p"); got < tok+1 {
+		t.Errorf("p's counter on the re-seeded node: %d, want >= %d, the token of the permit that was between its rounds", got, tok+1)
+	}
 }
