@@ -372,3 +372,38 @@ func TestReseedWaitsForPermitBetweenRounds(t *testing.T) {
 		t.Errorf("p's counter on the re-seeded node: %d, want >= %d, the token of the permit that was between its rounds", got, tok+1)
 	}
 }
+
+// Renewal checks the slot on each node, not only the owner: a node where
+// the owner's permit is for another slot (a slot it was given in a first
+// round that lost, if its give-back did not arrive) does not count. Here
+// two nodes of three say so, and the lease ends.
+func TestPermitRenewalChecksTheSlot(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	c := open(t, nodes)
+	lockUnlock(t, c, "seed")
+	l, err := c.Semaphore("sem", 2, dlock.WithTTL(time.Second)).TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := redisscript.KeysFor("dlock", "sem")
+	for _, n := range nodes[:2] {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr})
+		owner := ownerOf(t, ctx, rdb, k, l.Token())
+		v, err := rdb.HGet(ctx, k.Holders, owner).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, rest, _ := strings.Cut(v, " ")
+		_, holder, _ := strings.Cut(rest, " ")
+		if err := rdb.HSet(ctx, k.Holders, owner, tok+" 1 "+holder, "#1", owner).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb.Close()
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("permit still held after two nodes of three gave its owner another slot")
+	}
+}
