@@ -540,7 +540,8 @@ func (d *Driver) subscribeNode(ctx context.Context, n *node, k redisscript.Keys,
 	return nil
 }
 
-// Inspect reports the holder that a majority of nodes agree on.
+// Inspect reports the holder that a majority of nodes agree on, or the
+// permits of a semaphore that a majority agree on.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if d.err != nil {
 		return driver.Info{}, d.err
@@ -592,8 +593,8 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	return d.permitsInfo(name, rs, states), nil
 }
 
-// List reports the locks held on a majority whose names start with prefix,
-// by a SCAN of every node.
+// List reports the locks and semaphores held on a majority whose names
+// start with prefix, by a SCAN of every node.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if d.err != nil {
 		return nil, d.err
@@ -626,8 +627,8 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	return driver.ListByInspect(ctx, names, d.Inspect)
 }
 
-// Break deletes the lock on every node, whoever holds it, and wakes the
-// waiters; the counters are kept, so the next grant's token is higher. It
+// Break deletes the lock, or the permits of a semaphore, on every node,
+// whoever holds them, and wakes the waiters; the counters are kept, so the next grant's token is higher. It
 // succeeds only when a majority of nodes answered (each either deleted
 // the lock or did not have it): then no majority holds it any more, and
 // the holder's next renewal fails. Otherwise it returns ErrUnavailable
