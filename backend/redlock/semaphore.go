@@ -17,9 +17,10 @@ import (
 type permit struct{ slot int }
 
 // slotTries bounds the first rounds of one attempt at a permit: when the
-// nodes grant different slots (clients took them in different orders),
-// the attempt gives them back and asks again for the slot most nodes
-// granted, which the others may then give too.
+// nodes give different slots (clients took them in different orders), the
+// attempt gives them back and asks again for a slot a majority may give;
+// when another permit granted at the same time claimed its token, it asks
+// again with the counters as they are then.
 const slotTries = 3
 
 // tryPermit is TryAcquire for a permit of a semaphore of req.Limit
@@ -64,9 +65,10 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 			}
 			if t1.ok >= d.quorum && try+1 < slotTries {
 				// Room on a majority, but in different slots: ask for one.
-				// A node gives the lowest slot free there, so the slots
-				// below the one it gave are taken there: the lowest slot
-				// that a majority may give is the quorum-th lowest given.
+				// A node gives the lowest slot free there (unless the one
+				// asked for is free), so the slots below the one it gave
+				// are taken there: the lowest slot that a majority may
+				// give is the quorum-th lowest given.
 				given := make([]int, 0, len(t1.okIdx))
 				for _, i := range t1.okIdx {
 					given = append(given, round1[i].Slot)
@@ -116,9 +118,15 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 			if t2.ok < d.quorum && len(t2.errs) > len(d.nodes)-d.quorum {
 				return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t2)
 			}
-			// Another permit granted meanwhile claimed the token, or the
-			// permit expired on nodes before the rounds were done: try
-			// again.
+			if validity > 0 && try+1 < slotTries {
+				// Another permit granted meanwhile claimed the token: ask
+				// again, for the same slot, with the counters as they are
+				// now.
+				pref = slot
+				continue
+			}
+			// The permit expired on nodes before the rounds were done, or
+			// its claims kept losing: try again later.
 			return driver.Grant{}, driver.Jitter(expiredRetry), driver.ErrNotAcquired
 		}
 		return driver.Grant{Token: token, Since: start, TTL: req.TTL - Drift(req.TTL), Handle: permit{slot}}, 0, nil
