@@ -100,26 +100,31 @@
 // slots), and all holders never more than the largest n in use. That a
 // request with limit m is granted only while fewer than m permits are
 // held is checked on each node of its majority: it holds when each of
-// those nodes has every permit held (every node reachable, as in
-// dlocktest's SemaphoreLoweredLimitWaitsForHoldersAboveIt and
-// SemaphoreDisagreeingLimitsNeverExceedTheLowerOne), but under a
-// partition it is the per-node count of the example above: a request
-// with m = 2 whose nodes each see one of two permits held with n = 5 can
-// be granted beside them. Lower a limit with every node reachable, or
-// accept up to the old limit for as long as its holders keep their
-// permits.
+// those nodes has every permit held (every client reaching every node,
+// as in dlocktest's SemaphoreLoweredLimitWaitsForHoldersAboveIt and
+// SemaphoreDisagreeingLimitsNeverExceedTheLowerOne), but when permits
+// are held on some majorities only (a partition, a node down or
+// restarted) it is the per-node count of the example above: with B
+// (n = 5) in slot 1 on {n1, n2} and X (n = 5) in slot 2 on {n2, n3}, a
+// request with m = 2 on {n1, n3}, each of which holds one permit, is
+// granted beside them (TestDisagreeingLimitsUnderPartitionAreCountedPerNode).
+// Lower a limit while every node is reachable, or accept up to the old
+// limit for as long as its holders keep their permits.
 //
 // Renewal and release act on every node and check both the owner and the
 // slot there; renewal succeeds on a majority
 // (TestPermitRenewalNeedsAMajority, TestPermitRenewalChecksTheSlot).
-// Release, Break and a given-up attempt publish a wake-up on the name's
-// channel on every node (TestPermitReleaseWakesWaiters), and waiting is
-// the lock's: subscribed on a majority, a waiter tries again at each
-// wake-up, or when the first permit of a majority expires (an expiry
-// publishes nothing), or at the fallback poll. There is no fair queue. A
-// cancelled wait leaves nothing behind: no waiter is queued, and a permit
-// granted to an attempt in flight when the wait ended is given back.
-// Break frees every permit on every node and succeeds as for a lock.
+// Release and Break publish a wake-up on the name's channel on every
+// node (TestPermitReleaseWakesWaiters), and waiting is the lock's
+// (driver.AcquireByRetry over the same subscriptions): a waiter
+// subscribed on a majority tries again at each wake-up, and, since an
+// expiry publishes nothing, when the first permit held on a majority
+// expires, or at the fallback poll. There is no fair queue (Fair is
+// ErrUnsupported), so nothing is queued: a cancelled wait leaves nothing
+// behind once a permit granted to an attempt in flight is given back, as
+// for a lock (dlocktest's SemaphoreCancelledAcquireLeavesNothingBehind).
+// Break frees every permit on every node and succeeds as for a lock
+// (SemaphoreBreakFreesEveryPermit).
 // Inspect and List report the permits that a majority of nodes hold for
 // the same owner in the same slot, each with the largest token among its
 // copies and held until all but quorum-1 of its copies expire. In

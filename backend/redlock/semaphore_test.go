@@ -407,3 +407,40 @@ func TestPermitRenewalChecksTheSlot(t *testing.T) {
 		t.Fatal("permit still held after two nodes of three gave its owner another slot")
 	}
 }
+
+// What a request's own limit keeps under a partition, as the package
+// documentation says: it is counted on each node of the majority the
+// request reaches. B (n = 5) holds slot 1 on {n0, n1}, X (n = 5) slot 2 on
+// {n1, n2}; slot 0 is free. W asks with n = 2 reaching {n0, n2}, each of
+// which holds one permit: W is granted, beside B and X.
+func TestDisagreeingLimitsUnderPartitionAreCountedPerNode(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	full := open(t, nodes)
+	lockUnlock(t, full, "seed")
+	acquire := func(c *dlock.Client, n int) (*dlock.Lease, error) {
+		return c.Semaphore("sem", n, dlock.WithTTL(30*time.Second)).TryAcquire(ctx)
+	}
+	a, err := acquire(full, 5) // slot 0 everywhere
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := acquire(partialClient(t, nodes, 0, 1), 5) // slot 1 on {n0, n1}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Unlock(ctx)
+	x, err := acquire(partialClient(t, nodes, 1, 2), 5) // slot 2 on {n1, n2}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Unlock(ctx)
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w, err := acquire(partialClient(t, nodes, 0, 2), 2)
+	if err != nil {
+		t.Fatalf("TryAcquire with n = 2 on {n0, n2}, each holding one permit: %v; the documentation says it is granted", err)
+	}
+	_ = w.Unlock(ctx)
+}
