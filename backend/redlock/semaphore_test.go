@@ -75,7 +75,7 @@ func TestPartitionedContendersNeverExceedThePermits(t *testing.T) {
 		}
 	}
 	if len(held) != 2 {
-		t.Errorf("%d holders of a semaphore of 2 permits; want the first two clients granted", len(held))
+		t.Fatalf("%d holders of a semaphore of 2 permits; want the first two clients granted", len(held))
 	}
 	// The third waits, and is granted once a permit is released.
 	c := partialClient(t, nodes, views[2]...)
