@@ -1,6 +1,7 @@
 // Package redlock is dlock's Redlock backend: a lock held on a majority of
 // N independent Redis nodes (no replication between them), so that it
-// survives the loss of a minority of them.
+// survives the loss of a minority of them; and semaphores, whose permits
+// are slots held the same way (see Semaphores).
 //
 //	import _ "github.com/dlock/dlock/backend/redlock"
 //	c, err := dlock.Open(ctx, "redlock://:pass@h1:6379,h2:6379,h3:6379/0")
@@ -39,11 +40,95 @@
 // each; waiters subscribe on every node (one shared pub/sub connection per
 // node) and need a majority of subscriptions before they wait.
 //
-// Break deletes the lock on every node, whoever holds it, and succeeds only
-// if a majority of nodes answered (deleted it, or did not have it): then no
+// Break deletes the lock, or every permit of a semaphore, on every node,
+// whoever holds it, and succeeds only if a majority of nodes answered (deleted it, or did not have it): then no
 // majority holds it, and the holder's next renewal fails. A Break that
 // reaches fewer nodes returns ErrUnavailable naming the nodes that did not
 // answer: the holder may still renew on a majority.
+//
+// # Semaphores
+//
+// A semaphore of n permits (dlock's Client.Semaphore, Request.Limit = n)
+// is n slots, 0..n-1, and a permit is one slot held on a majority of the
+// nodes, each slot exclusive as a lock is. Its acquire is the lock's two
+// rounds:
+//
+//  1. On every node: if fewer than the request's n permits are held
+//     there, take a free slot below n (the lowest free one, or one asked
+//     for), with token 0, and report the name's fence counter and the
+//     node's fence state, read in the same step. The permit is won if a
+//     majority gave the same slot; nodes that gave another slot give it
+//     back. When a majority gave slots but not the same one (clients took
+//     them in different orders), the attempt gives them all back and asks
+//     again, at most three times, for the quorum-th lowest slot given.
+//  2. The token is one more than the largest counter read, from the
+//     name's fence counter (the one its mutex would use, with its fence
+//     states and re-seeding). On every node that answered round 1: if the
+//     counter is below the token, raise it to the token, and only then
+//     the node claims the token for this grant; where the owner holds the
+//     slot, store the token in its permit. A majority of nodes with
+//     complete counters must both claim the token and hold the slot.
+//
+// Why slots: counting the permits on each node and granting on a
+// majority would not be safe. With three nodes and n = 2, holders A on
+// {n1, n2}, B on {n2, n3} and C on {n1, n3} leave exactly two permits on
+// every node, and three holders. A slot, like a lock, is given by each
+// node to one owner at a time, and two majorities share a node, so a slot
+// has one holder and a semaphore at most n
+// (TestPartitionedContendersNeverExceedThePermits builds that partition:
+// the third client is refused, and granted once a permit is released).
+// That rests on what the lock's mutual exclusion rests on (clocks that
+// run at nearly the same rate, and the restart caveat below); a permit
+// held on a minority is no grant, and is given back
+// (TestPermitOnMinorityIsNoGrant).
+//
+// Why claims: permits are held at once, so two grants can read the same
+// counters in round 1 and decide the same token. A node claims a token
+// for one grant only, and two majorities share a node, so no two permits
+// get the same token (TestConcurrentPermitsNeverShareAToken: six permits
+// granted at the same moment, eight times); a grant that loses the claim
+// gives its permit back and tries again. A permit's token is above that
+// of every grant, permit or lock, whose round 2 completed before its
+// round 1 began, for the reasons given below for locks (the grant's
+// majority raised the counter; the next one reads a node of it), and the
+// re-seed of a node waits for a permit between its rounds as it does for
+// a lock (TestReseedWaitsForPermitBetweenRounds).
+//
+// Clients that disagree on n: a request with limit m takes only a slot
+// below m, and only on nodes that hold fewer than m permits. So the
+// holders that asked with m or less are never more than m (they share m
+// slots), and all holders never more than the largest n in use. That a
+// request with limit m is granted only while fewer than m permits are
+// held is checked on each node of its majority: it holds when each of
+// those nodes has every permit held (every client reaching every node,
+// as in dlocktest's SemaphoreLoweredLimitWaitsForHoldersAboveIt and
+// SemaphoreDisagreeingLimitsNeverExceedTheLowerOne), but when permits
+// are held on some majorities only (a partition, a node down or
+// restarted) it is the per-node count of the example above: with B
+// (n = 5) in slot 1 on {n1, n2} and X (n = 5) in slot 2 on {n2, n3}, a
+// request with m = 2 on {n1, n3}, each of which holds one permit, is
+// granted beside them (TestDisagreeingLimitsUnderPartitionAreCountedPerNode).
+// Lower a limit while every node is reachable, or accept up to the old
+// limit for as long as its holders keep their permits.
+//
+// Renewal and release act on every node and check both the owner and the
+// slot there; renewal succeeds on a majority
+// (TestPermitRenewalNeedsAMajority, TestPermitRenewalChecksTheSlot).
+// Release and Break publish a wake-up on the name's channel on every
+// node (TestPermitReleaseWakesWaiters), and waiting is the lock's
+// (driver.AcquireByRetry over the same subscriptions): a waiter
+// subscribed on a majority tries again at each wake-up, and, since an
+// expiry publishes nothing, when the first permit held on a majority
+// expires, or at the fallback poll. There is no fair queue (Fair is
+// ErrUnsupported), so nothing is queued: a cancelled wait leaves nothing
+// behind once a permit granted to an attempt in flight is given back, as
+// for a lock (dlocktest's SemaphoreCancelledAcquireLeavesNothingBehind).
+// Break frees every permit on every node and succeeds as for a lock
+// (SemaphoreBreakFreesEveryPermit).
+// Inspect and List report the permits that a majority of nodes hold for
+// the same owner in the same slot, each with the largest token among its
+// copies and held until all but quorum-1 of its copies expire. In
+// compat=setnx there are no semaphores (ErrUnsupported).
 //
 // # Fence states: a node that lost its counters does not count
 //

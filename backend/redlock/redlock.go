@@ -147,10 +147,11 @@ func New(nodes []redis.UniversalClient, opts ...Option) (*Driver, error) {
 
 func (d *Driver) keys(name string) redisscript.Keys { return *d.keyCache.Get(name) }
 
-// Capabilities: no fair queue, no sessions, no durable fencing (see the
+// Capabilities: semaphores (not in compat=setnx, whose foreign clients
+// know none), no fair queue, no sessions, no durable fencing (see the
 // package documentation).
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MinTTL: MinTTL}
+	return driver.Capabilities{Semaphore: d.layout != redisscript.SetNX, MinTTL: MinTTL}
 }
 
 // reply is one node's answer.
@@ -232,12 +233,18 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 	if err := d.layout.CheckName(d.prefix, req.Name); err != nil {
 		return driver.Grant{}, err
 	}
+	if req.Limit > 1 && d.layout == redisscript.SetNX {
+		return driver.Grant{}, fmt.Errorf("%w: redlock compat=setnx: semaphores (the other libraries lock a key with one holder)", driver.ErrUnsupported)
+	}
 	return driver.AcquireByRetry(ctx, req, d)
 }
 
 // TryAcquire makes one two-round attempt (driver.Retrier); see the package
 // documentation.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if req.Limit > 1 {
+		return d.tryPermit(ctx, req)
+	}
 	k := d.keys(req.Name)
 	timeout := nodeTimeout(req.TTL)
 	for seeded := false; ; seeded = true {
@@ -249,39 +256,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 			return reply{ok: r.Granted, n: r.PTTL, err: err}
 		})
 		t1 := count(r1)
-		complete, states := 0, make([]string, 0, len(d.nodes))
-		for i, r := range r1 {
-			if r.done && r.err == nil {
-				states = append(states, round1[i].State)
-				if round1[i].State == stateComplete {
-					complete++
-				}
-			}
-		}
-		if complete < d.quorum {
-			d.abandon(ctx, k, req)
-			if len(t1.errs) > len(d.nodes)-d.quorum {
-				return driver.Grant{}, 0, d.unreachable(ctx, "acquire "+req.Name, t1)
-			}
-			// A fresh deployment: seed every node, then try again. (A node
-			// whose state another client changed meanwhile, e.g. by a
-			// re-seed once the others were complete, is left to it: the
-			// next round 1 reads the states as they are.)
-			if !seeded && len(states) == len(d.nodes) && freshStates(states) {
-				err := d.seedAllShared(ctx)
-				if err == nil || errors.Is(err, errStateChanged) {
-					continue
-				}
-				if !errors.Is(err, errNotFresh) {
-					return driver.Grant{}, 0, err
-				}
-			}
-			return driver.Grant{}, 0, d.unseeded(ctx, req.Name, r1, round1, complete)
-		}
-		for i, r := range r1 {
-			if r.done && r.err == nil && round1[i].State != stateComplete {
-				d.reseedLater(i)
-			}
+		if again, err := d.checkStates(ctx, req.Name, r1, round1, seeded, func() { d.abandon(ctx, k, req) }); again {
+			continue
+		} else if err != nil {
+			return driver.Grant{}, 0, err
 		}
 		if t1.ok < d.quorum {
 			d.abandon(ctx, k, req)
@@ -327,6 +305,51 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 		}
 		return driver.Grant{Token: token, Since: start, TTL: req.TTL - Drift(req.TTL)}, 0, nil
 	}
+}
+
+// checkStates decides, from the fence states read in a round 1, whether
+// its counters may decide a token: a majority of the nodes must hold
+// complete counters. If not, it calls abandon and returns the error, or
+// seeds a fresh deployment first (unless seeded: once per acquire) and
+// returns again, to repeat round 1. Nodes without complete counters are
+// re-seeded in the background.
+func (d *Driver) checkStates(ctx context.Context, name string, r1 []reply, round1 []redisscript.RoundOne, seeded bool, abandon func()) (again bool, err error) {
+	t1 := count(r1)
+	complete, states := 0, make([]string, 0, len(d.nodes))
+	for i, r := range r1 {
+		if r.done && r.err == nil {
+			states = append(states, round1[i].State)
+			if round1[i].State == stateComplete {
+				complete++
+			}
+		}
+	}
+	if complete < d.quorum {
+		abandon()
+		if len(t1.errs) > len(d.nodes)-d.quorum {
+			return false, d.unreachable(ctx, "acquire "+name, t1)
+		}
+		// A fresh deployment: seed every node, then try again. (A node
+		// whose state another client changed meanwhile, e.g. by a
+		// re-seed once the others were complete, is left to it: the
+		// next round 1 reads the states as they are.)
+		if !seeded && len(states) == len(d.nodes) && freshStates(states) {
+			err := d.seedAllShared(ctx)
+			if err == nil || errors.Is(err, errStateChanged) {
+				return true, nil
+			}
+			if !errors.Is(err, errNotFresh) {
+				return false, err
+			}
+		}
+		return false, d.unseeded(ctx, name, r1, round1, complete)
+	}
+	for i, r := range r1 {
+		if r.done && r.err == nil && round1[i].State != stateComplete {
+			d.reseedLater(i)
+		}
+	}
+	return false, nil
 }
 
 // unseeded is the error when a majority of the nodes answered but fewer
@@ -391,7 +414,13 @@ func (d *Driver) abandon(ctx context.Context, k redisscript.Keys, req driver.Req
 func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
 	k := d.keys(h.Name)
 	rs := d.each(ctx, nil, nodeTimeout(ttl), func(ctx context.Context, n *node) reply {
-		ok, err := k.Extend(ctx, n.rdb, h.Owner, ttl+Drift(ttl))
+		var ok bool
+		var err error
+		if p, isPermit := h.Handle.(permit); isPermit {
+			ok, err = k.ExtendSlot(ctx, n.rdb, h.Owner, p.slot, ttl+Drift(ttl))
+		} else {
+			ok, err = k.Extend(ctx, n.rdb, h.Owner, ttl+Drift(ttl))
+		}
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)
@@ -408,7 +437,13 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	k := d.keys(h.Name)
 	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
-		ok, err := k.Release(ctx, n.rdb, h.Owner, redisscript.WakeAny)
+		var ok bool
+		var err error
+		if p, isPermit := h.Handle.(permit); isPermit {
+			ok, err = k.ReleaseSlot(ctx, n.rdb, h.Owner, p.slot)
+		} else {
+			ok, err = k.Release(ctx, n.rdb, h.Owner, redisscript.WakeAny)
+		}
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)
@@ -505,7 +540,8 @@ func (d *Driver) subscribeNode(ctx context.Context, n *node, k redisscript.Keys,
 	return nil
 }
 
-// Inspect reports the holder that a majority of nodes agree on.
+// Inspect reports the holder that a majority of nodes agree on, or the
+// permits of a semaphore that a majority agree on.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if d.err != nil {
 		return driver.Info{}, d.err
@@ -554,11 +590,11 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 		in.ExpiresIn = pttls[len(pttls)-d.quorum]
 		return in, nil
 	}
-	return driver.Info{Name: name}, nil
+	return d.permitsInfo(name, rs, states), nil
 }
 
-// List reports the locks held on a majority whose names start with prefix,
-// by a SCAN of every node.
+// List reports the locks and semaphores held on a majority whose names
+// start with prefix, by a SCAN of every node.
 func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error) {
 	if d.err != nil {
 		return nil, d.err
@@ -572,7 +608,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 		if d.layout == redisscript.SetNX {
 			ns, err = redisscript.ScanSetNX(ctx, n.rdb, d.prefix, prefix)
 		} else {
-			ns, err = redisscript.ScanNames(ctx, n.rdb, d.prefix)
+			ns, err = redisscript.ScanNamesAndSemaphores(ctx, n.rdb, d.prefix)
 		}
 		if err != nil {
 			errs = append(errs, redisscript.Unavailable(ctx, n.where, err))
@@ -591,8 +627,8 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	return driver.ListByInspect(ctx, names, d.Inspect)
 }
 
-// Break deletes the lock on every node, whoever holds it, and wakes the
-// waiters; the counters are kept, so the next grant's token is higher. It
+// Break deletes the lock, or the permits of a semaphore, on every node,
+// whoever holds them, and wakes the waiters; the counters are kept, so the next grant's token is higher. It
 // succeeds only when a majority of nodes answered (each either deleted
 // the lock or did not have it): then no majority holds it any more, and
 // the holder's next renewal fails. Otherwise it returns ErrUnavailable
@@ -608,6 +644,12 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	k := d.keys(name)
 	rs := d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
 		ok, err := k.Break(ctx, n.rdb, redisscript.WakeAny)
+		if err == nil && d.layout != redisscript.SetNX {
+			// The name's permits too, if it is a semaphore.
+			var freed bool
+			freed, err = k.BreakSlots(ctx, n.rdb)
+			ok = ok || freed
+		}
 		return reply{ok: ok, err: err}
 	})
 	t := count(rs)

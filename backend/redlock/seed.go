@@ -240,11 +240,11 @@ func (d *Driver) reseed(ctx context.Context, x int) error {
 // key on one of the source nodes, the largest counter on at least need
 // source nodes whose fence state is trusted, read in one step with that
 // state. The keys are found by SCAN, which returns every key present for
-// the whole scan: a grant between its rounds has its lock (token 0) on
-// each node it will raise the counter of, from before the seeding began
-// until its second round, so it is found, and its lock is read again
-// until the second round is done there (or the lock is gone, and the
-// grant fails there).
+// the whole scan: a grant between its rounds has its lock (token 0), or
+// its permit (token 0, see semaphore.go), on each node whose confirmation
+// it counts, from before the seeding began until its second round, so it
+// is found, and its lock or permit is read again until the second round
+// is done there (or it is gone, and the grant fails there).
 func (d *Driver) readCounters(ctx context.Context, sources []int, need int, trusted func(string) bool) (map[string]int64, error) {
 	var mu sync.Mutex
 	found := map[string]bool{}
@@ -296,10 +296,16 @@ func (d *Driver) readCounters(ctx context.Context, sources []int, need int, trus
 		rs := d.each(ctx, scanned, seedCallTimeout, func(ctx context.Context, n *node) reply {
 			cs, bs := make([]int64, 0, len(pending)), make([]bool, 0, len(pending))
 			for chunk := range slices.Chunk(pending, seedBatch) {
-				keys := make([]string, 1, 1+2*len(chunk))
+				keys := make([]string, 1, 1+4*len(chunk))
 				keys[0] = d.stateKey()
 				for _, fence := range chunk {
-					keys = append(keys, fence, redisscript.LockOfFence(d.prefix, fence))
+					permits, holders := redisscript.PermitsOfFence(d.prefix, fence)
+					if permits == "" {
+						// No semaphore: the fence key, a counter, which
+						// read_counters.lua passes over as not a sorted set.
+						permits, holders = fence, fence
+					}
+					keys = append(keys, fence, redisscript.LockOfFence(d.prefix, fence), permits, holders)
 				}
 				v, err := readCounters.Run(ctx, n.rdb, keys).Slice()
 				if err != nil {

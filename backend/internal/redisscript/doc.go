@@ -12,8 +12,9 @@
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
 //	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
-//	<prefix>:{<tag>}:permits  a semaphore (redislock only): owner -> expiry in ms by the server's clock, a sorted set
-//	<prefix>:{<tag>}:holders  a semaphore: owner -> "<token> <holder>"; "" -> name
+//	<prefix>:{<tag>}:permits  a semaphore: owner -> expiry in ms by the server's clock, a sorted set
+//	<prefix>:{<tag>}:holders  a semaphore: owner -> "<token> <holder>"; "" -> name; on Redlock nodes
+//	                          owner -> "<token> <slot> <holder>" and "#<slot>" -> owner (see slots.lua)
 //
 // and, not tied to a lock, one channel per driver (process) that fair
 // hand-offs are published on: <prefix>:proc:<random>; and, on Redlock

@@ -161,6 +161,7 @@ type RoundOne struct {
 	PTTL    int64  // when not granted: the holder's remaining PTTL in ms (-1 if it has none)
 	Counter int64  // the node's fence counter for the lock
 	State   string // the value of the node's fence-state key ("" if absent)
+	Slot    int    // AcquireSlot, when granted: the slot taken
 }
 
 // AcquireRead is Redlock's first round on one node: take the lock if it

@@ -70,6 +70,17 @@ func LockOfFence(prefix, fence string) string {
 	return strings.TrimSuffix(fence, "fence") + "lock"
 }
 
+// PermitsOfFence returns the permits and holders keys of the semaphore
+// whose fence key is fence, or "" in the SetNX layout, which has no
+// semaphores.
+func PermitsOfFence(prefix, fence string) (permits, holders string) {
+	if strings.HasPrefix(fence, prefix+":setnx:fence:") {
+		return "", ""
+	}
+	base := strings.TrimSuffix(fence, "fence")
+	return base + "permits", base + "holders"
+}
+
 // CheckName refuses, in the SetNX layout, a name that is one of dlock's
 // own keys (it begins with "<prefix>:"): the lock key is the name, so
 // such a name could be another lock's fence counter.
