@@ -247,7 +247,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	k := d.keys(req.Name)
 	timeout := nodeTimeout(req.TTL)
-	for seeded := false; ; seeded = true {
+	for seeds := 0; ; seeds++ {
 		start := driver.Now()
 		round1 := make([]redisscript.RoundOne, len(d.nodes))
 		r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
@@ -256,7 +256,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 			return reply{ok: r.Granted, n: r.PTTL, err: err}
 		})
 		t1 := count(r1)
-		if again, err := d.checkStates(ctx, req.Name, r1, round1, seeded, func() { d.abandon(ctx, k, req) }); again {
+		if again, err := d.checkStates(ctx, req.Name, r1, round1, seeds, func() { d.abandon(ctx, k, req) }); again {
 			continue
 		} else if err != nil {
 			return driver.Grant{}, 0, err
@@ -310,10 +310,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 // checkStates decides, from the fence states read in a round 1, whether
 // its counters may decide a token: a majority of the nodes must hold
 // complete counters. If not, it calls abandon and returns the error, or
-// seeds a fresh deployment first (unless seeded: once per acquire) and
-// returns again, to repeat round 1. Nodes without complete counters are
-// re-seeded in the background.
-func (d *Driver) checkStates(ctx context.Context, name string, r1 []reply, round1 []redisscript.RoundOne, seeded bool, abandon func()) (again bool, err error) {
+// seeds a fresh deployment first (if the acquire has seeded fewer than
+// firstSeedTries times) and returns again, to repeat round 1. Nodes
+// without complete counters are re-seeded in the background.
+func (d *Driver) checkStates(ctx context.Context, name string, r1 []reply, round1 []redisscript.RoundOne, seeds int, abandon func()) (again bool, err error) {
 	t1 := count(r1)
 	complete, states := 0, make([]string, 0, len(d.nodes))
 	for i, r := range r1 {
@@ -333,7 +333,7 @@ func (d *Driver) checkStates(ctx context.Context, name string, r1 []reply, round
 		// whose state another client changed meanwhile, e.g. by a
 		// re-seed once the others were complete, is left to it: the
 		// next round 1 reads the states as they are.)
-		if !seeded && len(states) == len(d.nodes) && freshStates(states) {
+		if seeds < firstSeedTries && len(states) == len(d.nodes) && freshStates(states) {
 			err := d.seedAllShared(ctx)
 			if err == nil || errors.Is(err, errStateChanged) {
 				return true, nil
@@ -351,6 +351,13 @@ func (d *Driver) checkStates(ctx context.Context, name string, r1 []reply, round
 	}
 	return false, nil
 }
+
+// firstSeedTries bounds the first seedings one acquire asks for. Clients
+// that start together on fresh nodes seed at once; one whose seeding
+// failed (a node slow to answer) takes back the marks it made, and
+// another's seeding, or the round 1 after it, may then find the nodes
+// without state again: that acquire seeds again rather than fail.
+const firstSeedTries = 3
 
 // unseeded is the error when a majority of the nodes answered but fewer
 // than a majority hold complete fence counters: a token read from them

@@ -33,7 +33,7 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 	timeout := nodeTimeout(req.TTL)
 	abandon := func() { d.abandonPermit(ctx, k, req) }
 	pref := -1
-	for try, seeded := 0, false; ; try++ {
+	for try, seeds := 0, 0; ; try++ {
 		start := driver.Now()
 		round1 := make([]redisscript.RoundOne, len(d.nodes))
 		r1 := d.each(ctx, nil, timeout, func(ctx context.Context, n *node) reply {
@@ -42,8 +42,9 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 			return reply{ok: r.Granted, n: r.PTTL, err: err}
 		})
 		t1 := count(r1)
-		if again, err := d.checkStates(ctx, req.Name, r1, round1, seeded, abandon); again {
-			seeded = true
+		if again, err := d.checkStates(ctx, req.Name, r1, round1, seeds, abandon); again {
+			seeds++
+			try-- // a round 1 repeated after a seeding is not a try at a slot
 			continue
 		} else if err != nil {
 			return driver.Grant{}, 0, err
