@@ -366,9 +366,11 @@ func (s *suite) testSemaphoreDisagree(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	released := time.Now()
 	mustUnlock(t, a)
+	// Each channel is read once: wc and xc are nil once read (a failed
+	// Acquire sends a grant without a lease).
 	var w, x grant
 	deadline := time.After(5 * time.Second)
-	for w.l == nil || x.l == nil {
+	for wc != nil || xc != nil {
 		select {
 		case w = <-wc:
 			wc = nil
@@ -376,15 +378,12 @@ func (s *suite) testSemaphoreDisagree(t *testing.T) {
 			xc = nil
 		case <-deadline:
 			cancel()
-			if w.l == nil {
-				w = <-wc
+			if wc != nil {
+				w, wc = <-wc, nil
 			}
-			if x.l == nil {
-				x = <-xc
+			if xc != nil {
+				x, xc = <-xc, nil
 			}
-		}
-		if ctx.Err() != nil {
-			break
 		}
 	}
 	// X granted before the release means B and X held from then on (they
