@@ -115,6 +115,13 @@ func TestRWReleasesWakeReadersAndWriters(t *testing.T) {
 			r2ch := lockAsync(t, ctx, c(), name, true, 2)
 			unlock(t, ctx, w1)
 			r1, r2 := granted(t, "first reader after the writer's release", r1ch), granted(t, "second reader after the first's grant", r2ch)
+			all, err := c().List(ctx, "rw-wake/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(all) != 1 || all[0].Name != name || len(all[0].Permits) != 2 || all[0].Permits[1].Token != r2.Token() {
+				t.Fatalf("List = %+v; want %q held by its two readers", all, name)
+			}
 
 			w2ch := lockAsync(t, ctx, c(), name, false, 1)
 			late := c()
@@ -329,5 +336,49 @@ func TestRWBreakFreesEveryReader(t *testing.T) {
 		case <-time.After(rwWakeBound):
 			t.Errorf("reader %d's lease not lost after the second Break", i+3)
 		}
+	}
+}
+
+// A reader never barges, even when asked without Fair (the portable layer
+// always sets it): readers hold and a writer waits, and a reader's
+// TryRLock-like attempt that would take a free place whoever waits is
+// refused all the same.
+func TestRWReaderNeverPassesAWaitingWriter(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testenv.Context(t, time.Minute)
+	const name = "rw-barge"
+	c := rwClient(t, srv, true)
+	r, err := c.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := lockAsync(t, ctx, rwClient(t, srv, true), name, false, 1)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	d := newDriver(t, rdb)
+	t.Cleanup(func() { d.Close() })
+	req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: time.Minute, Shared: true, Holder: []byte(`{"shared":true}`)}
+	if g, err := d.Acquire(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Errorf("an unfair reader's attempt while a writer waits: %v (token %d), want ErrNotAcquired", err, g.Token)
+	}
+	unlock(t, ctx, r)
+	unlock(t, ctx, granted(t, "the writer", wch))
+}
+
+// compat=setnx has no read-write locks: the other libraries lock a key
+// with one holder.
+func TestSetNXHasNoReadWriteLocks(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	d := newDriver(t, rdb, redislock.WithCompat("setnx"))
+	t.Cleanup(func() { d.Close() })
+	if d.Capabilities().RWMutex {
+		t.Errorf("compat=setnx claims read-write locks")
+	}
+	req := driver.Request{Name: "rw-setnx", Owner: driver.NewNonce(), TTL: time.Minute, Shared: true}
+	if _, err := d.Acquire(ctx, req); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("a reader in compat=setnx: %v, want ErrUnsupported", err)
 	}
 }
