@@ -114,7 +114,8 @@
 // latest reader's lease: a writer's scripts, the mutex's, find the lock
 // held and read from its PTTL when the last reader's lease runs out. The
 // reader scripts set the mark with the first reader and keep its PX with
-// every grant, renewal and release; the last reader's release deletes it.
+// every grant, renewal and release (TestRWRenewedReaderKeepsWriterOut);
+// the last reader's release deletes it.
 // Readers and writers wait in the one queue, with the same heartbeat, and
 // take their tokens from the one fence counter, so tokens increase in
 // grant order across readers and writers. A reader is granted while no
@@ -136,9 +137,11 @@
 // gives up leaves the queue (TestRWCancelledReaderLeavesNothingBehind).
 //
 // A reader that dies publishes nothing; its permit expires with its TTL,
-// and the mark with the latest reader's, so a waiting writer looks again
-// when the mark's PTTL runs out and is granted then
-// (TestRWExpiredReaderDoesNotBlockWriter). A reader's lease is valid only
+// and the mark with the latest reader's lease (no later: a release
+// shortens it to the readers left), so a waiting writer looks again when
+// the mark's PTTL, read at its last attempt, runs out, and is granted then
+// (TestRWExpiredReaderDoesNotBlockWriter); its heartbeat reads the PTTL
+// again. A reader's lease is valid only
 // under the mark: once the mark is gone (expired, broken, evicted, lost
 // in a failover) its renewal and release fail with ErrLeaseLost, although
 // its permit has not expired (TestRWReaderLosesItsLeaseWithTheMark).

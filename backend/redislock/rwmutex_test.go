@@ -148,10 +148,10 @@ func TestRWReleasesWakeReadersAndWriters(t *testing.T) {
 
 // A reader whose lease ran out without a release (its process died)
 // publishes nothing, and its permit is still in the sorted set, but the
-// readers' mark in the lock key expires with the latest reader's lease: a
-// waiting writer reads the mark's PTTL and looks again then, and is
-// granted, with a higher token. The expired reader can neither renew nor
-// release.
+// readers' mark in the lock key lasts only as long as the latest reader's
+// lease — no longer once a reader with a longer lease has released — so a
+// waiting writer reads the mark's PTTL, looks again then, and is granted,
+// with a higher token. The expired reader can neither renew nor release.
 func TestRWExpiredReaderDoesNotBlockWriter(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	ctx := testenv.Context(t, time.Minute)
@@ -160,30 +160,61 @@ func TestRWExpiredReaderDoesNotBlockWriter(t *testing.T) {
 	d := newDriver(t, rdb)
 	t.Cleanup(func() { d.Close() })
 	const name, ttl = "rw-expiry", 300 * time.Millisecond
-	req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: ttl, Fair: true, Shared: true, Holder: []byte(`{"shared":true}`)}
-	g, err := d.Acquire(ctx, req)
-	if err != nil {
+	rlock := func(ttl time.Duration) driver.Held {
+		t.Helper()
+		req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: ttl, Fair: true, Shared: true, Holder: []byte(`{"shared":true}`)}
+		g, err := d.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
+	}
+	dead, released := rlock(ttl), rlock(time.Minute)
+	if err := d.Release(ctx, released); err != nil {
 		t.Fatal(err)
 	}
-	reader := driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}
 	start := time.Now()
 	w, err := rwClient(t, srv, true).RWMutex(name).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited > rwWakeBound {
-		t.Errorf("the writer was granted %v after the reader's TTL of %v: it did not look at the mark's expiry", waited, ttl)
+		t.Errorf("the writer was granted %v after a reader's TTL of %v: it did not look at the mark's expiry, or the mark outlived the readers", waited, ttl)
 	}
-	if w.Token() <= reader.Token {
-		t.Errorf("writer's token %d after the expired reader's %d", w.Token(), reader.Token)
+	if w.Token() <= released.Token {
+		t.Errorf("writer's token %d after the readers' %d", w.Token(), released.Token)
 	}
-	if err := d.Extend(ctx, reader, ttl); !errors.Is(err, driver.ErrLeaseLost) {
+	if err := d.Extend(ctx, dead, ttl); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Extend of an expired reader: %v, want ErrLeaseLost", err)
 	}
-	if err := d.Release(ctx, reader); !errors.Is(err, driver.ErrLeaseLost) {
+	if err := d.Release(ctx, dead); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Errorf("Release of an expired reader: %v, want ErrLeaseLost", err)
 	}
 	unlock(t, ctx, w)
+}
+
+// A reader that renews its lease keeps the mark alive with it: after
+// several of its TTLs, a writer still finds the lock held, and the
+// reader's lease is still valid.
+func TestRWRenewedReaderKeepsWriterOut(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testenv.Context(t, time.Minute)
+	const name, ttl = "rw-renewed", 300 * time.Millisecond
+	c := rwClient(t, srv, true, dlock.WithTTL(ttl))
+	r, err := c.RWMutex(name).RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * ttl)
+	if l, err := c.RWMutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock while a renewed reader holds: %v (lease %v), want ErrNotAcquired", err, l)
+	}
+	select {
+	case <-r.Done():
+		t.Fatalf("the reader's lease was lost: %v", r.Err())
+	default:
+	}
+	unlock(t, ctx, r)
 }
 
 // A reader's lease is valid only while the readers' mark is in the lock
