@@ -128,7 +128,9 @@
 //
 // Wake-ups: a writer's release (or Break) wakes the first queued reader by
 // its owner key on the name's channel — a reader is never handed the lock
-// key, even where releases hand the lock over — and each reader's grant
+// key, even where releases hand the lock over: it stays first in line, in
+// a queue that keeps its TTL (TestRWReaderPutBackAtTheHeadKeepsTheQueueTTL)
+// — and each reader's grant
 // wakes the reader behind it, up to the first writer; the last reader's
 // release wakes the writer first in line, which takes the lock key in its
 // own attempt (TestRWReleasesWakeReadersAndWriters, with and without

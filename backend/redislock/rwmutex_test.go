@@ -413,3 +413,32 @@ func TestSetNXHasNoReadWriteLocks(t *testing.T) {
 		t.Errorf("a reader in compat=setnx: %v, want ErrUnsupported", err)
 	}
 }
+
+// A release that hands the lock over, but finds a reader first in line,
+// puts the reader back at the head of the queue and wakes it. A queue
+// emptied by taking the reader off comes back with the waiters' TTL: if
+// the reader is gone, its place and the queue still expire.
+func TestRWReaderPutBackAtTheHeadKeepsTheQueueTTL(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testenv.Context(t, time.Minute)
+	const name = "rw-put-back"
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	w, err := rwClient(t, srv, true).RWMutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reader's waiting attempt, from a process that then dies.
+	k := redisscript.KeysFor(redisscript.DefaultPrefix, name)
+	granted, _, err := k.AcquirePermit(ctx, rdb, driver.NewNonce(), time.Minute, 0, true, []byte(`{"shared":true}`), false, time.Minute)
+	if err != nil || granted {
+		t.Fatalf("a reader's attempt while a writer holds: granted %v, %v", granted, err)
+	}
+	unlock(t, ctx, w)
+	if n, err := rdb.LLen(ctx, k.Queue).Result(); err != nil || n != 1 {
+		t.Fatalf("LLEN queue after the release = %d, %v; want the reader still queued", n, err)
+	}
+	if ttl, err := rdb.PTTL(ctx, k.Queue).Result(); err != nil || ttl <= 0 {
+		t.Errorf("PTTL queue after the release = %v, %v; want the waiters' TTL", ttl, err)
+	}
+}

@@ -109,7 +109,12 @@ local function wake_next(lock, fence, queue, waiters, channel, name, mode, held)
     if entry then
       now = now or now_ms()
       if live(entry, now) and is_shared(entry) then
-        redis.call('LPUSH', queue, head) -- it stays first in line
+        -- It stays first in line; a queue that the LPOP emptied comes back
+        -- with the waiters' TTL, so that it cannot outlive them.
+        if redis.call('LPUSH', queue, head) == 1 then
+          local left = redis.call('PTTL', waiters)
+          if left > 0 then redis.call('PEXPIRE', queue, left) end
+        end
         if held then redis.call('DEL', lock) end
         redis.call('PUBLISH', channel, head)
         return
