@@ -84,7 +84,10 @@ end
 -- admits reports whether a waiter with this entry would be granted now,
 -- held permits (or readers) being held and no writer: a reader always, any
 -- other while fewer than its limit are held (a writer, limit 1, while
--- nothing is held).
+-- nothing is held). It is driver.QueueHolders' rule for the first waiter,
+-- the holders being the contenders ahead of it; as only the first waiter
+-- is granted, and each grant wakes the next, the queue as a whole is
+-- granted by that rule, as etcd's and ZooKeeper's are.
 local function admits(entry, held)
   return is_shared(entry) or held < limit_of(entry)
 end
