@@ -105,6 +105,54 @@
 // the queue, but a mutex's lock key and a semaphore's permits do not see
 // each other.
 //
+// # Read-write locks
+//
+// A reader of a read-write lock (dlock's RWMutex, driver.Request.Shared)
+// is a permit, in the same two keys as a semaphore's, and a writer is a
+// mutex, in the lock key. While readers hold, the lock key holds the
+// readers' mark, a value with no owner key whose PX is as long as the
+// latest reader's lease: a writer's scripts, the mutex's, find the lock
+// held and read from its PTTL when the last reader's lease runs out. The
+// reader scripts set the mark with the first reader and keep its PX with
+// every grant, renewal and release (TestRWRenewedReaderKeepsWriterOut);
+// the last reader's release deletes it.
+// Readers and writers wait in the one queue, with the same heartbeat, and
+// take their tokens from the one fence counter, so tokens increase in
+// grant order across readers and writers. A reader is granted while no
+// writer holds the lock key and nobody live is queued before it, so a
+// reader that comes while a writer waits queues behind it, and a steady
+// stream of readers cannot starve the writer (dlocktest's RWMutex tests,
+// which run on a single server and on Redis Cluster). A reader never
+// barges, even when asked without WithFair
+// (TestRWReaderNeverPassesAWaitingWriter).
+//
+// Wake-ups: a writer's release (or Break) wakes the first queued reader by
+// its owner key on the name's channel — a reader is never handed the lock
+// key, even where releases hand the lock over: it stays first in line, in
+// a queue that keeps its TTL (TestRWReaderPutBackAtTheHeadKeepsTheQueueTTL)
+// — and each reader's grant
+// wakes the reader behind it, up to the first writer; the last reader's
+// release wakes the writer first in line, which takes the lock key in its
+// own attempt (TestRWReleasesWakeReadersAndWriters, with and without
+// hand-offs). A writer that gives up while readers hold wakes the reader
+// behind it (TestRWCancelledWriterWakesTheReaderBehindIt); a reader that
+// gives up leaves the queue (TestRWCancelledReaderLeavesNothingBehind).
+//
+// A reader that dies publishes nothing; its permit expires with its TTL,
+// and the mark with the latest reader's lease (no later: a release
+// shortens it to the readers left), so a waiting writer looks again when
+// the mark's PTTL, read at its last attempt, runs out, and is granted then
+// (TestRWExpiredReaderDoesNotBlockWriter); its heartbeat reads the PTTL
+// again. A reader's lease is valid only
+// under the mark: once the mark is gone (expired, broken, evicted, lost
+// in a failover) its renewal and release fail with ErrLeaseLost, although
+// its permit has not expired (TestRWReaderLosesItsLeaseWithTheMark).
+// Break of a lock held by readers ends every reader's lease and serves
+// the queue (TestRWBreakFreesEveryReader). Inspect and List show the
+// readers as Info.Permits, in grant order. compat=setnx has no read-write
+// locks (Capabilities().RWMutex is false there, and Request.Shared is
+// ErrUnsupported; TestSetNXHasNoReadWriteLocks).
+//
 // Keys and names are described in backend/internal/redisscript: every key
 // of one lock shares a hash tag made from a hash of the name, so Redis
 // Cluster works and any UTF-8 name of up to 1024 bytes is a valid name.

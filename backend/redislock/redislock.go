@@ -174,19 +174,19 @@ func (d *Driver) unavailable(ctx context.Context, err error) error {
 	return redisscript.Unavailable(ctx, d.where, err)
 }
 
-// Capabilities: fair waiting and semaphores (not in compat=setnx, whose
-// foreign clients know neither), no sessions, fencing durable only if
-// declared.
+// Capabilities: fair waiting, semaphores and read-write locks (not in
+// compat=setnx, whose foreign clients know none of them), no sessions,
+// fencing durable only if declared.
 func (d *Driver) Capabilities() driver.Capabilities {
 	own := d.layout != redisscript.SetNX
-	return driver.Capabilities{Fair: own, Semaphore: own, DurableFencing: d.durable, MinTTL: MinTTL}
+	return driver.Capabilities{Fair: own, Semaphore: own, RWMutex: own, DurableFencing: d.durable, MinTTL: MinTTL}
 }
 
 // Acquire takes the lock; see the package documentation.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	if req.Limit > 1 {
+	if req.Limit > 1 || req.Shared {
 		if d.layout == redisscript.SetNX {
-			return driver.Grant{}, fmt.Errorf("%w: redis compat=setnx: semaphores (the other libraries lock a key with one holder)", driver.ErrUnsupported)
+			return driver.Grant{}, fmt.Errorf("%w: redis compat=setnx: semaphores and read-write locks (the other libraries lock a key with one holder)", driver.ErrUnsupported)
 		}
 		return d.acquirePermit(ctx, req)
 	}
@@ -221,7 +221,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 	var ok bool
 	var err error
 	if p, isPermit := h.Handle.(permit); isPermit {
-		ok, err = p.k.ExtendPermit(ctx, d.rdb, h.Owner, ttl)
+		ok, err = p.k.ExtendPermit(ctx, d.rdb, h.Owner, p.reader, ttl)
 	} else {
 		ok, err = d.heldKeys(h).Extend(ctx, d.rdb, h.Owner, ttl)
 	}
@@ -240,7 +240,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	var ok bool
 	var err error
 	if p, isPermit := h.Handle.(permit); isPermit {
-		ok, err = p.k.ReleasePermit(ctx, d.rdb, h.Owner)
+		ok, err = p.k.ReleasePermit(ctx, d.rdb, h.Owner, p.reader)
 	} else {
 		ok, err = d.heldKeys(h).Release(ctx, d.rdb, h.Owner, d.wake)
 	}
@@ -254,7 +254,8 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 // Inspect reports the holder, its token and remaining TTL, and the live
-// fair waiters in order; for a semaphore, every permit's holder.
+// fair waiters in order; for a semaphore, every permit's holder, and for
+// a read-write lock held by readers, every reader.
 func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) {
 	if d.layout == redisscript.SetNX {
 		return d.inspectSetNX(ctx, name)
@@ -309,10 +310,11 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]driver.Info, error)
 	return out, nil
 }
 
-// Break frees the lock whoever holds it, or every permit of a semaphore,
-// and wakes the next waiter; the fence counter is kept, so the next grant
-// gets a higher token. A name that is not a held mutex costs a second
-// round trip, for its permits.
+// Break frees the lock whoever holds it (its writer, or every reader of a
+// read-write lock), or every permit of a semaphore, and wakes the next
+// waiter; the fence counter is kept, so the next grant gets a higher
+// token. A name whose lock key is free costs a second round trip, for a
+// semaphore's permits.
 func (d *Driver) Break(ctx context.Context, name string) error {
 	if err := d.layout.CheckName(d.prefix, name); err != nil {
 		return err

@@ -8,25 +8,33 @@ import (
 	"github.com/dlock/dlock/driver"
 )
 
-// permit is the handle of a semaphore's grant: it tells Extend and
-// Release to use the permit scripts (Held carries no Limit).
-type permit struct{ k *redisscript.Keys }
+// permit is the handle of a semaphore's grant or a reader's: it tells
+// Extend and Release to use the permit scripts (Held carries neither
+// Limit nor Shared), and whether as a reader.
+type permit struct {
+	k      *redisscript.Keys
+	reader bool
+}
 
-// acquirePermit takes one of req.Limit permits of a semaphore (see
-// permits.lua in package redisscript). It waits as acquireQueued does for
-// a mutex: a first attempt that does not queue, then attempts that queue
-// and serve as the heartbeat. There is no hand-off: a release publishes
-// the first waiter's owner key on the name's channel, and that waiter
-// tries; an expired permit publishes nothing, so a waiter also looks when
-// the first permit held would expire.
+// acquirePermit takes one of req.Limit permits of a semaphore, or a
+// reader's lease of a read-write lock (req.Shared; see permits.lua in
+// package redisscript). It waits as acquireQueued does for a mutex: a
+// first attempt that does not queue, then attempts that queue and serve
+// as the heartbeat. There is no hand-off: a release publishes the first
+// waiter's owner key on the name's channel, and that waiter tries; an
+// expired permit (or writer's lease) publishes nothing, so a waiter also
+// looks when the first permit held (the writer's lease) would expire. A
+// reader never barges: a reader that passed a waiting writer would starve
+// it.
 func (d *Driver) acquirePermit(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	k := d.keys(req.Name)
 	if !req.Wait || !d.hub.Subscribed(k.Channel) {
 		// A TryAcquire, or the first attempt of an Acquire of a name this
 		// process has not waited for lately: a free permit costs one
 		// round trip and no subscription. A plain one takes a free permit
-		// whoever waits, a fair one only if nobody live is queued.
-		g, granted, _, err := d.permitAttempt(ctx, k, req, !req.Fair, false)
+		// whoever waits, a fair one (or a reader) only if nobody live is
+		// queued.
+		g, granted, _, err := d.permitAttempt(ctx, k, req, !req.Fair && !req.Shared, false)
 		if err != nil || granted || !req.Wait {
 			if err == nil && !granted {
 				err = driver.ErrNotAcquired
@@ -41,7 +49,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req driver.Request) (driver.
 	}
 	defer stop()
 	heartbeat := d.waiterTTL / 3
-	barge := !req.Fair // a plain Acquire's first attempt takes a free permit whoever waits
+	barge := !req.Fair && !req.Shared // a plain Acquire's first attempt takes a free permit whoever waits
 	for {
 		g, granted, left, err := d.permitAttempt(ctx, k, req, barge, true)
 		barge = false
@@ -59,7 +67,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req driver.Request) (driver.
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			d.leavePermitQueue(ctx, k, req.Owner)
+			d.leavePermitQueue(ctx, k, req)
 			return driver.Grant{}, ctx.Err()
 		case <-wake:
 		case <-timer.C:
@@ -82,26 +90,26 @@ func (d *Driver) permitAttempt(ctx context.Context, k *redisscript.Keys, req dri
 		wttl = d.waiterTTL
 	}
 	sent := driver.Now()
-	granted, n, err := k.AcquirePermit(actx, d.rdb, req.Owner, req.TTL, req.Limit, req.Holder, barge, wttl)
+	granted, n, err := k.AcquirePermit(actx, d.rdb, req.Owner, req.TTL, req.Limit, req.Shared, req.Holder, barge, wttl)
 	cancel()
 	switch {
 	case err != nil:
-		d.leavePermitQueue(ctx, k, req.Owner)
+		d.leavePermitQueue(ctx, k, req)
 		return driver.Grant{}, false, 0, d.unavailable(ctx, err)
 	case ctx.Err() != nil:
 		if granted || queue {
-			d.leavePermitQueue(ctx, k, req.Owner)
+			d.leavePermitQueue(ctx, k, req)
 		}
 		return driver.Grant{}, false, 0, ctx.Err()
 	case granted:
-		return driver.Grant{Token: uint64(n), Since: sent, Handle: permit{k}}, true, 0, nil
+		return driver.Grant{Token: uint64(n), Since: sent, Handle: permit{k, req.Shared}}, true, 0, nil
 	}
 	return driver.Grant{}, false, time.Duration(max(n, 0)) * time.Millisecond, nil
 }
 
-// leavePermitQueue is giveUp for a semaphore's waiter.
-func (d *Driver) leavePermitQueue(ctx context.Context, k *redisscript.Keys, owner string) {
+// leavePermitQueue is giveUp for a semaphore's or a reader's waiter.
+func (d *Driver) leavePermitQueue(ctx context.Context, k *redisscript.Keys, req driver.Request) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
 	defer cancel()
-	_ = k.LeavePermitQueue(cctx, d.rdb, owner)
+	_ = k.LeavePermitQueue(cctx, d.rdb, req.Owner, req.Shared)
 }

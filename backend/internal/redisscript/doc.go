@@ -7,13 +7,14 @@
 // Every key of one lock shares a Redis Cluster hash tag, so that a script
 // touching several of them runs on one node:
 //
-//	<prefix>:{<tag>}:lock     the lock: "<owner><sep><token> <len(name)> <name><holder>", with PX; sep " " or "+"
+//	<prefix>:{<tag>}:lock     the lock: "<owner><sep><token> <len(name)> <name><holder>", with PX; sep " " or "+";
+//	                          while readers hold a read-write lock, the readers' mark, owner "readers" (see permits.lua)
 //	<prefix>:{<tag>}:fence    the fence counter (no TTL)
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
 //	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
-//	<prefix>:{<tag>}:permits  a semaphore: owner -> expiry in ms by the server's clock, a sorted set
-//	<prefix>:{<tag>}:holders  a semaphore: owner -> "<token> <holder>"; "" -> name; on Redlock nodes
+//	<prefix>:{<tag>}:permits  a semaphore's permits or a read-write lock's readers (redislock only): owner -> expiry in ms by the server's clock, a sorted set
+//	<prefix>:{<tag>}:holders  their owner -> "<token> <holder>"; "" -> name; on Redlock nodes
 //	                          owner -> "<token> <slot> <holder>" and "#<slot>" -> owner (see slots.lua)
 //
 // and, not tied to a lock, one channel per driver (process) that fair

@@ -48,10 +48,10 @@ if not v then
   if owned_by(v, owner) then
     return {1, tonumber(string.match(v, '^[^ +]+[ +](%d+)'))}
   end
-elseif string.match(v, '^[^ +]+(.)') == ' ' then
-  -- Held by a grant that nobody queued behind yet: mark it, so that its
-  -- release serves the queue.
-  redis.call('SET', lock, (string.gsub(v, '^([^ +]+) ', '%1+', 1)), 'KEEPTTL')
+else
+  -- Held: mark it, if nobody queued behind it yet, so that its release
+  -- serves the queue.
+  mark_queued(lock, v)
 end
 local pttl = redis.call('PTTL', lock)
 local wttl = tonumber(ARGV[5])

@@ -2,6 +2,7 @@ package redisscript
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -33,5 +34,13 @@ func TestKeyCacheReturnsEachNamesKeys(t *testing.T) {
 	wg.Wait()
 	if a, b := c.Get("same"), c.Get("same"); a != b {
 		t.Errorf("a name locked twice in a row was not found in the cache")
+	}
+}
+
+// Read tells the readers' mark by its owner, Readers, which the scripts
+// write as READERS: the two must be the same word.
+func TestReadersMarkIsTheSameInGoAndLua(t *testing.T) {
+	if want := "local READERS = '" + Readers + "'\n"; !strings.Contains(valueLib, want) {
+		t.Errorf("value.lua does not define %q", want)
 	}
 }

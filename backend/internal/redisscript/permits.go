@@ -16,7 +16,9 @@ import (
 // A semaphore (Request.Limit > 1) keeps its permits in keys of its own
 // beside the mutex's, under the same hash tag, and queues its waiters in
 // the mutex's queue; see permits.lua. The mutex's scripts never touch
-// them.
+// them. The readers of a read-write lock (Request.Shared) are permits
+// too, whose scripts also take the lock key, where they keep the readers'
+// mark (see permits.lua): a writer is a mutex.
 
 var (
 	//go:embed permits.lua
@@ -48,29 +50,41 @@ var (
 )
 
 // permitKeys are the keys the semaphore scripts take, in their KEYS
-// order: permits, holders, fence, queue, waiters, channel.
-func (k Keys) permitKeys() []string {
-	return []string{k.Permits, k.Holders, k.Fence, k.Queue, k.Waiters, k.Channel}
+// order: permits, holders, fence, queue, waiters, channel; and, for a
+// reader, the lock key.
+func (k Keys) permitKeys(reader bool) []string {
+	return readerKey([]string{k.Permits, k.Holders, k.Fence, k.Queue, k.Waiters, k.Channel}, k, reader)
 }
 
 // permitKeysNoFence are the keys of the scripts that grant nothing:
-// permits, holders, queue, waiters, channel.
-func (k Keys) permitKeysNoFence() []string {
-	return []string{k.Permits, k.Holders, k.Queue, k.Waiters, k.Channel}
+// permits, holders, queue, waiters, channel; and, for a reader, the lock
+// key.
+func (k Keys) permitKeysNoFence(reader bool) []string {
+	return readerKey([]string{k.Permits, k.Holders, k.Queue, k.Waiters, k.Channel}, k, reader)
+}
+
+// readerKey appends the lock key to a permit script's keys for a reader
+// of a read-write lock: its presence is what tells the script so.
+func readerKey(keys []string, k Keys, reader bool) []string {
+	if reader {
+		return append(keys, k.Lock)
+	}
+	return keys
 }
 
 // AcquirePermit makes one attempt at a permit of a semaphore of limit
-// permits. With barge, a free permit is taken even if others are queued.
+// permits, or, with reader, at a reader's lease of a read-write lock
+// (limit is then unused). With barge, a free permit is taken even if others are queued.
 // With a waiterTTL, an attempt that is not granted queues the owner (or
 // renews its place) for that long; with 0 it leaves the queue alone. When
 // granted, n is the token; otherwise the time in ms until the first
 // permit held expires (-1 if none is held).
-func (k Keys) AcquirePermit(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, limit int, holder []byte, barge bool, waiterTTL time.Duration) (granted bool, n int64, err error) {
+func (k Keys) AcquirePermit(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, limit int, reader bool, holder []byte, barge bool, waiterTTL time.Duration) (granted bool, n int64, err error) {
 	wttl := int64(0)
 	if waiterTTL > 0 {
 		wttl = ms(waiterTTL)
 	}
-	v, err := permitAcquire.Run(ctx, rdb, k.permitKeys(),
+	v, err := permitAcquire.Run(ctx, rdb, k.permitKeys(reader),
 		owner, ms(ttl), limit, k.Name, holder, flag(barge), wttl).Slice()
 	if err != nil {
 		return false, 0, err
@@ -83,32 +97,33 @@ func (k Keys) AcquirePermit(ctx context.Context, rdb redis.Scripter, owner strin
 	return o == 1, n, nil
 }
 
-// ExtendPermit renews owner's permit for ttl; false means it is not
-// owner's any more.
-func (k Keys) ExtendPermit(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration) (bool, error) {
-	n, err := permitExtend.Run(ctx, rdb, []string{k.Permits, k.Holders}, owner, ms(ttl)).Int64()
+// ExtendPermit renews owner's permit (a reader's lease, with reader) for
+// ttl; false means it is not owner's any more.
+func (k Keys) ExtendPermit(ctx context.Context, rdb redis.Scripter, owner string, reader bool, ttl time.Duration) (bool, error) {
+	n, err := permitExtend.Run(ctx, rdb, readerKey([]string{k.Permits, k.Holders}, k, reader), owner, ms(ttl)).Int64()
 	return n == 1, err
 }
 
-// ReleasePermit gives back owner's permit and wakes the first waiter if
-// it may be granted one; false means the permit is not owner's any more.
-func (k Keys) ReleasePermit(ctx context.Context, rdb redis.Scripter, owner string) (bool, error) {
-	n, err := permitRelease.Run(ctx, rdb, k.permitKeysNoFence(), owner).Int64()
+// ReleasePermit gives back owner's permit (a reader's lease, with reader)
+// and wakes the first waiter if it may be granted; false means the permit
+// is not owner's any more.
+func (k Keys) ReleasePermit(ctx context.Context, rdb redis.Scripter, owner string, reader bool) (bool, error) {
+	n, err := permitRelease.Run(ctx, rdb, k.permitKeysNoFence(reader), owner).Int64()
 	return n == 1, err
 }
 
 // BreakPermits frees every permit of the semaphore; false means none was
 // held.
 func (k Keys) BreakPermits(ctx context.Context, rdb redis.Scripter) (bool, error) {
-	n, err := permitBreak.Run(ctx, rdb, k.permitKeysNoFence()).Int64()
+	n, err := permitBreak.Run(ctx, rdb, k.permitKeysNoFence(false)).Int64()
 	return n == 1, err
 }
 
-// LeavePermitQueue takes a semaphore waiter that gives up out of the
-// queue, gives back a permit granted to it meanwhile, and wakes the next
-// waiter if it may be granted one.
-func (k Keys) LeavePermitQueue(ctx context.Context, rdb redis.Scripter, owner string) error {
-	return permitLeaveQueue.Run(ctx, rdb, k.permitKeysNoFence(), owner).Err()
+// LeavePermitQueue takes a semaphore's or a reader's waiter that gives up
+// out of the queue, gives back a permit granted to it meanwhile, and wakes
+// the next waiter if it may be granted one.
+func (k Keys) LeavePermitQueue(ctx context.Context, rdb redis.Scripter, owner string, reader bool) error {
+	return permitLeaveQueue.Run(ctx, rdb, k.permitKeysNoFence(reader), owner).Err()
 }
 
 // Permit is one live permit of a semaphore, as Read sees it.

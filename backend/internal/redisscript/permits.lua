@@ -19,6 +19,22 @@
 -- the first live waiter only; the others are woken in turn, by their
 -- owner key published on the name's channel (as a mutex's waiters are on
 -- Redis Cluster): there is no hand-off.
+--
+-- The readers of a read-write lock (Request.Shared) are permits too, in
+-- the same two keys, with one rule changed: a reader is admitted while no
+-- writer holds the lock key, however many readers hold, rather than while
+-- fewer than a limit hold. A writer is a mutex: it takes the lock key, and
+-- while readers hold, the lock key holds the readers' mark (see value.lua)
+-- with a PX as long as the latest reader's lease, so the mutex scripts
+-- see the lock held, unchanged. The reader scripts take the lock key as
+-- one more key (its presence is what makes them a reader's): they set the
+-- mark with the first reader, keep its PX with every grant, renewal and
+-- release, and delete it with the last reader's release. A reader's lease
+-- is valid only under the mark: a reader whose mark has gone (its lease
+-- ran out with the others', it was broken, evicted) cannot renew nor
+-- release. Readers queue in the same queue as writers, and a reader is
+-- granted only when first in line, so a reader that comes after a waiting
+-- writer waits behind it.
 
 -- prune drops the permits whose expiry has passed.
 local function prune(permits, holders, now)
@@ -30,14 +46,32 @@ local function prune(permits, holders, now)
   end
 end
 
--- keep_until makes both keys live as long as the latest permit.
-local function keep_until(permits, holders, now)
+-- keep_until makes both keys live as long as the latest permit; for
+-- readers (lock given), the readers' mark too, which it sets if it is not
+-- there (name is then needed).
+local function keep_until(permits, holders, now, lock, name)
   local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
   if last[2] then
     local left = math.max(tonumber(last[2]) - now, 1)
     redis.call('PEXPIRE', permits, left)
     redis.call('PEXPIRE', holders, left)
+    if lock and redis.call('PEXPIRE', lock, left) == 0 then
+      redis.call('SET', lock, lock_value(READERS, 0, tail_of(name, '')), 'PX', left)
+    end
   end
+end
+
+-- writer_of returns the value of the lock key if a writer holds it, or
+-- false (readers hold it, or nobody). When nobody does, permits left in
+-- the keys are stale (their mark ran out or was broken) and are dropped.
+local function writer_of(lock, permits, holders)
+  local v = redis.call('GET', lock)
+  if not v then
+    redis.call('DEL', permits, holders)
+    return false
+  end
+  if owned_by(v, READERS) then return false end
+  return v
 end
 
 -- limit_of is the number of permits a waiter asks for, from the "limit"
@@ -47,12 +81,23 @@ local function limit_of(entry)
   return tonumber(string.match(entry or '', '"limit":(%d+)')) or 1
 end
 
+-- admits reports whether a waiter with this entry would be granted now,
+-- held permits (or readers) being held and no writer: a reader always, any
+-- other while fewer than its limit are held (a writer, limit 1, while
+-- nothing is held). It is driver.QueueHolders' rule for the first waiter,
+-- the holders being the contenders ahead of it; as only the first waiter
+-- is granted, and each grant wakes the next, the queue as a whole is
+-- granted by that rule, as etcd's and ZooKeeper's are.
+local function admits(entry, held)
+  return is_shared(entry) or held < limit_of(entry)
+end
+
 -- wake_head publishes the first live waiter's owner key on the name's
--- channel if that waiter would be granted a permit now (fewer than its
--- limit are held): it then tries.
+-- channel if that waiter would be granted now (see admits; the caller
+-- knows that no writer holds): it then tries.
 local function wake_head(queue, waiters, channel, held)
   local head = live_head(queue, waiters)
-  if head and held < limit_of(redis.call('HGET', waiters, head)) then
+  if head and admits(redis.call('HGET', waiters, head), held) then
     redis.call('PUBLISH', channel, head)
   end
 end

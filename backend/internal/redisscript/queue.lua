@@ -54,6 +54,21 @@ local function live_head(queue, waiters, caller)
   return head or false, now
 end
 
+-- is_shared reports whether a waiters entry is a reader's of a read-write
+-- lock (the "shared" the portable layer writes into the holder metadata,
+-- as driver.HolderShared reads it).
+local function is_shared(entry)
+  return entry and string.find(entry, '"shared":true', 1, true) ~= nil
+end
+
+-- mark_queued marks the held lock value v, if it is not marked yet, so
+-- that its release serves the queue (see value.lua).
+local function mark_queued(lock, v)
+  if string.match(v, '^[^ +]+(.)') == ' ' then
+    redis.call('SET', lock, (string.gsub(v, '^([^ +]+) ', '%1+', 1)), 'KEEPTTL')
+  end
+end
+
 -- wake_next runs when the lock is to be freed: held says the lock key
 -- still holds the releasing owner's value (a hand-off overwrites it, so
 -- it is deleted only if nobody takes the lock). mode says how the next
@@ -69,6 +84,11 @@ end
 --     receivers only);
 --   'any': "" on the lock's channel wakes whoever listens (Redlock's
 --     waiters, which retry rather than queue).
+-- A reader of a read-write lock is never handed the lock (a hand-off
+-- grants the lock key, which is a writer's): when the first live waiter is
+-- a reader, the lock is freed and the reader woken by its owner key on the
+-- lock's channel, as in 'first'; it then takes a reader's lease itself
+-- (permit_acquire.lua), and wakes the reader behind it.
 -- With no queue, only 'any' publishes: queued waiters need no word of a
 -- release that finds nobody queued.
 local function wake_next(lock, fence, queue, waiters, channel, name, mode, held)
@@ -87,8 +107,19 @@ local function wake_next(lock, fence, queue, waiters, channel, name, mode, held)
   while head do
     local entry = redis.call('HGET', waiters, head)
     if entry then
-      redis.call('HDEL', waiters, head)
       now = now or now_ms()
+      if live(entry, now) and is_shared(entry) then
+        -- It stays first in line; a queue that the LPOP emptied comes back
+        -- with the waiters' TTL, so that it cannot outlive them.
+        if redis.call('LPUSH', queue, head) == 1 then
+          local left = redis.call('PTTL', waiters)
+          if left > 0 then redis.call('PEXPIRE', queue, left) end
+        end
+        if held then redis.call('DEL', lock) end
+        redis.call('PUBLISH', channel, head)
+        return
+      end
+      redis.call('HDEL', waiters, head)
       if live(entry, now) then
         local ttl, proc, holder = string.match(entry, '^%d+ (%d+) (%S+) (.*)$')
         local token = redis.call('INCR', fence)

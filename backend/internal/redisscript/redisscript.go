@@ -276,10 +276,14 @@ func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, wak
 	return n == 1, err
 }
 
-// Break frees the lock whoever holds it and serves the next waiter; false
-// means it was free.
+// Break frees the lock whoever holds it — its writer, or every reader of
+// a read-write lock — and serves the next waiter; false means it was free.
 func (k Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, error) {
-	n, err := breakLock.Run(ctx, rdb, k.queueKeys(), k.Name, string(wake)).Int64()
+	keys := k.queueKeys()
+	if k.Permits != "" {
+		keys = append(keys[:len(keys):len(keys)], k.Permits, k.Holders)
+	}
+	n, err := breakLock.Run(ctx, rdb, keys, k.Name, string(wake)).Int64()
 	return n == 1, err
 }
 
@@ -290,6 +294,10 @@ func (k Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, to
 	n, err := setToken.Run(ctx, rdb, k.queueKeys()[:2], owner, token).Int64()
 	return n == 1, err
 }
+
+// Readers is the owner of the readers' mark: the lock key's value while
+// readers of a read-write lock hold it (READERS in value.lua).
+const Readers = "readers"
 
 // Value is a decoded lock value.
 type Value struct {
@@ -332,8 +340,13 @@ type State struct {
 	// Foreign: the lock is held by another library's lock (SetNX layout);
 	// Value.Owner is then that lock's value, the rest of Value empty.
 	Foreign bool
-	// Permits are a semaphore's live permits, in grant order.
+	// Permits are a semaphore's live permits, or a read-write lock's
+	// readers, in grant order.
 	Permits []Permit
+	// Readers: the lock key holds the readers' mark (readers of a
+	// read-write lock hold it, listed in Permits); Held is then false, as
+	// no writer holds it.
+	Readers bool
 }
 
 // Read reports the state of the lock, in one round trip.
@@ -370,6 +383,9 @@ func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 		}
 		st.Held, st.Name = true, st.Value.Name
 		st.PTTL = max(pttl.Val(), 0)
+		if st.Value.Owner == Readers {
+			st.Held, st.Readers, st.Value = false, true, Value{Name: st.Value.Name}
+		}
 	}
 	nowMS := now.Val().UnixMilli()
 	if permits != nil {

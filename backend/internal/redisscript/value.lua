@@ -10,6 +10,14 @@
 -- wake-up, so every path that leaves a waiter queued behind a held lock
 -- sets it (see fair_acquire.lua and wake_next in queue.lua). Owner keys
 -- contain neither " " nor "+".
+--
+-- While readers of a read-write lock hold it, the lock key holds the
+-- readers' mark: a value whose owner is READERS (no owner key: those are
+-- 32 hex digits), token 0, with a PX as long as the latest reader's lease
+-- (see permits.lua). Every script that takes the lock key for a writer
+-- (a mutex) thus finds it held while any reader holds, and learns from its
+-- PTTL when the last reader's lease runs out.
+local READERS = 'readers'
 
 -- tail is " <len(name)> <name><holder>", which the Go side builds once per
 -- acquire: the script then joins three strings, and is sent one argument
