@@ -200,3 +200,18 @@ func TestRunInADirUsedBeforeStartsAfresh(t *testing.T) {
 		}
 	}
 }
+
+// TestObservedTermGrantedAgainAfterATokenResetPasses: where tokens restart
+// with the server (TokensMayReset), term 1 granted to c0 and, after the
+// restart, to c1 may be observed led by either.
+func TestObservedTermGrantedAgainAfterATokenResetPasses(t *testing.T) {
+	h := &history{}
+	h.grant("c0.0", 1, 1)
+	h.add(Event{Proc: "c2.0", Op: OpObserve, Name: "x", Token: 1, Value: "c0.0"})
+	h.release("c0.0", 1, 1, OK).grant("c1.0", 1, 1)
+	h.add(Event{Proc: "c2.0", Op: OpObserve, Name: "x", Token: 1, Value: "c1.0"})
+	h.release("c1.0", 1, 1, OK)
+	if r := Check(h.events, Params{TTL: time.Second, Bound: time.Second, Faults: true, TokensMayReset: true}); hasViolation(r, CheckObserve) {
+		t.Errorf("a term granted twice after a token reset, observed with each leader: %v", r.Violations)
+	}
+}
