@@ -117,6 +117,7 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	ctx, stop := context.WithCancel(testenv.Context(t, 120*time.Second))
 	defer stop()
 	var seen [2][]dlock.Leadership
+	var mu sync.Mutex // guards seen
 	var wg sync.WaitGroup
 	ready := make(chan struct{}, 2)
 	for i := range seen {
@@ -125,10 +126,12 @@ func (s *suite) testElectionObserve(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ld := range ch {
+				mu.Lock()
 				if len(seen[i]) == 0 {
 					ready <- struct{}{}
 				}
 				seen[i] = append(seen[i], ld)
+				mu.Unlock()
 			}
 		}()
 	}
@@ -149,9 +152,19 @@ func (s *suite) testElectionObserve(t *testing.T) {
 		}
 		time.Sleep(5 * dlock.ObserveInterval)
 	}
+	want = append([]dlock.Leadership{{}}, want...) // nobody led before
+	// The last change may take a slow read to be seen: wait for it (a
+	// missed one shows below), then stop the observers.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(dlock.ObserveInterval) {
+		mu.Lock()
+		n := min(len(seen[0]), len(seen[1]))
+		mu.Unlock()
+		if n >= len(want) {
+			break
+		}
+	}
 	stop()
 	wg.Wait()
-	want = append([]dlock.Leadership{{}}, want...) // nobody led before
 	for i, got := range seen {
 		terms := func(ls []dlock.Leadership) []string {
 			var out []string
