@@ -130,6 +130,7 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("IDLeaseSurvivesContinueAsNew", func(t *testing.T) { testIDContinueAsNew(t, srv) })
 	t.Run("WorkerKilledWhileHoldingLock", func(t *testing.T) { testWorkerKilled(t, srv) })
 	t.Run("WorkflowLock", func(t *testing.T) { testWorkflowLock(t, srv) })
+	t.Run("CountedGrantReplays", func(t *testing.T) { testCountedGrantReplays(t, srv) })
 	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
