@@ -9,8 +9,9 @@
 // # Fair mode (mode=fair, the default)
 //
 // Each lock name has one mutex workflow (MutexWorkflow) that holds the
-// lock's whole state: the holder and its lease, a FIFO queue of waiters,
-// and the fencing-token counter. A client asks for the lock with
+// lock's whole state: the holder and its lease (or the holders of a
+// semaphore's permits or of a read-write lock, see below), a FIFO queue
+// of waiters, and the fencing-token counter. A client asks for the lock with
 // update-with-start — the workflow is started if it is not running — and
 // gets a synchronous answer: granted (with a token), busy (TryLock), or
 // queued. A queued waiter then sends "wait" updates; each is held open by
