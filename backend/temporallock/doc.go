@@ -9,8 +9,9 @@
 // # Fair mode (mode=fair, the default)
 //
 // Each lock name has one mutex workflow (MutexWorkflow) that holds the
-// lock's whole state: the holder and its lease, a FIFO queue of waiters,
-// and the fencing-token counter. A client asks for the lock with
+// lock's whole state: the holder and its lease (or the holders of a
+// semaphore's permits or of a read-write lock, see below), a FIFO queue
+// of waiters, and the fencing-token counter. A client asks for the lock with
 // update-with-start — the workflow is started if it is not running — and
 // gets a synchronous answer: granted (with a token), busy (TryLock), or
 // queued. A queued waiter then sends "wait" updates; each is held open by
@@ -95,6 +96,46 @@
 // long hold is followed by short ones, the lock can sit granted to it for
 // up to that interval before it learns.
 //
+// # Semaphores and read-write locks (fair mode)
+//
+// A name's mutex workflow holds a semaphore of n permits
+// (dlock.Semaphore) or a read-write lock (dlock.RWMutex) with the same
+// queue: its holders, in grant order, then its waiters, in arrival order,
+// and the rule etcdlock and zklock apply to their queues
+// (driver.QueueHolders), read from each request's holder metadata: an
+// entry holds when every one ahead of it holds and its own request admits
+// it beside them — a permit while fewer than its own n are ahead, a reader
+// while no writer is. Whenever a holder goes (release, expiry, Break) or a
+// waiter leaves the queue, the waiters at its head that hold now are
+// granted, in order, each with the next token, so tokens of one name
+// increase in grant order across permits, readers and writers
+// (dlocktest's SemaphoreAdmitsAtMostNHolders, the RWMutex cases). Grants
+// never pass a waiter: a request with a higher n waits behind one with a
+// lower n, so the lower n is never exceeded
+// (SemaphoreDisagreeingLimitsNeverExceedTheLowerOne), and a reader waits
+// behind a waiting writer (RWMutexTryRLockDoesNotPassAWaitingWriter,
+// RWMutexWriterIsNotStarvedByReaders); when such a waiter gives up, the
+// ones behind it that hold now are granted at once
+// (testLeavingWaiterLetsOthersIn checks both halves).
+//
+// Each permit is a lease of its own: its renewal and release name its
+// owner and act on it alone (testPermitsAreOwnerChecked); one that is not
+// renewed ends by its own timer while the others are kept
+// (testLaterPermitExpiresAlone, SemaphoreCrashedHolderFreesPermitWithinTTL).
+// Break ends every one (SemaphoreBreakFreesEveryPermit). Inspect and List
+// report every holder in Info.Permits when one of them is a permit or a
+// reader (SemaphoreInspectShowsEveryPermit,
+// RWMutexInspectShowsEveryReader). Lock, the workflow-side API, takes
+// mutexes only.
+//
+// Granting several holders at once is a change of the workflow's code,
+// versioned under the change ID "counted-leases": a history recorded by a
+// version of this package that kept one holder per name replays as it
+// ran, a counted request queued behind the holder, and one recorded since
+// replays with the counted grants it made
+// (TestReplayRecordedHistories replays both; testCountedGrantReplays
+// records the second).
+//
 // # Id mode (mode=id)
 //
 // The lock is a workflow run whose ID is derived from the name
@@ -117,7 +158,11 @@
 // retries, woken by a long poll on the running run's close event (no
 // fixed-interval polling while the lock is held), so waiting is not fair
 // and WithFair is refused; Grant.Recovered is not reported (LockDelay
-// false: the lock-delay option then always applies).
+// false: the lock-delay option then always applies). One run is one
+// holder: id mode has no semaphores and no read-write locks, and says so
+// in its Capabilities, so dlock returns ErrUnsupported for them
+// (dlocktest's SemaphoreIsUnsupportedAndSaysSo and
+// RWMutexIsUnsupportedAndSaysSo).
 //
 // Fencing in id mode: the token is the lock run's start time in
 // microseconds, by the Temporal server's clock, read by the client with a

@@ -3,6 +3,7 @@ package temporallock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -334,11 +335,20 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	return s.info(), nil
 }
 
+// info is what Inspect reports of s. Every holder is listed in Permits
+// when one of them is counted (a semaphore's permit, a reader); a mutex's
+// holder, or a read-write lock's writer, has none.
 func (s mutexState) info() driver.Info {
 	in := driver.Info{Name: s.Name}
 	if h := s.Holder; h != nil {
 		in.Held, in.Token, in.Holder = true, h.Token, h.Holder
 		in.ExpiresIn = max(time.Until(h.Expires), 0)
+		all := append([]entry{*h}, s.More...)
+		if slices.ContainsFunc(all, counted) {
+			for _, e := range all {
+				in.Permits = append(in.Permits, driver.Permit{Token: e.Token, Holder: e.Holder, ExpiresIn: max(time.Until(e.Expires), 0)})
+			}
+		}
 	}
 	for _, e := range s.Queue {
 		in.Waiters = append(in.Waiters, e.Holder)

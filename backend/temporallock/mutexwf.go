@@ -1,9 +1,12 @@
 package temporallock
 
 import (
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/dlock/dlock/driver"
 )
 
 // Names of the fair mutex workflow and of the messages it handles. They are
@@ -80,8 +83,13 @@ type mutexState struct {
 	// its start time in microseconds, so that even a mutex workflow that
 	// was terminated and started anew hands out tokens above the old
 	// one's (unless that granted more than one a microsecond on average).
-	Token  uint64
+	Token uint64
+	// Holder is the holder, or the first of several, in grant order: a
+	// semaphore's permits or a read-write lock's readers; More are the
+	// others. An entry of Queue is granted when driver.QueueHolders says
+	// it holds in the queue Holder, More..., Queue... (see admits).
 	Holder *entry  `json:",omitempty"`
+	More   []entry `json:",omitempty"`
 	Queue  []entry `json:",omitempty"`
 	// Recovered: the last lease ended without a release (expiry or break).
 	Recovered bool `json:",omitempty"`
@@ -167,6 +175,16 @@ type mutex struct {
 // probeVersion is the change ID under which the mutex workflow probes
 // its workflow waiters.
 const probeVersion = "probe-workflow-waiters"
+
+// countedVersion is the change ID under which the mutex workflow grants
+// a name to several holders at once (semaphores, readers). It is asked
+// for lazily, by admits, at the first grant whose outcome depends on it:
+// a history recorded by a version of this package that kept one holder
+// (a counted request then waited for the holder to go) replays with
+// DefaultVersion and keeps doing so, while a run that the new code runs
+// live records the marker there and grants by the counted rule from then
+// on, including a run started before the upgrade.
+const countedVersion = "counted-leases"
 
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
@@ -311,7 +329,7 @@ func (m *mutex) register(ctx workflow.Context) error {
 // sends a wait, which takes the grant), queued with a RetryAfter (not yet),
 // queued without (send a wait now), or gone.
 func (m *mutex) place(ctx workflow.Context, owner string) reply {
-	if h := m.s.Holder; h != nil && h.Owner == owner {
+	if m.holding(owner) != nil {
 		return reply{Status: stGranted}
 	}
 	i := m.queued(owner)
@@ -380,7 +398,7 @@ func (m *mutex) onReleaseSignal(ctx workflow.Context, c workflow.ReceiveChannel)
 func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	now := workflow.Now(ctx)
 	m.expire(ctx, now) // a lease past its end must not make a TryLock fail
-	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
+	if h := m.holding(r.Owner); h != nil {
 		m.pickUp(now)
 		return reply{Status: stGranted, Token: h.Token, Age: now.Sub(h.GrantedAt)}
 	}
@@ -389,10 +407,10 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 		return m.queuedReply(now, r.Poll, i, r.TTL)
 	}
 	e := entry{Owner: r.Owner, TTL: r.TTL, Holder: r.Holder, ReplyTo: r.ReplyTo}
-	if m.s.Holder == nil && len(m.s.Queue) == 0 {
-		m.grant(now, e)
+	if len(m.s.Queue) == 0 && m.admits(ctx, e) {
+		tok := m.grant(now, e)
 		m.pickUp(now) // the reply tells it
-		return reply{Status: stGranted, Token: m.s.Holder.Token, Recovered: m.s.Recovered}
+		return reply{Status: stGranted, Token: tok, Recovered: m.s.Recovered}
 	}
 	if !r.Wait {
 		return reply{Status: stBusy}
@@ -451,7 +469,7 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 		}
 	}
 	now := workflow.Now(ctx)
-	if h := m.s.Holder; h != nil && h.Owner == r.Owner {
+	if h := m.holding(r.Owner); h != nil {
 		m.pickUp(now)
 		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt), Waited: now.Sub(started)}, nil
 	}
@@ -463,9 +481,9 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 }
 
 func (m *mutex) extend(ctx workflow.Context, r extendReq) reply {
-	h := m.s.Holder
+	h := m.holding(r.Owner)
 	now := workflow.Now(ctx)
-	if h == nil || h.Owner != r.Owner || h.Token != r.Token || !now.Before(h.Expires) {
+	if h == nil || h.Token != r.Token || !now.Before(h.Expires) {
 		return reply{Status: stLost}
 	}
 	h.Expires = now.Add(r.TTL)
@@ -475,32 +493,63 @@ func (m *mutex) extend(ctx workflow.Context, r extendReq) reply {
 }
 
 func (m *mutex) release(ctx workflow.Context, owner string) reply {
-	if h := m.s.Holder; h != nil && h.Owner == owner {
+	if h := m.holding(owner); h != nil {
 		m.s.Recovered = false
-		m.end(ctx, false)
+		m.end(ctx, h.Token, false)
+		m.grantNext(ctx)
 		return reply{Status: stOK}
 	}
 	if i := m.queued(owner); i >= 0 {
-		m.s.Queue = append(m.s.Queue[:i], m.s.Queue[i+1:]...)
-		m.changed = true
+		m.leave(ctx, i)
 		return reply{Status: stOK}
 	}
 	return reply{Status: stLost}
 }
 
+// leave removes the waiter at queue position i. Waiters behind it may
+// hold now: one that asked with a higher limit than it (see admits).
+func (m *mutex) leave(ctx workflow.Context, i int) {
+	m.s.Queue = append(m.s.Queue[:i], m.s.Queue[i+1:]...)
+	m.changed = true
+	m.grantNext(ctx)
+}
+
+// breakLock ends every lease of the name, then grants it to the waiters
+// that hold next.
 func (m *mutex) breakLock(ctx workflow.Context) reply {
 	if m.s.Holder == nil {
 		return reply{Status: stFree}
 	}
-	m.end(ctx, true)
+	for m.s.Holder != nil {
+		m.end(ctx, m.s.Holder.Token, true)
+	}
+	m.grantNext(ctx)
 	return reply{Status: stOK}
 }
 
-// end takes the lock from its holder (released, or lost when lost is
-// true) and grants it to the next waiter.
-func (m *mutex) end(ctx workflow.Context, lost bool) {
-	h := m.s.Holder
-	m.s.Holder = nil
+// end takes the lease with the given token from its holder (released, or
+// lost when lost is true); the caller then grants it on (grantNext).
+func (m *mutex) end(ctx workflow.Context, token uint64, lost bool) {
+	var h entry
+	switch {
+	case m.s.Holder != nil && m.s.Holder.Token == token:
+		h = *m.s.Holder
+		m.s.Holder = nil
+		if len(m.s.More) > 0 {
+			next := m.s.More[0]
+			m.s.Holder, m.s.More = &next, m.s.More[1:]
+		}
+	default:
+		i := slices.IndexFunc(m.s.More, func(e entry) bool { return e.Token == token })
+		if i < 0 {
+			return
+		}
+		h = m.s.More[i]
+		m.s.More = slices.Delete(m.s.More, i, i+1)
+	}
+	if len(m.s.More) == 0 {
+		m.s.More = nil // as a state with one holder always was
+	}
 	if lost {
 		m.s.Recovered = true
 		if h.ReplyTo != nil {
@@ -508,7 +557,6 @@ func (m *mutex) end(ctx workflow.Context, lost bool) {
 		}
 	}
 	m.changed = true
-	m.grantNext(ctx)
 }
 
 // expire ends a lease whose time is up, drops client waiters that stopped
@@ -526,26 +574,81 @@ func (m *mutex) expire(ctx workflow.Context, now time.Time) {
 		q = append(q, e)
 	}
 	m.s.Queue = q
-	if h := m.s.Holder; h != nil && !now.Before(h.Expires) {
-		m.end(ctx, true)
-	} else if h == nil {
-		m.grantNext(ctx)
+	for _, h := range m.holders() {
+		if !now.Before(h.Expires) {
+			m.end(ctx, h.Token, true)
+		}
 	}
+	m.grantNext(ctx)
 }
 
+// holders returns a copy of the holders, in grant order.
+func (m *mutex) holders() []entry {
+	if m.s.Holder == nil {
+		return nil
+	}
+	return append([]entry{*m.s.Holder}, m.s.More...)
+}
+
+// holding returns owner's lease if it holds one, to read or renew.
+func (m *mutex) holding(owner string) *entry {
+	if h := m.s.Holder; h != nil && h.Owner == owner {
+		return h
+	}
+	for i := range m.s.More {
+		if m.s.More[i].Owner == owner {
+			return &m.s.More[i]
+		}
+	}
+	return nil
+}
+
+// counted reports whether e asks for a lease that may be held beside
+// others: a semaphore's permit or a reader's.
+func counted(e entry) bool {
+	return driver.HolderLimit(e.Holder) > 1 || driver.HolderShared(e.Holder)
+}
+
+// admits reports whether e, placed right behind the holders, holds: the
+// rule of driver.QueueHolders, which etcdlock and zklock apply to their
+// queues, applied to the queue Holder, More..., e. A mutex's request
+// holds only when there is no holder, as it always did; a counted one
+// (counted) beside holders only once countedVersion is on (see there).
+func (m *mutex) admits(ctx workflow.Context, e entry) bool {
+	hs := m.holders()
+	if len(hs) == 0 {
+		return true
+	}
+	if !counted(e) {
+		return false // QueueHolders agrees: it is not ahead of a holder
+	}
+	if workflow.GetVersion(ctx, countedVersion, workflow.DefaultVersion, 1) < 1 {
+		return false
+	}
+	n, _ := driver.QueueHolders(len(hs)+1, func(i int) ([]byte, error) {
+		if i < len(hs) {
+			return hs[i].Holder, nil
+		}
+		return e.Holder, nil
+	})
+	return n > len(hs)
+}
+
+// grantNext grants the name to the waiters at the head of the queue that
+// hold now (admits), in queue order.
 func (m *mutex) grantNext(ctx workflow.Context) {
-	if m.s.Holder != nil || len(m.s.Queue) == 0 {
-		return
-	}
-	e := m.s.Queue[0]
-	m.s.Queue = m.s.Queue[1:]
-	m.grant(workflow.Now(ctx), e)
-	if e.ReplyTo != nil {
-		m.notify(ctx, *e.ReplyTo, sigGrantPrefix+e.Owner, grantMsg{Token: m.s.Holder.Token, Recovered: m.s.Recovered})
+	for len(m.s.Queue) > 0 && m.admits(ctx, m.s.Queue[0]) {
+		e := m.s.Queue[0]
+		m.s.Queue = m.s.Queue[1:]
+		tok := m.grant(workflow.Now(ctx), e)
+		if e.ReplyTo != nil {
+			m.notify(ctx, *e.ReplyTo, sigGrantPrefix+e.Owner, grantMsg{Token: tok, Recovered: m.s.Recovered})
+		}
 	}
 }
 
-func (m *mutex) grant(now time.Time, e entry) {
+// grant makes e a holder, with the next token, which it returns.
+func (m *mutex) grant(now time.Time, e entry) uint64 {
 	if !m.pickedUp.IsZero() {
 		t := now.Sub(m.pickedUp)
 		if m.turnover > 0 {
@@ -559,8 +662,13 @@ func (m *mutex) grant(now time.Time, e entry) {
 	}
 	m.s.Token++
 	e.Token, e.GrantedAt, e.Expires = m.s.Token, now, now.Add(e.TTL)
-	m.s.Holder = &e
+	if m.s.Holder == nil {
+		m.s.Holder = &e
+	} else {
+		m.s.More = append(m.s.More, e)
+	}
 	m.changed = true
+	return e.Token
 }
 
 // notify signals a lock-holding workflow. If it is gone (completed or
@@ -570,8 +678,11 @@ func (m *mutex) notify(ctx workflow.Context, to caller, signal string, msg grant
 	f := workflow.SignalExternalWorkflow(ctx, to.WorkflowID, to.RunID, signal, msg)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		if err := f.Get(ctx, nil); err != nil {
-			if h := m.s.Holder; h != nil && h.ReplyTo != nil && *h.ReplyTo == to && h.Token == msg.Token {
-				m.end(ctx, true)
+			for _, h := range m.holders() {
+				if h.ReplyTo != nil && *h.ReplyTo == to && h.Token == msg.Token {
+					m.end(ctx, h.Token, true)
+					m.grantNext(ctx)
+				}
 			}
 		}
 	})
@@ -592,8 +703,7 @@ func (m *mutex) probeWaiter(ctx workflow.Context, e entry) {
 			return
 		}
 		if i := m.queued(e.Owner); i >= 0 {
-			m.s.Queue = append(m.s.Queue[:i], m.s.Queue[i+1:]...)
-			m.changed = true
+			m.leave(ctx, i)
 		}
 	})
 }
@@ -634,8 +744,8 @@ func (m *mutex) nextDeadline() time.Time {
 			next = t
 		}
 	}
-	if m.s.Holder != nil {
-		consider(m.s.Holder.Expires)
+	for _, h := range m.holders() {
+		consider(h.Expires)
 	}
 	for _, e := range m.s.Queue {
 		if e.ReplyTo == nil || m.probing {

@@ -262,7 +262,11 @@ func (d *Driver) Capabilities() driver.Capabilities {
 		Fair:           d.cfg.mode == ModeFair,
 		DurableFencing: true,
 		LockDelay:      d.cfg.mode == ModeFair,
-		MinTTL:         time.Second,
+		// The mutex workflow's queue grants several holders by the rule
+		// of driver.QueueHolders; id mode has one run per name.
+		Semaphore: d.cfg.mode == ModeFair,
+		RWMutex:   d.cfg.mode == ModeFair,
+		MinTTL:    time.Second,
 	}
 }
 

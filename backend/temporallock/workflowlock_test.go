@@ -158,8 +158,10 @@ func replay(t *testing.T, files []string) {
 }
 
 // TestReplayRecordedHistories replays histories recorded from real runs
-// (testdata, written by go test -run TestOnTemporalDevServer/WorkflowLock
-// -update-histories): a change to the lock workflows or the workflow-side
+// (testdata, written by go test -run
+// 'TestOnTemporalDevServer/(WorkflowLock|CountedGrantReplays)'
+// -update-histories; counted-one-holder.json by an older version, see
+// countedHistory): a change to the lock workflows or the workflow-side
 // API that is not replay-compatible fails here.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.json")
