@@ -724,7 +724,8 @@ func checkTokens(r *Result, order []*hold, p Params) {
 //     noticeMargin of that deadline: the backend granted B after A could no
 //     longer prove its hold, and A's Done closed on time;
 //   - break: an operator's Break of the name succeeded, B's grant completed
-//     after the Break began and A's before it began (A's is the lease it
+//     after the Break began and A's acquire began before the Break returned
+//     (A's grant may have taken effect first: A's is a lease the Break
 //     took), no renewal of A was sent after the Break returned (A's proven
 //     deadline is at most a TTL after it), and A stopped claiming within
 //     noticeMargin of that deadline: a holder cut off from the backend
@@ -806,7 +807,7 @@ func checkExclusion(r *Result, order []*hold, decisions map[string]Event, window
 			return ExcuseDeadline, ""
 		}
 		for _, br := range breaks {
-			if br.name == a.name && !b.start.Before(br.invoke) && a.start.Before(br.invoke) &&
+			if br.name == a.name && !b.start.Before(br.invoke) && a.invoke.Before(br.done) &&
 				!a.expires.IsZero() && !a.expires.After(br.done.Add(p.TTL)) && !a.end.After(a.expires.Add(margin)) {
 				return ExcuseBreak, ""
 			}

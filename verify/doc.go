@@ -168,8 +168,11 @@
 //     arrival (B the loser): B's token is lower than A's, B's acquire began
 //     before A's completed, and B noticed the loss within TTL/3 plus the
 //     margin of its grant. break: an operator's Break of the lock
-//     succeeded, B's grant completed after the Break began and A's before
-//     it, no renewal of A was sent after the Break returned, and A stopped
+//     succeeded, B's grant completed after the Break began and A's acquire
+//     began before the Break returned (so A's grant may have come first,
+//     and the Break taken it: with a semaphore, the Break takes every
+//     permit, a holder's that was just granted too), no renewal of A was
+//     sent after the Break returned, and A stopped
 //     claiming within the margin of its proven deadline — a holder cut off
 //     from the backend cannot hear of the Break, and gives up at its
 //     deadline. A backend's documented, named Allowance for the fault

@@ -215,3 +215,48 @@ func TestObservedTermGrantedAgainAfterATokenResetPasses(t *testing.T) {
 		t.Errorf("a term granted twice after a token reset, observed with each leader: %v", r.Violations)
 	}
 }
+
+// TestPermitGrantedAsABreakRanIsExcusedByIt: c0's permit is granted while
+// an operator's Break of the semaphore runs, and the Break takes it; c0
+// learns it only at its release, before its first renewal was due, and
+// c3 is granted a permit meanwhile beside the two others: excused as
+// break. The same permit granted after the Break returned is not.
+func TestPermitGrantedAsABreakRanIsExcusedByIt(t *testing.T) {
+	build := func(grantedDuringBreak bool) *history {
+		h := &history{}
+		acquire := func(proc string, token uint64) {
+			h.add(Event{Proc: proc, Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x", Limit: 3})
+			h.add(Event{Proc: proc, Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Limit: 3, Token: token, Expires: h.now().Add(time.Second)})
+		}
+		brk := func(phase Phase) { h.add(Event{Proc: "nemesis", Op: OpBreak, Phase: phase, ID: 1, Name: "x", Target: "c9.0"}) }
+		if grantedDuringBreak {
+			h.add(Event{Proc: "c0.0", Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x", Limit: 3})
+			brk(Invoke)
+			h.add(Event{Proc: "c0.0", Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Limit: 3, Token: 5, Expires: h.now().Add(time.Second)})
+			brk(OK)
+		} else {
+			brk(Invoke)
+			brk(OK)
+			acquire("c0.0", 5)
+		}
+		acquire("c1.0", 6)
+		acquire("c2.0", 7)
+		acquire("c3.0", 8)
+		for _, p := range []string{"c0.0", "c1.0", "c2.0", "c3.0"} {
+			h.add(Event{Proc: p, Op: OpRelease, Phase: Invoke, ID: 20, Hold: 1, Name: "x"})
+			if p == "c0.0" {
+				h.add(Event{Proc: p, Op: OpLost, Hold: 1, Name: "x", Token: 5, Err: "lease lost"})
+				h.add(Event{Proc: p, Op: OpRelease, Phase: Fail, ID: 20, Hold: 1, Name: "x", Err: "lease lost"})
+			} else {
+				h.add(Event{Proc: p, Op: OpRelease, Phase: OK, ID: 20, Hold: 1, Name: "x"})
+			}
+		}
+		return h
+	}
+	if r := Check(build(true).events, strict); r.Verdict() != "PASS" || r.Excused[ExcuseBreak] != 1 {
+		t.Errorf("a permit taken by the Break that ran as it was granted: %s, excused %v, %v", r.Verdict(), r.Excused, r.Violations)
+	}
+	if r := Check(build(false).events, strict); r.Verdict() != "FAIL" || !violationContains(r, CheckExclusion, "3 permits of 3 were held") {
+		t.Errorf("a fourth permit while three granted after the Break held: %s, %v", r.Verdict(), r.Violations)
+	}
+}
