@@ -228,7 +228,9 @@ func TestPermitGrantedAsABreakRanIsExcusedByIt(t *testing.T) {
 			h.add(Event{Proc: proc, Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x", Limit: 3})
 			h.add(Event{Proc: proc, Op: OpAcquire, Phase: OK, ID: 10, Hold: 1, Name: "x", Limit: 3, Token: token, Expires: h.now().Add(time.Second)})
 		}
-		brk := func(phase Phase) { h.add(Event{Proc: "nemesis", Op: OpBreak, Phase: phase, ID: 1, Name: "x", Target: "c9.0"}) }
+		brk := func(phase Phase) {
+			h.add(Event{Proc: "nemesis", Op: OpBreak, Phase: phase, ID: 1, Name: "x", Target: "c9.0"})
+		}
 		if grantedDuringBreak {
 			h.add(Event{Proc: "c0.0", Op: OpAcquire, Phase: Invoke, ID: 10, Hold: 1, Name: "x", Limit: 3})
 			brk(Invoke)
