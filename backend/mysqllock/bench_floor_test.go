@@ -17,7 +17,10 @@ import (
 //
 //   - Uncontended: Lock+Unlock of a free lock (as bench's workers call it),
 //     call by call with the floor — two DO 1 on one database/sql connection.
-//     x-floor is the lock's time over the floor's. stmts/op is what the
+//     x-floor is the lock's time over the floor's. Beside them, two durable
+//     one-row commits (UPDATEs) on one connection: the least a lock+unlock
+//     that writes its grant and its release costs at this server's
+//     innodb_flush_log_at_trx_commit (x-two-commits). stmts/op is what the
 //     server was sent per Lock+Unlock (the Questions counter, every
 //     connection of the driver's pool and its bell connection included),
 //     fsyncs/op its redo-log flushes (Innodb_data_fsyncs).
@@ -53,9 +56,29 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 				}
 			}
 		}
+		commits := s.sqlDB(b)
+		commits.SetMaxOpenConns(1)
+		for _, q := range []string{"CREATE TABLE IF NOT EXISTS bench_commit (id INT PRIMARY KEY, n BIGINT) ENGINE=InnoDB", "INSERT IGNORE INTO bench_commit VALUES (1, 0)"} {
+			if _, err := commits.Exec(q); err != nil {
+				b.Fatal(err)
+			}
+		}
+		commit, err := commits.Prepare("UPDATE bench_commit SET n = n + 1 WHERE id = ?")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer commit.Close()
+		twoCommits := func() {
+			for range 2 {
+				if _, err := commit.ExecContext(ctx, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 		for range 50 { // warm: table, statements, connections
 			lockUnlock()
 			twoDo()
+			twoCommits()
 		}
 		time.Sleep(50 * time.Millisecond) // the bell keeper catches up
 		const counted = 200
@@ -67,27 +90,27 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 		// Two SHOW STATUS statements of ours fall between the readings.
 		q1, f1 := serverCounter(b, floor, "Questions")-2, serverCounter(b, floor, "Innodb_data_fsyncs")
 
-		var lock, fl time.Duration
+		// The three take turns call by call, in a rotating order, so that a
+		// burst of load on the machine lands on all of them.
+		cases := []func(){lockUnlock, twoDo, twoCommits}
+		spent := make([]time.Duration, len(cases))
 		i := 0
 		for b.Loop() {
-			t0 := time.Now()
-			if i%2 == 0 {
-				lockUnlock()
-				t1 := time.Now()
-				twoDo()
-				lock, fl = lock+t1.Sub(t0), fl+time.Since(t1)
-			} else {
-				twoDo()
-				t1 := time.Now()
-				lockUnlock()
-				fl, lock = fl+t1.Sub(t0), lock+time.Since(t1)
+			for j := range cases {
+				k := (i + j) % len(cases)
+				t0 := time.Now()
+				cases[k]()
+				spent[k] += time.Since(t0)
 			}
 			i++
 		}
+		lock, fl, cm := spent[0], spent[1], spent[2]
 		n := float64(b.N)
 		b.ReportMetric(float64(lock.Microseconds())/n, "lock+unlock-µs")
 		b.ReportMetric(float64(fl.Microseconds())/n, "floor-µs")
+		b.ReportMetric(float64(cm.Microseconds())/n, "two-commits-µs")
 		b.ReportMetric(float64(lock)/float64(fl), "x-floor")
+		b.ReportMetric(float64(lock)/float64(cm), "x-two-commits")
 		b.ReportMetric(float64(q1-q0)/counted, "stmts/op")
 		b.ReportMetric(float64(f1-f0)/counted, "fsyncs/op")
 	})
