@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -80,7 +82,9 @@ func slotsHeld(t testing.TB, db *sql.DB, name string) int {
 // waiter's slot is given back when its Lock returns". A waiter of another
 // client holds a waiting slot while it waits; the holder's release sees it
 // and marks the name to stand back; a release that nobody waited for does
-// not. Once the waiter's Lock has returned, it holds no slot.
+// not. Once the waiter's Lock has returned, it holds no slot. And "TryLock
+// never stands back": a try leaves the mark for the next Lock, which takes
+// it.
 func (s server) testReleaserStandsBack(t *testing.T) {
 	db := s.sqlDB(t)
 	d := s.open(t, s.Addr, "")
@@ -95,9 +99,24 @@ func (s server) testReleaserStandsBack(t *testing.T) {
 		return ok
 	}
 
+	d.standBack(name)
+	owner := strings.Repeat("ab", 16)
+	g, err := d.Acquire(ctx, driver.Request{Name: name, Owner: owner, TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !standing() {
+		t.Error("a TryLock stood back")
+	}
+	if err := d.Release(ctx, driver.Held{Name: name, Owner: owner, Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
 	l, err := holder.Mutex(name).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if standing() {
+		t.Error("a Lock left the stand-back mark in place")
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
