@@ -28,7 +28,9 @@ import (
 //     one name, each holding it 1 ms per grant, for 2 s per iteration:
 //     grants/s, holder changes/s (grants to a different worker than the
 //     previous grant), the least and most grants of one worker, and their
-//     ratio (fairness).
+//     ratio (fairness); stmts/grant and fsyncs/grant are the server's
+//     counters over the whole iteration (its warm-up and wind-down
+//     included) per counted grant.
 //
 // Run: go test ./backend/mysqllock -run '^$' -bench MariaDBVsFloor -benchtime 3x
 func BenchmarkMariaDBVsFloor(b *testing.B) {
@@ -125,6 +127,8 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 		var grants, changes int
 		perWorker := make([]int, workers)
 		round := 0
+		db := s.sqlDB(b)
+		q0, f0 := serverCounter(b, db, "Questions"), serverCounter(b, db, "Innodb_data_fsyncs")
 		for b.Loop() {
 			name := fmt.Sprintf("bench/floor/contended/%d", round)
 			g, ch, pw, took := contendedRound(b, clients, name, 2*time.Second, time.Millisecond)
@@ -134,6 +138,9 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 			}
 			round++
 		}
+		q1, f1 := serverCounter(b, db, "Questions"), serverCounter(b, db, "Innodb_data_fsyncs")
+		b.ReportMetric(float64(q1-q0)/float64(max(grants, 1)), "stmts/grant")
+		b.ReportMetric(float64(f1-f0)/float64(max(grants, 1)), "fsyncs/grant")
 		lo, hi := perWorker[0], perWorker[0]
 		for _, g := range perWorker {
 			lo, hi = min(lo, g), max(hi, g)
