@@ -37,12 +37,13 @@
 // Costs. Holding bells costs one connection per Driver, not one per held
 // lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
 // Bells are taken and dropped by a background goroutine after the row
-// changed, so they add no round trip to Acquire or Release. A grant takes
-// its bell at once only if its statement found someone waiting (a held
-// waiting slot, below; testGrantWithWaitersTakesBellAtOnce); otherwise 5 ms
-// after the grant, so a Lock+Unlock that nobody waits for and that ends
-// sooner sends two statements, the acquire and the release, and nothing
-// on the bell connection (TestUncontendedLockSendsTwoStatements). A waiter
+// changed, so they add no round trip to Acquire or Release. A mutex's
+// grant takes its bell at once only if its statement found someone waiting
+// (a held waiting slot, below; testGrantWithWaitersTakesBellAtOnce), and
+// otherwise 5 ms after the grant (a semaphore permit's, at once), so a
+// Lock+Unlock that nobody waits for and that ends sooner sends two
+// statements, the acquire and the release, and nothing on the bell
+// connection (TestUncontendedLockSendsTwoStatements). A waiter
 // that comes in those 5 ms finds the bell not yet taken and looks every
 // 2 ms until it is. A waiting Lock uses no connection until an attempt has
 // found the lock held; then it waits on a session of its own (sessions are
