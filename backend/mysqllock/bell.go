@@ -89,9 +89,17 @@ type bells struct {
 	db    *sql.DB
 	delay time.Duration // bellDelay (tests lengthen it)
 
-	mu      sync.Mutex
-	want    map[string]map[string]claim // bell -> owner -> that lease's claim
-	id      uint64                      // the connection's CONNECTION_ID(), 0 while there is none
+	mu   sync.Mutex
+	want map[string]map[string]claim // bell -> owner -> that lease's claim
+	// The keeper's timer, its due time, and the earliest time a claim
+	// added since the keeper's last round wants a round (zero: none), so
+	// that a claim made while a round runs is not missed when the round
+	// sets the timer. hold sets the timer for a delayed bell rather than
+	// wake the keeper: a lock released before then costs no keeper round.
+	timer   *time.Timer
+	due     time.Time
+	early   time.Time
+	id      uint64 // the connection's CONNECTION_ID(), 0 while there is none
 	closed  bool
 	started bool
 
@@ -135,8 +143,14 @@ func (b *bells) connID(ctx context.Context) uint64 {
 	})
 	select {
 	case <-b.ready:
-	case <-ctx.Done():
-	case <-time.After(bellStartWait):
+	default:
+		t := time.NewTimer(bellStartWait)
+		select {
+		case <-b.ready:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -163,8 +177,19 @@ func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
 		b.want[bell] = map[string]claim{}
 	}
 	b.want[bell][owner] = claim{deadline: deadline, from: from}
+	if !waited && b.timer != nil {
+		if b.early.IsZero() || from.Before(b.early) {
+			b.early = from
+		}
+		if from.Before(b.due) {
+			b.due = from
+			b.timer.Reset(time.Until(from))
+		}
+		b.mu.Unlock()
+		return
+	}
 	b.mu.Unlock()
-	b.signal() // the keeper takes the bell now, or sets its timer for from
+	b.signal()
 }
 
 // extend moves the deadline of owner's claim on bell, if it still has one:
@@ -181,11 +206,15 @@ func (b *bells) extend(bell, owner string, deadline time.Time) {
 // drop ends owner's claim on bell.
 func (b *bells) drop(bell, owner string) {
 	b.mu.Lock()
+	c, ok := b.want[bell][owner]
 	delete(b.want[bell], owner)
 	if len(b.want[bell]) == 0 {
 		delete(b.want, bell)
 	}
 	b.mu.Unlock()
+	if ok && c.from.After(time.Now()) {
+		return // its bell was not taken for it: nothing to drop
+	}
 	b.signal()
 }
 
@@ -235,10 +264,23 @@ func (b *bells) run() {
 	}()
 	b.connect()
 	close(b.ready)
-	timer := time.NewTimer(time.Hour)
+	b.mu.Lock()
+	b.timer = time.NewTimer(time.Hour)
+	timer := b.timer
+	b.mu.Unlock()
 	defer timer.Stop()
 	for {
-		timer.Reset(b.sync())
+		b.mu.Lock()
+		b.early = time.Time{} // this round sees every claim made so far
+		b.mu.Unlock()
+		next := time.Now().Add(b.sync())
+		b.mu.Lock()
+		if !b.early.IsZero() && b.early.Before(next) {
+			next = b.early // a claim made during the round
+		}
+		b.due = next
+		timer.Reset(time.Until(next))
+		b.mu.Unlock()
 		select {
 		case <-b.done:
 			return

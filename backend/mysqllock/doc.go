@@ -40,10 +40,10 @@
 // changed, so they add no round trip to Acquire or Release. A mutex's
 // grant takes its bell at once only if its statement found someone waiting
 // (a held waiting slot, below; testGrantWithWaitersTakesBellAtOnce), and
-// otherwise 5 ms after the grant (a semaphore permit's, at once), so a
-// Lock+Unlock that nobody waits for and that ends sooner sends two
-// statements, the acquire and the release, and nothing on the bell
-// connection (TestUncontendedLockSendsTwoStatements). A waiter
+// otherwise 5 ms after the grant (testHeldLockTakesBellSoon; a semaphore
+// permit's, at once), so a Lock+Unlock that nobody waits for and that ends
+// sooner sends two statements, the acquire and the release, and nothing on
+// the bell connection (TestUncontendedLockSendsTwoStatements). A waiter
 // that comes in those 5 ms finds the bell not yet taken and looks every
 // 2 ms until it is. A waiting Lock uses no connection until an attempt has
 // found the lock held; then it waits on a session of its own (sessions are

@@ -101,6 +101,7 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("ReleaserStandsBackForAWaiter", s.testReleaserStandsBack)
 	t.Run("CancelledWaiterGivesItsSlotBack", s.testCancelledWaiterGivesSlotBack)
 	t.Run("GrantWithWaitersTakesItsBellAtOnce", s.testGrantWithWaitersTakesBellAtOnce)
+	t.Run("HeldLockTakesItsBellSoon", s.testHeldLockTakesBellSoon)
 	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
 	t.Run("BellIsKeptWhileLeaseIsRenewed", s.testBellKept)
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)

@@ -244,3 +244,29 @@ func (s server) testGrantWithWaitersTakesBellAtOnce(t *testing.T) {
 		_ = second.Unlock(ctx)
 	}
 }
+
+// testHeldLockTakesBellSoon: the package doc's "otherwise 5 ms after the
+// grant". A lock that nobody waits for, still held, holds its bell well
+// before the bell keeper's next keep-alive round (20 s) would take it: the
+// bound here is 2 s, to leave a slow machine room.
+func (s server) testHeldLockTakesBellSoon(t *testing.T) {
+	db := s.sqlDB(t)
+	c := s.client(t, dlock.WithTTL(30*time.Second))
+	ctx := testenv.Context(t, time.Minute)
+	for i := range 3 { // the first grant also starts the bell connection
+		name := fmt.Sprintf("soon/%d", i)
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 2*time.Second, "the holder to take its bell", func() error {
+			if !bellHeld(t, db, name) {
+				return errors.New("not taken")
+			}
+			return nil
+		})
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
