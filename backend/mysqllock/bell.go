@@ -18,6 +18,22 @@ func bellName(table, name string) string {
 	return "dlock:" + driver.NameHash(table+"\x00"+name)
 }
 
+// waitingPrefix names the waiting slots of a lock: user locks named by it
+// and a digit 0..waitSlots-1 (40 characters; GET_LOCK allows 64).
+func waitingPrefix(table, name string) string {
+	return "dlock:w" + driver.NameHash(table+"\x00"+name)
+}
+
+// appendSlots appends the waiting slots' prefix once per slot, as the
+// statements that look at the slots take it.
+func appendSlots(args []any, table, name string) []any {
+	p := waitingPrefix(table, name)
+	for range waitSlots {
+		args = append(args, p)
+	}
+	return args
+}
+
 // Bell timing.
 const (
 	bellTake      = 2  // seconds a holder's bell connection waits for a bell that waiters are passing on
@@ -27,6 +43,10 @@ const (
 	pollMax       = time.Second
 	pendingPoll   = 2 * time.Millisecond // while a new holder's bell is being taken
 	pendingPolls  = 50                   // then back off as for a holder without a bell
+	// winnerBell is a woken waiter's pause after its attempt lost, before
+	// it looks again: about the round trip in which the winner, told by
+	// its grant that others wait, takes its bell.
+	winnerBell = time.Millisecond
 
 	// bellStartWait is how long connID waits for the bell connection on
 	// first use; past it the caller goes on without a bell (its waiters
@@ -41,7 +61,22 @@ const (
 	// bellRetry is the keeper's pause after a failed round, when the
 	// session was dropped and must be opened again.
 	bellRetry = 100 * time.Millisecond
+	// bellDelay is how long after a grant that found no waiter the keeper
+	// takes its bell: a lock released sooner never touches its bell (no
+	// statement on the bell connection), and a waiter that comes in the
+	// meantime looks every pendingPoll until the bell is taken.
+	bellDelay = 5 * time.Millisecond
+	// bellKeepAlive is how often an idle bell session sends a statement,
+	// well within its wait_timeout.
+	bellKeepAlive = bellIdleLimit * time.Second / 3
 )
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
 
 // heldPoll paces a waiter's looks at a lock whose holder has no bell.
 var heldPoll = driver.Backoff{Base: pollMin, Cap: pollMax, Jitter: 0.5}
@@ -51,11 +86,20 @@ var heldPoll = driver.Backoff{Base: pollMin, Cap: pollMax, Jitter: 0.5}
 // background goroutine, so that neither costs the caller a round trip. The
 // goroutine alone uses the connection; callers only change the wanted set.
 type bells struct {
-	db *sql.DB
+	db    *sql.DB
+	delay time.Duration // bellDelay (tests lengthen it)
 
-	mu      sync.Mutex
-	want    map[string]map[string]time.Time // bell -> owner -> local deadline of that lease
-	id      uint64                          // the connection's CONNECTION_ID(), 0 while there is none
+	mu   sync.Mutex
+	want map[string]map[string]claim // bell -> owner -> that lease's claim
+	// The keeper's timer, its due time, and the earliest time a claim
+	// added since the keeper's last round wants a round (zero: none), so
+	// that a claim made while a round runs is not missed when the round
+	// sets the timer. hold sets the timer for a delayed bell rather than
+	// wake the keeper: a lock released before then costs no keeper round.
+	timer   *time.Timer
+	due     time.Time
+	early   time.Time
+	id      uint64 // the connection's CONNECTION_ID(), 0 while there is none
 	closed  bool
 	started bool
 
@@ -68,11 +112,18 @@ type bells struct {
 	// Owned by run.
 	conn   *sql.Conn
 	have   map[string]bool // bells held on conn
+	last   time.Time       // when the last statement on conn ended
 	gaveUp map[string]bool // bells another session kept past bellTake: not retried for this lease
 }
 
+// claim is a lease's claim on its bell.
+type claim struct {
+	deadline time.Time // the lease's local deadline: the bell is not held past it
+	from     time.Time // the bell is taken from then on
+}
+
 func newBells(db *sql.DB) *bells {
-	return &bells{db: db, want: map[string]map[string]time.Time{},
+	return &bells{db: db, delay: bellDelay, want: map[string]map[string]claim{},
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
 		have: map[string]bool{}, gaveUp: map[string]bool{}}
 }
@@ -92,8 +143,14 @@ func (b *bells) connID(ctx context.Context) uint64 {
 	})
 	select {
 	case <-b.ready:
-	case <-ctx.Done():
-	case <-time.After(bellStartWait):
+	default:
+		t := time.NewTimer(bellStartWait)
+		select {
+		case <-b.ready:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -107,13 +164,30 @@ func (b *bells) ownID() uint64 {
 	return b.id
 }
 
-// hold wants bell held for owner's lease until deadline (local clock).
-func (b *bells) hold(bell, owner string, deadline time.Time) {
+// hold wants bell held for owner's lease until deadline (local clock): at
+// once if someone waits for the lock, otherwise after bellDelay, so that a
+// lock held briefly and with nobody waiting costs no bell statements.
+func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
+	from := time.Now()
+	if !waited {
+		from = from.Add(b.delay)
+	}
 	b.mu.Lock()
 	if b.want[bell] == nil {
-		b.want[bell] = map[string]time.Time{}
+		b.want[bell] = map[string]claim{}
 	}
-	b.want[bell][owner] = deadline
+	b.want[bell][owner] = claim{deadline: deadline, from: from}
+	if !waited && b.timer != nil {
+		if b.early.IsZero() || from.Before(b.early) {
+			b.early = from
+		}
+		if from.Before(b.due) {
+			b.due = from
+			b.timer.Reset(time.Until(from))
+		}
+		b.mu.Unlock()
+		return
+	}
 	b.mu.Unlock()
 	b.signal()
 }
@@ -123,19 +197,24 @@ func (b *bells) hold(bell, owner string, deadline time.Time) {
 func (b *bells) extend(bell, owner string, deadline time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if dl, ok := b.want[bell][owner]; ok && deadline.After(dl) {
-		b.want[bell][owner] = deadline
+	if c, ok := b.want[bell][owner]; ok && deadline.After(c.deadline) {
+		c.deadline = deadline
+		b.want[bell][owner] = c
 	}
 }
 
 // drop ends owner's claim on bell.
 func (b *bells) drop(bell, owner string) {
 	b.mu.Lock()
+	c, ok := b.want[bell][owner]
 	delete(b.want[bell], owner)
 	if len(b.want[bell]) == 0 {
 		delete(b.want, bell)
 	}
 	b.mu.Unlock()
+	if ok && c.from.After(time.Now()) {
+		return // its bell was not taken for it: nothing to drop
+	}
 	b.signal()
 }
 
@@ -185,10 +264,23 @@ func (b *bells) run() {
 	}()
 	b.connect()
 	close(b.ready)
-	timer := time.NewTimer(time.Hour)
+	b.mu.Lock()
+	b.timer = time.NewTimer(time.Hour)
+	timer := b.timer
+	b.mu.Unlock()
 	defer timer.Stop()
 	for {
-		timer.Reset(b.sync())
+		b.mu.Lock()
+		b.early = time.Time{} // this round sees every claim made so far
+		b.mu.Unlock()
+		next := time.Now().Add(b.sync())
+		b.mu.Lock()
+		if !b.early.IsZero() && b.early.Before(next) {
+			next = b.early // a claim made during the round
+		}
+		b.due = next
+		timer.Reset(time.Until(next))
+		b.mu.Unlock()
 		select {
 		case <-b.done:
 			return
@@ -215,7 +307,7 @@ func (b *bells) connect() {
 		discard(c)
 		return
 	}
-	b.conn, b.have, b.gaveUp = c, map[string]bool{}, map[string]bool{}
+	b.conn, b.have, b.gaveUp, b.last = c, map[string]bool{}, map[string]bool{}, time.Now()
 	b.mu.Lock()
 	b.id = id
 	b.mu.Unlock()
@@ -232,20 +324,27 @@ func (b *bells) disconnect() {
 // sync does one round of work and says when the next is due.
 func (b *bells) sync() time.Duration {
 	now := time.Now()
-	next := now.Add(bellIdleLimit * time.Second / 3) // keep-alive
+	keepAlive := b.last.Add(bellKeepAlive)
+	next := now.Add(bellKeepAlive)
 	wanted := map[string]bool{}
 	b.mu.Lock()
 	for bell, owners := range b.want {
-		for owner, dl := range owners {
-			if !dl.After(now) {
+		taken := false
+		for owner, c := range owners {
+			switch {
+			case !c.deadline.After(now):
 				delete(owners, owner) // the lease ran out by our clock
-			} else if dl.Before(next) {
-				next = dl
+				continue
+			case c.from.After(now): // not yet: nobody waited at the grant
+				next = minTime(next, c.from)
+			default:
+				taken = true
 			}
+			next = minTime(next, c.deadline)
 		}
 		if len(owners) == 0 {
 			delete(b.want, bell)
-		} else {
+		} else if taken {
 			wanted[bell] = true
 		}
 	}
@@ -275,6 +374,9 @@ func (b *bells) sync() time.Duration {
 			takes = append(takes, bell)
 		}
 	}
+	if len(drops)+len(takes) == 0 && now.Before(keepAlive) {
+		return max(time.Until(minTime(next, keepAlive)), time.Millisecond)
+	}
 	// One statement, one round trip: drops first, so waiters wake as early
 	// as possible. Bell names are "dlock:" and hex digits (bellName), so
 	// they are written as literals: a text statement needs no prepare.
@@ -297,6 +399,7 @@ func (b *bells) sync() time.Duration {
 		b.disconnect() // the session's state is unknown: end it, and with it its bells
 		return bellRetry
 	}
+	b.last = time.Now()
 	for _, bell := range drops {
 		delete(b.have, bell)
 	}

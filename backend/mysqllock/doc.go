@@ -17,15 +17,17 @@
 // the same statement, or leaves a live lease alone. The statement reports
 // its outcome — granted with this token, or held for this much longer —
 // through LAST_INSERT_ID(expr), which the server returns in the OK packet.
-// Extend and Release are one owner-checked UPDATE each; Break expires the
-// lease whoever holds it.
+// Extend and Release are one owner-checked UPDATE each (Release also
+// reports, through LAST_INSERT_ID(expr), whether someone waits); Break
+// expires the lease whoever holds it.
 //
 // # Waiting: bells
 //
 // A waiter does not poll the table at a fixed interval. Every Driver keeps
 // one connection, its bell connection, on which it holds a MySQL user-level
-// lock (GET_LOCK) named after each lock it holds — the lock's bell — and
-// writes that connection's id into the lease row. A waiter blocks in
+// lock (GET_LOCK) named after each lock it holds — the lock's bell — once
+// someone waits for it or it has been held for 5 ms (see Costs), and writes
+// that connection's id into the lease row. A waiter blocks in
 // GET_LOCK(bell, timeout) on a session of its own, so the server wakes it
 // the moment the bell is released: when the holder releases the lease, when
 // its lease is lost, or when its process or connection dies (the server
@@ -35,14 +37,39 @@
 // Costs. Holding bells costs one connection per Driver, not one per held
 // lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
 // Bells are taken and dropped by a background goroutine after the row
-// changed, so they add no round trip to Acquire or Release. A waiting Lock
-// uses no connection until an attempt has found the lock held; then it
-// waits on a session of its own (sessions are reused while clean). Waiters
-// of a lock that their own Driver holds wait in-process: that Driver's
-// Release wakes them directly. So an uncontended Lock costs what TryLock
-// costs: one statement. A release wakes every waiter of the lock (each
-// tries once, one wins): about three statements per waiter per hand-off,
-// however long the lock was held, where polling costs grow with the hold.
+// changed, so they add no round trip to Acquire or Release. A mutex's
+// grant takes its bell at once only if its statement found someone waiting
+// (a held waiting slot, below; testGrantWithWaitersTakesBellAtOnce), and
+// otherwise 5 ms after the grant (testHeldLockTakesBellSoon; a semaphore
+// permit's, at once), so a Lock+Unlock that nobody waits for and that ends
+// sooner sends two statements, the acquire and the release, and nothing on
+// the bell connection (TestUncontendedLockSendsTwoStatements). A waiter
+// that comes in those 5 ms finds the bell not yet taken and looks every
+// 2 ms until it is. A waiting Lock uses no connection until an attempt has
+// found the lock held; then it waits on a session of its own (sessions are
+// reused while clean). Waiters of a lock that their own Driver holds wait
+// in-process: that Driver's Release wakes them directly. A release wakes
+// every waiter of the lock (each tries once, one wins): about three
+// statements per waiter per hand-off, however long the lock was held,
+// where polling costs grow with the hold.
+//
+// Waiting slots and standing back. Each lock name has four waiting slots,
+// user locks named "dlock:w" followed by driver.NameHash of the table and
+// the lock name, and a digit. A waiter's wait statement takes a free slot,
+// if one is left and it has none, and its session keeps it while the
+// waiter waits; it is given back in the background as the Lock returns,
+// granted or cancelled, or dropped by the server with the session
+// (testReleaserStandsBack, testCancelledWaiterGivesSlotBack). The acquire
+// and release statements look at the slots (IS_USED_LOCK, no extra round
+// trip): a grant that finds one held takes its bell at once, and a release
+// that finds one held makes that Driver's next Lock of the name stand back
+// 3 ms before its first attempt (testReleaserStandsBack). Without it the
+// releaser wins the free lock nearly every time — its statement reaches
+// the server before the woken waiter's, which must first hear the bell —
+// and the lock stays with one client while the others wait
+// (BenchmarkMariaDBVsFloor/Contended8Hold1ms measures holder changes per
+// grant). Standing back keeps the plain semantics (any contender may take
+// a free lock; TryLock never stands back) and costs no statement.
 //
 // Bounds. A bell never outlives the lease by the holder's own clock: it is
 // dropped at release, on a refused renewal, and when the lease's local

@@ -71,10 +71,14 @@ type Driver struct {
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared lazily, by query text
 
+	ymu    sync.Mutex
+	yields map[string]time.Time // lock name -> until when this driver's Lock stands back (standBack)
+
 	lmu     sync.Mutex
 	locals  map[string]*localName // this driver's waiters, by lock name
 	idle    []*waitSession
 	closing bool
+	slotWG  sync.WaitGroup // giveSlotBack's goroutines
 }
 
 var (
@@ -92,7 +96,8 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysqllock.New: db is nil", dlock.ErrInvalidOption)
 	}
-	d := &Driver{db: db, table: DefaultTable, timeout: DefaultOpTimeout, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{}}
+	d := &Driver{db: db, table: DefaultTable, timeout: DefaultOpTimeout, stmts: map[string]*sql.Stmt{}, locals: map[string]*localName{},
+		yields: map[string]time.Time{}}
 	for _, o := range opts {
 		if err := o(d); err != nil {
 			return nil, err
@@ -310,6 +315,11 @@ func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // Acquire implements driver.Driver with driver.AcquireByRetry: one attempt
 // per wake-up of the bell (see the package doc).
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if req.Wait && req.Limit <= 1 {
+		if err := d.yield(ctx, req.Name); err != nil {
+			return driver.Grant{}, err
+		}
+	}
 	g, err := driver.AcquireByRetry(ctx, req, d)
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		// The bound of one attempt ran out while the caller still waits.
@@ -326,8 +336,12 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	}
 	bellArg := d.bellArg(ctx)
 	name, ttl := []byte(req.Name), micros(req.TTL)
+	args := make([]any, 0, 9+waitSlots)
+	args = append(args, name, req.Owner, req.Holder, bellArg, ttl)
+	args = appendSlots(args, d.table, req.Name)
+	args = append(args, req.Owner, req.Holder, bellArg, ttl)
 	sent := driver.Now()
-	r, err := exec(ctx, d, d.q.acquire, name, req.Owner, req.Holder, bellArg, ttl, req.Owner, req.Holder, bellArg, ttl)
+	r, err := exec(ctx, d, d.q.acquire, args...)
 	if err != nil {
 		return driver.Grant{}, 0, err
 	}
@@ -340,8 +354,8 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 		d.attemptFailed(req.Name, false)
 		return driver.Grant{}, time.Duration(v>>1) * time.Microsecond, driver.ErrNotAcquired
 	}
-	d.bells.hold(bellName(d.table, req.Name), req.Owner, sent.Add(req.TTL))
-	return driver.Grant{Token: v >> 2, Since: sent, Recovered: v>>1&1 == 1}, 0, nil
+	d.bells.hold(bellName(d.table, req.Name), req.Owner, sent.Add(req.TTL), v>>2&1 == 1)
+	return driver.Grant{Token: v >> 3, Since: sent, Recovered: v>>1&1 == 1}, 0, nil
 }
 
 // bellArg is the bell connection's id for the lease row, or NULL.
@@ -379,16 +393,20 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	if _, ok := h.Handle.(permit); ok {
 		return d.releasePermit(ctx, h)
 	}
-	r, err := exec(ctx, d, d.q.release, []byte(h.Name), h.Owner)
+	args := appendSlots(make([]any, 0, 2+waitSlots), d.table, h.Name)
+	r, err := exec(ctx, d, d.q.release, append(args, []byte(h.Name), h.Owner)...)
 	if err != nil {
 		return err
 	}
 	d.bells.drop(bellName(d.table, h.Name), h.Owner)
-	d.releasedLocally(h.Name)
+	localWaiters := d.releasedLocally(h.Name)
 	if n, err := r.RowsAffected(); err != nil {
 		return d.fail(ctx, err)
 	} else if n == 0 {
 		return fmt.Errorf("%w: mysqllock: %q was no longer held by this owner", driver.ErrLeaseLost, h.Name)
+	}
+	if id, err := r.LastInsertId(); localWaiters || (err == nil && id == 2) {
+		d.standBack(h.Name)
 	}
 	return nil
 }
@@ -481,6 +499,7 @@ func (d *Driver) Capabilities() driver.Capabilities {
 func (d *Driver) Close() error {
 	d.bells.close()
 	d.closeSessions()
+	d.slotWG.Wait()
 	d.mu.Lock()
 	for _, s := range d.stmts {
 		s.Close()
@@ -491,4 +510,54 @@ func (d *Driver) Close() error {
 		return d.db.Close()
 	}
 	return nil
+}
+
+// Standing back. A Lock that comes right after its own driver's release of
+// the same name, when that release saw others waiting, would win the free
+// lock every time: its statement reaches the server before the woken
+// waiter's, which must first hear the bell. So a release that saw a waiter
+// (a held waiting slot, or a waiter of this driver) makes this driver's
+// next Lock of the name wait standBackFor before its first attempt; by
+// then a waiter has usually taken the lock, and the Lock waits its turn
+// like the others. TryLock never waits. This keeps the plain mode's
+// semantics — any contender may win a free lock — and only removes the
+// releaser's head start (testReleaserStandsBack).
+const standBackFor = 3 * time.Millisecond
+
+// standBack records that name was released while others waited.
+func (d *Driver) standBack(name string) {
+	now := time.Now()
+	d.ymu.Lock()
+	defer d.ymu.Unlock()
+	if len(d.yields) >= 64 {
+		for n, until := range d.yields {
+			if !until.After(now) {
+				delete(d.yields, n)
+			}
+		}
+	}
+	d.yields[name] = now.Add(standBackFor)
+}
+
+// yield waits out a stand-back of name, if one runs.
+func (d *Driver) yield(ctx context.Context, name string) error {
+	d.ymu.Lock()
+	until, ok := d.yields[name]
+	delete(d.yields, name)
+	d.ymu.Unlock()
+	if !ok {
+		return nil
+	}
+	wait := time.Until(until)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

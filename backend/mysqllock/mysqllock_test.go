@@ -98,6 +98,10 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("UserWithoutCreateGetsGrantAdvice", s.testNoCreatePrivilege)
 	t.Run("CancelledWaiterLeavesNoSessionWaiting", s.testCancelledWaiter)
 	t.Run("WaiterIsWokenByRelease", s.testWokenByRelease)
+	t.Run("ReleaserStandsBackForAWaiter", s.testReleaserStandsBack)
+	t.Run("CancelledWaiterGivesItsSlotBack", s.testCancelledWaiterGivesSlotBack)
+	t.Run("GrantWithWaitersTakesItsBellAtOnce", s.testGrantWithWaitersTakesBellAtOnce)
+	t.Run("HeldLockTakesItsBellSoon", s.testHeldLockTakesBellSoon)
 	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
 	t.Run("BellIsKeptWhileLeaseIsRenewed", s.testBellKept)
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)
@@ -576,8 +580,11 @@ func (s server) testBellRings(t *testing.T) {
 			waitBellHeld(t, db, name) // taken in the background
 			res := make(chan sql.NullInt64, 1)
 			go func() {
-				var st sql.NullInt64
-				if err := db.QueryRow(d.q.wait, nil, bell, bell, 30, bell, bell, name).Scan(&st); err != nil {
+				var slot, st sql.NullInt64
+				w := &waiter{name: name, bell: bell, slots: waitingPrefix(d.table, name), slot: -1}
+				args := w.waitArgs(nil)
+				args[len(args)-4] = 30 // the cap, in seconds
+				if err := db.QueryRow(d.q.wait, args...).Scan(&slot, &st); err != nil {
 					t.Error(err)
 				}
 				res <- st
@@ -612,6 +619,11 @@ func TestBellNamesFitGetLockAndAreSafeLiterals(t *testing.T) {
 			b := bellName(table, n)
 			if len(b) > 64 || !strings.HasPrefix(b, "dlock:") || strings.Trim(b[len("dlock:"):], "0123456789abcdef") != "" {
 				t.Errorf("bellName(%q, %q) = %q: want at most 64 of [a-z0-9:]", table, n, b)
+			}
+			// The waiting slots: the prefix and one digit.
+			p := waitingPrefix(table, n) + "9"
+			if len(p) > 64 || !strings.HasPrefix(p, "dlock:w") || strings.Trim(p[len("dlock:w"):], "0123456789abcdef") != "" {
+				t.Errorf("waitingPrefix(%q, %q) = %q: want at most 63 of [a-z0-9:]", table, n, p)
 			}
 			if prev, dup := seen[b]; dup {
 				t.Errorf("bellName collision: %q and %q", prev, table+"/"+n)

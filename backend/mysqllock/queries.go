@@ -1,6 +1,9 @@
 package mysqllock
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // The statements, in one place. {t} is replaced by the quoted table name;
 // every value is a parameter of a server-side prepared statement, so lock
@@ -30,11 +33,13 @@ const createTable = `CREATE TABLE IF NOT EXISTS {t} (
 // statement, and reports the outcome through LAST_INSERT_ID(expr), which
 // the server returns in the statement's OK packet — no second round trip:
 //
-//	granted:     token<<2 | recovered<<1 | 1   (odd)
-//	not granted: remaining_microseconds<<1     (even)
+//	granted:     token<<3 | waited<<2 | recovered<<1 | 1   (odd)
+//	not granted: remaining_microseconds<<1                 (even)
 //
 // recovered is 1 when the previous lease ended without a release (expired
-// or broken: owner still set). The ON DUPLICATE KEY UPDATE assignments run
+// or broken: owner still set); waited is 1 when a waiter of another
+// session holds one of the name's waiting slots ({waiting}), so that the
+// new holder takes its bell at once. The ON DUPLICATE KEY UPDATE assignments run
 // left to right and later ones see the earlier ones' results, so every
 // condition tests expires_at, which is assigned last, and token is computed
 // before owner changes. The new values are passed again as parameters
@@ -42,13 +47,13 @@ const createTable = `CREATE TABLE IF NOT EXISTS {t} (
 // in favour of a row alias (INSERT … AS new), which MariaDB does not
 // support; parameters work on both.
 //
-// Parameters: name, owner, holder, bell, ttl_us, then owner, holder, bell,
-// ttl_us again.
+// Parameters: name, owner, holder, bell, ttl_us, the waiting slots' prefix
+// (waitSlots times), then owner, holder, bell, ttl_us again.
 const acquire = `INSERT INTO {t} (name, owner, token, holder, bell, expires_at)
-VALUES (?, ?, LAST_INSERT_ID(5) >> 2, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+VALUES (?, ?, LAST_INSERT_ID(9) >> 3, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
 	token = IF(expires_at <= UTC_TIMESTAMP(6),
-		LAST_INSERT_ID((token + 1) << 2 | (owner IS NOT NULL) << 1 | 1) >> 2,
+		LAST_INSERT_ID((token + 1) << 3 | ({waiting}) << 2 | (owner IS NOT NULL) << 1 | 1) >> 3,
 		token + (LAST_INSERT_ID(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) << 1) & 0)),
 	owner = IF(expires_at <= UTC_TIMESTAMP(6), ?, owner),
 	holder = IF(expires_at <= UTC_TIMESTAMP(6), ?, holder),
@@ -61,9 +66,13 @@ ON DUPLICATE KEY UPDATE
 const extend = `UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, bell = ?
 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 
-// release frees a live lease of owner; the token stays as the counter.
-// Parameters: name, owner.
-const release = `UPDATE {t} SET owner = NULL, holder = NULL, bell = NULL, expires_at = '1000-01-01 00:00:00'
+// release frees a live lease of owner; the token stays as the counter. It
+// reports through LAST_INSERT_ID(expr) whether another session waits (1 +
+// waited: 2 when a waiting slot is held), so that the releaser can stand
+// back before it asks again. Parameters: the waiting slots' prefix
+// (waitSlots times), name, owner.
+const release = `UPDATE {t} SET owner = NULL, holder = IF(LAST_INSERT_ID(1 + ({waiting})), NULL, NULL),
+	bell = NULL, expires_at = '1000-01-01 00:00:00'
 WHERE name = ? AND owner = ? AND expires_at > UTC_TIMESTAMP(6)`
 
 // breakLease ends the live lease whoever holds it. The owner stays, so the
@@ -95,9 +104,18 @@ ORDER BY name`
 // The wait is bounded by the holder's remaining lease, by the server's
 // clock, and by a cap. A waiter that gets the bell gives it back in the
 // same statement, so the next waiter and the next holder can take it.
-// Parameters: own bell connection id, bell, bell, cap_seconds, bell, bell,
-// name.
-const wait = `SELECT CASE
+//
+// First, before it may block, the statement takes one of the name's
+// waiting slots ({takeSlot}) unless its session holds one: the slot tells
+// holders that someone waits (see acquire and release). The session keeps
+// it until the waiter stops, and the server drops it with the session.
+// The first column is the slot taken (0..waitSlots-1), -1 if the session
+// had one, -2 if all were taken by other waiters.
+//
+// Parameters: whether the session holds a slot, the slots' prefix
+// (waitSlots times), own bell connection id, bell, bell, cap_seconds, bell,
+// bell, name.
+const wait = `SELECT {takeSlot}, CASE
 	WHEN l.owner IS NULL OR l.expires_at <= UTC_TIMESTAMP(6) THEN 1
 	WHEN l.bell = ? THEN 4
 	WHEN IS_USED_LOCK(?) = l.bell THEN 2 + COALESCE(
@@ -235,6 +253,38 @@ FROM (SELECT 1) AS one LEFT JOIN (
 	FROM {p} WHERE name = ? AND expires_at > UTC_TIMESTAMP(6) AND NOT (bell <=> ?)
 	ORDER BY expires_at LIMIT 1) AS p ON 1`
 
+// waitSlots is how many user locks ("waiting slots") a name's waiters hold
+// to show holders that they wait: one is enough to show it, several so that
+// it stays shown while the holder of one slot is being granted.
+const waitSlots = 4
+
+// waitingSlots is true when a session holds one of the name's waiting slots:
+// user locks named by the parameter (waitingPrefix) and a digit.
+var waitingSlots = func() string {
+	var b strings.Builder
+	b.WriteString("COALESCE(")
+	for i := range waitSlots {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "IS_USED_LOCK(CONCAT(?, '%d'))", i)
+	}
+	b.WriteString(") IS NOT NULL")
+	return b.String()
+}()
+
+// takeSlot takes the first free waiting slot, unless the first parameter
+// says the session holds one.
+var takeSlot = func() string {
+	var b strings.Builder
+	b.WriteString("CASE WHEN ? THEN -1")
+	for i := range waitSlots {
+		fmt.Fprintf(&b, " WHEN GET_LOCK(CONCAT(?, '%d'), 0) THEN %d", i, i)
+	}
+	b.WriteString(" ELSE -2 END")
+	return b.String()
+}()
+
 // queries binds the statements to one table.
 type queries struct {
 	createTable, acquire, extend, release, breakLease, inspect, list, wait string
@@ -244,7 +294,7 @@ type queries struct {
 }
 
 func newQueries(quotedTable, quotedPermits string) queries {
-	r := strings.NewReplacer("{t}", quotedTable, "{p}", quotedPermits)
+	r := strings.NewReplacer("{t}", quotedTable, "{p}", quotedPermits, "{waiting}", waitingSlots, "{takeSlot}", takeSlot)
 	return queries{
 		createTable: r.Replace(createTable),
 		acquire:     r.Replace(acquire),

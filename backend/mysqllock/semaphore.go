@@ -82,7 +82,7 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 			d.attemptFailed(req.Name, true)
 			return driver.Grant{}, left, driver.ErrNotAcquired
 		}
-		d.bells.hold(permitBell(d.table, req.Name, g.Token), req.Owner, sent.Add(req.TTL))
+		d.bells.hold(permitBell(d.table, req.Name, g.Token), req.Owner, sent.Add(req.TTL), true)
 		g.Since = sent
 		return g, 0, nil
 	}

@@ -56,7 +56,7 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 		d.locals[name] = ln
 	}
 	ln.n++
-	w := &waiter{d: d, ln: ln, name: name, bell: bellName(d.table, name),
+	w := &waiter{d: d, ln: ln, name: name, bell: bellName(d.table, name), slots: waitingPrefix(d.table, name), slot: -1,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{})}
 	ln.waiters[w] = struct{}{}
 	d.lmu.Unlock()
@@ -83,11 +83,13 @@ func (d *Driver) attemptFailed(name string, sem bool) {
 	ln.failed = make(chan struct{})
 }
 
-// releasedLocally wakes this driver's waiters of name.
-func (d *Driver) releasedLocally(name string) {
+// releasedLocally wakes this driver's waiters of name, and reports whether
+// there were any.
+func (d *Driver) releasedLocally(name string) bool {
 	d.lmu.Lock()
 	defer d.lmu.Unlock()
-	if ln := d.locals[name]; ln != nil {
+	ln := d.locals[name]
+	if ln != nil {
 		close(ln.released)
 		ln.released = make(chan struct{})
 		if ln.sem {
@@ -96,6 +98,7 @@ func (d *Driver) releasedLocally(name string) {
 			}
 		}
 	}
+	return ln != nil && ln.n > 0
 }
 
 func (d *Driver) unregister(name string, w *waiter) {
@@ -182,6 +185,10 @@ type waiter struct {
 	name string
 	bell string
 	wake chan struct{}
+	// slots is the prefix of the name's waiting slots; slot is the one
+	// this waiter's session holds, -1 if none.
+	slots string
+	slot  int
 
 	mu      sync.Mutex
 	session *waitSession // while a statement runs
@@ -213,7 +220,13 @@ func (w *waiter) run() {
 		return // the portable layer's safety poll still wakes the waiter
 	}
 	clean := true
-	defer func() { w.d.putSession(s, clean) }()
+	defer func() {
+		if clean && w.slot >= 0 {
+			w.d.giveSlotBack(s, w.slots, w.slot)
+			return
+		}
+		w.d.putSession(s, clean)
+	}()
 	polls, pending := 0, 0
 	signalled := false // armed: an attempt has just failed
 	for {
@@ -236,7 +249,7 @@ func (w *waiter) run() {
 		if !w.enter(s) {
 			return
 		}
-		var st sql.NullInt64
+		var st, slot sql.NullInt64
 		if sem {
 			// The semaphore's wait (permitWait): 0 stands for no bell
 			// connection of ours, as no permit's bell column is 0.
@@ -244,7 +257,10 @@ func (w *waiter) run() {
 			err = s.pstmt.QueryRowContext(context.Background(), []byte(w.name), waitCap,
 				permitBellPrefix(w.d.table, w.name), []byte(w.name), id).Scan(&st)
 		} else {
-			err = s.stmt.QueryRowContext(context.Background(), ours, w.bell, w.bell, waitCap, w.bell, w.bell, []byte(w.name)).Scan(&st)
+			err = s.stmt.QueryRowContext(context.Background(), w.waitArgs(ours)...).Scan(&slot, &st)
+			if slot.Valid && slot.Int64 >= 0 {
+				w.slot = int(slot.Int64)
+			}
 		}
 		killed := w.leave()
 		if killed || err != nil {
@@ -267,7 +283,7 @@ func (w *waiter) run() {
 			select {
 			case <-failed:
 				signalled = false // our waiter waits again: a release is news
-				t.Reset(pollMin)
+				t.Reset(winnerBell)
 				select {
 				case <-t.C:
 				case <-w.stopped:
@@ -320,6 +336,40 @@ func (w *waiter) run() {
 		}
 		polls++
 	}
+}
+
+// waitArgs are the wait statement's parameters.
+func (w *waiter) waitArgs(ours any) []any {
+	args := make([]any, 0, 7+waitSlots)
+	args = append(args, w.slot >= 0)
+	for range waitSlots {
+		args = append(args, w.slots)
+	}
+	return append(args, ours, w.bell, w.bell, waitCap, w.bell, w.bell, []byte(w.name))
+}
+
+// giveSlotBack releases the waiting slot a stopped waiter's session holds
+// and then keeps the session for reuse, in the background: the Lock that
+// the waiter served returns without waiting for it. A session that cannot
+// release it is ended, which releases it too.
+func (d *Driver) giveSlotBack(s *waitSession, prefix string, slot int) {
+	d.lmu.Lock()
+	if d.closing {
+		d.lmu.Unlock()
+		d.putSession(s, false)
+		return
+	}
+	d.slotWG.Add(1) // before Close's Wait: Close sets closing first
+	d.lmu.Unlock()
+	go func() {
+		defer d.slotWG.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+		defer cancel()
+		// A literal (the prefix is "dlock:w" and hex digits): a text
+		// statement, one round trip, where a parameter would prepare.
+		_, err := s.conn.ExecContext(ctx, fmt.Sprintf("DO RELEASE_LOCK('%s%d')", prefix, slot))
+		d.putSession(s, err == nil)
+	}()
 }
 
 func (w *waiter) notify() {
