@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +33,8 @@ type listener struct {
 	reply   string                                // this driver's own channel, for hand-offs
 	subs    map[string]map[chan struct{}]struct{} // payload → wake channels
 	owners  map[string]chan uint64                // owner → its hand-off's token
-	pid     uint32                                // the listening backend, 0 while not connected
+	key     int64                                 // the advisory lock the connection holds while it lives
+	live    bool                                  // connected, holding key
 	running bool                                  // the receive loop runs
 	ctx     context.Context                       // ends the loop
 	cancel  context.CancelFunc
@@ -50,9 +52,9 @@ func newListener(cfg *pgx.ConnConfig, timeout time.Duration) *listener {
 
 // setChannel names the table's channel and the driver's reply channel to
 // listen on; it is called before the first subscribe.
-func (l *listener) setChannel(channel, reply string) {
+func (l *listener) setChannel(channel, reply string, key int64) {
 	l.mu.Lock()
-	l.channel, l.reply = channel, reply
+	l.channel, l.reply, l.key = channel, reply, key
 	l.mu.Unlock()
 }
 
@@ -71,13 +73,17 @@ func (l *listener) awaitHandOff(owner string) (<-chan uint64, func()) {
 	}
 }
 
-// backend returns the process ID of the listening backend, 0 while the
-// listener is not connected: a queued waiter's entry names it, so that a
-// release can pass over a waiter whose process has gone.
-func (l *listener) backend() uint32 {
+// liveKey returns the advisory lock that the listening connection holds
+// while it lives, or 0 (which no connection holds) while it is not
+// connected: a queued waiter's entry names it, so that a release can pass
+// over a waiter whose process has gone.
+func (l *listener) liveKey() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pid
+	if !l.live {
+		return 0
+	}
+	return l.key
 }
 
 // subscribe registers a wake channel for payload. It returns once the
@@ -135,7 +141,7 @@ func (l *listener) start(ctx context.Context) error {
 		return context.Canceled
 	}
 	l.running = true
-	l.pid = conn.PgConn().PID()
+	l.live = true
 	go l.loop(conn)
 	return nil
 }
@@ -144,13 +150,17 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	l.mu.Lock()
-	channel, reply := l.channel, l.reply
+	channel, reply, key := l.channel, l.reply, l.key
 	l.mu.Unlock()
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()+"; LISTEN "+pgx.Identifier{reply}.Sanitize(),
+	// The advisory lock says that this connection lives (see liveKey). It
+	// waits while a release holds the shared lock of a check made when
+	// the previous connection was gone: until that transaction ends.
+	if _, err := conn.Exec(ctx, fmt.Sprintf("LISTEN %s; LISTEN %s; SELECT pg_advisory_lock(%d)",
+		pgx.Identifier{channel}.Sanitize(), pgx.Identifier{reply}.Sanitize(), key),
 		pgx.QueryExecModeSimpleProtocol); err != nil {
 		conn.Close(context.Background())
 		return nil, err
@@ -182,7 +192,7 @@ func (l *listener) loop(conn *pgx.Conn) {
 		}
 		conn.Close(context.Background())
 		l.mu.Lock()
-		l.pid = 0
+		l.live = false
 		l.mu.Unlock()
 		if l.ctx.Err() != nil {
 			return
@@ -199,7 +209,7 @@ func (l *listener) loop(conn *pgx.Conn) {
 			}
 		}
 		l.mu.Lock()
-		l.pid = conn.PgConn().PID()
+		l.live = true
 		l.mu.Unlock()
 		l.wakeAll()
 	}

@@ -470,8 +470,10 @@ func (d *Driver) bindCanonical(r resolved) {
 	d.canon = table
 	sum := sha256.Sum256([]byte(table))
 	d.channel = "dlock_" + hex.EncodeToString(sum[:8])
-	d.reply = d.channel + "_" + driver.NewNonce()[:16]
-	d.listen.setChannel(d.channel, d.reply)
+	nonce := driver.NewNonce()[:16]
+	d.reply = d.channel + "_" + nonce
+	key, _ := strconv.ParseUint(nonce, 16, 64)
+	d.listen.setChannel(d.channel, d.reply, int64(key))
 	for _, q := range []struct {
 		dst *string
 		sql string

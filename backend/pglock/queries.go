@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS {{waiters}} (
 	holder     bytea,
 	ttl_us     bigint      NOT NULL,
 	reply      text        NOT NULL,
-	listen_pid integer     NOT NULL,
+	listen_key bigint      NOT NULL,
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (name, owner)
 )`
@@ -321,11 +321,11 @@ func quoteLiteral(s string) string {
 // semaphore has an entry in the waiters table: its place (seq, drawn from
 // the token sequence when it arrives), the lease it asks for (holder
 // metadata, TTL), where to tell it that it was handed the lock (reply: its
-// driver's own NOTIFY channel, listen_pid: the backend that listens on
-// it), and its own short lease (expires_at), renewed by each of its
+// driver's own NOTIFY channel; listen_key: an advisory lock that the
+// connection listening on it holds while it lives), and its own short lease (expires_at), renewed by each of its
 // attempts. An entry whose lease ran out is dropped by the next attempt
-// of the name; an entry whose listening backend is gone (its process died,
-// or its LISTEN connection broke) is passed over until it renews.
+// of the name; an entry whose listening connection is gone (its process
+// died, or the connection broke) is passed over until it renews.
 //
 // Every statement that grants, hands over or reads the queue to decide
 // runs in a READ COMMITTED transaction after lockNameSQL, which locks the
@@ -346,9 +346,13 @@ VALUES ($1, '', 0, '-infinity', clock_timestamp())
 ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
 
 	// waiterLiveSQL is true for an entry w of the queue that may be served:
-	// its lease has not run out and the backend that listens for its
-	// hand-off is still there.
-	waiterLiveSQL = `(w.expires_at > clock_timestamp() AND EXISTS (SELECT FROM pg_stat_get_activity(w.listen_pid)))`
+	// its lease has not run out and the connection that listens for its
+	// hand-off is still there: it holds the advisory lock listen_key,
+	// which a shared lock therefore cannot be granted. (A grant of the
+	// shared lock, when it is gone, lasts until the transaction ends and
+	// harms no one. Asking pg_stat_activity instead costs a read of every
+	// backend's status, several times a round trip.)
+	waiterLiveSQL = `(w.expires_at > clock_timestamp() AND NOT pg_try_advisory_xact_lock_shared(w.listen_key))`
 
 	// queueAcquireSQL is one attempt of a queued acquire of a mutex, after
 	// lockNameSQL. In order:
@@ -371,7 +375,7 @@ ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
 	// at the back.
 	//
 	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 waiter TTL
-	// in µs, $6 reply channel, $7 listening backend, $8 barge, $9 queue if
+	// in µs, $6 reply channel, $7 listening connection's key, $8 barge, $9 queue if
 	// not granted, $10 the table's channel, $11 payload.
 	// Returns outcome, token, took_over, remaining µs, notify.
 	queueAcquireSQL = `
@@ -404,8 +408,8 @@ dropped AS (
 	   OR (w.owner = $2 AND (EXISTS (SELECT FROM granted) OR EXISTS (SELECT FROM renewed))))
 ),
 queued AS (
-	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_pid, expires_at)
-	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $6::text, $7::integer,
+	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_key, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $6::text, $7::bigint,
 	       clock_timestamp() + $5::bigint * interval '1 microsecond'
 	WHERE $9 AND NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM renewed)
 	` + joinQueueSQL + `
@@ -464,7 +468,7 @@ FROM r LEFT JOIN next n ON true`
 	joinQueueSQL = `ON CONFLICT (name, owner) DO UPDATE
 	SET seq = CASE WHEN w.expires_at <= clock_timestamp() THEN excluded.seq ELSE w.seq END,
 	    holder = excluded.holder, ttl_us = excluded.ttl_us, reply = excluded.reply,
-	    listen_pid = excluded.listen_pid, expires_at = excluded.expires_at`
+	    listen_key = excluded.listen_key, expires_at = excluded.expires_at`
 
 	// queuePermitSQL is one attempt of a fair semaphore's acquire, after
 	// lockNameSQL: as permitAcquireSQL, but a permit is granted only while
@@ -477,7 +481,7 @@ FROM r LEFT JOIN next n ON true`
 	//
 	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 limit,
 	// $6 the table's channel, $7 payload, $8 waiter TTL in µs, $9 reply
-	// channel, $10 listening backend, $11 queue if not granted.
+	// channel, $10 listening connection's key, $11 queue if not granted.
 	// Returns outcome (1 granted, 0 not), token, took_over, µs until the
 	// soonest live permit expires, notify.
 	queuePermitSQL = `
@@ -516,8 +520,8 @@ dropped AS (
 	WHERE w.name = $1 AND ((w.owner <> $2 AND w.expires_at <= now.t) OR (w.owner = $2 AND EXISTS (SELECT FROM ins)))
 ),
 queued AS (
-	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_pid, expires_at)
-	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $9::text, $10::integer,
+	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_key, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $9::text, $10::bigint,
 	       clock_timestamp() + $8::bigint * interval '1 microsecond'
 	WHERE $11 AND NOT EXISTS (SELECT FROM ins)
 	` + joinQueueSQL + `

@@ -28,10 +28,10 @@ type queueReply struct {
 	left      time.Duration // the holder's remaining TTL (a semaphore's: its soonest permit's)
 }
 
-// acquireQueued waits in the name's queue. A plain Lock of a mutex first
-// tries to take the lock outright (one statement, as TryLock), as an
-// unfair mutex lets an arriving goroutine do; a fair one never passes a
-// live waiter. Then every attempt is one round trip that either grants
+// acquireQueued waits in the name's queue. The first attempt of a plain
+// Lock of a mutex takes a free lock whoever waits, as an unfair mutex lets
+// an arriving goroutine do; a fair one never passes a live waiter. Every
+// attempt is one round trip that either grants
 // the lock (this owner is first among the live waiters and the lock is
 // free) or renews the owner's place in the queue; attempts run when the
 // name's channel says the lock was freed, when the holder's lease would
@@ -41,15 +41,6 @@ type queueReply struct {
 // trip. When ctx ends, the owner leaves the queue, passing on a lock
 // handed to it meanwhile, before Acquire returns.
 func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	permits := req.Limit > 1
-	if !req.Fair && !permits {
-		first := req
-		first.Wait = false
-		g, err := driver.AcquireByRetry(ctx, first, d)
-		if err == nil || !errors.Is(err, driver.ErrNotAcquired) {
-			return g, err
-		}
-	}
 	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(req.Name)))
 	if err != nil {
 		return driver.Grant{}, err
@@ -62,10 +53,12 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		notGrantedAt time.Time // the send time of the last attempt that found the lock held
 		seen         int64     // the name's token that attempt saw
 	)
+	barge := !req.Fair && req.Limit <= 1 // a plain Lock's first attempt takes a free lock whoever waits
 	for {
 		// Detached from ctx, so that its outcome is known; it is one round
 		// trip, after which a cancelled ctx is seen.
-		a, err := d.queueAttempt(context.WithoutCancel(ctx), req, true)
+		a, err := d.queueAttempt(context.WithoutCancel(ctx), req, barge, true)
+		barge = false
 		if ctx.Err() != nil {
 			d.giveUp(ctx, req)
 			return driver.Grant{}, ctx.Err()
@@ -119,7 +112,7 @@ func (d *Driver) queueGrant(req driver.Request, token int64, recovered bool, sin
 // lockNameSQL then queueAcquireSQL (queuePermitSQL for a semaphore) in one
 // transaction. Without queue, a waiter that is not granted is not queued
 // (a fair TryLock).
-func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, queue bool) (queueReply, error) {
+func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, queue bool) (queueReply, error) {
 	a := queueReply{sent: driver.Now()}
 	var (
 		token  *int64
@@ -127,13 +120,13 @@ func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, queue boo
 		leftUS *int64
 	)
 	err := d.underNameLock(ctx, req.Name, func(b *pgx.Batch) {
-		pid := int32(d.listen.backend())
+		key := d.listen.liveKey()
 		if req.Limit > 1 {
 			b.Queue(d.queuePermitSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
-				d.channel, payload(d.key(req.Name)), d.waiterTTL.Microseconds(), d.reply, pid, queue)
+				d.channel, payload(d.key(req.Name)), d.waiterTTL.Microseconds(), d.reply, key, queue)
 		} else {
 			b.Queue(d.queueAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), d.waiterTTL.Microseconds(),
-				d.reply, pid, false, queue, d.channel, payload(d.key(req.Name)))
+				d.reply, key, barge, queue, d.channel, payload(d.key(req.Name)))
 		}
 	}, func(br pgx.BatchResults) error {
 		return br.QueryRow().Scan(&a.outcome, &token, &took, &leftUS, nil)
@@ -154,7 +147,7 @@ func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, queue boo
 // tryQueued is a fair TryLock: one attempt that grants a free lock only if
 // nobody live is queued, and does not queue.
 func (d *Driver) tryQueued(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
-	a, err := d.queueAttempt(ctx, req, false)
+	a, err := d.queueAttempt(ctx, req, false, false)
 	switch {
 	case err != nil:
 		return driver.Grant{}, 0, err
