@@ -281,8 +281,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// Migrate creates the lease table, the token sequence and the permits
-// table of semaphores if they do not exist. It needs the CREATE privilege on the schema; run it once as the
+// Migrate creates the lease table, the token sequence, the permits table
+// of semaphores and the waiters table of the queue if they do not exist. It needs the CREATE privilege on the schema; run it once as the
 // schema's owner where the locking role has only table privileges. Without
 // it the first operation does the same.
 func (d *Driver) Migrate(ctx context.Context) error {
@@ -511,8 +511,8 @@ func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool)
 	if i := strings.LastIndex(d.ident, `"."`); i >= 0 {
 		schema = d.ident[:i+1]
 	}
-	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s; GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s",
-		d.ident, role, d.seq, role, d.permits, role)
+	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s; GRANT SELECT, INSERT, UPDATE, DELETE ON %s, %s TO %s",
+		d.ident, role, d.seq, role, d.permits, d.waiters, role)
 	if creating {
 		return fmt.Errorf("%w: pglock: role %s may not create the lock table %s: %w; either run Migrate once as a role that may (then %s), or GRANT CREATE ON SCHEMA %s TO %s",
 			driver.ErrUnavailable, role, d.ident, cause, grants, schema, role)

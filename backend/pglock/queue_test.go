@@ -159,6 +159,10 @@ func TestReleasePassesOverWaitersThatAreGone(t *testing.T) {
 		owner := srv.Exec(`SELECT owner FROM dlock_leases WHERE name = 'gone/ahead'::bytea`)
 		t.Fatalf("the live waiter was not granted the lock; it went to %q", strings.TrimSpace(owner))
 	}
+	// The entry whose place ran out was deleted by an attempt of the name.
+	if n := strings.TrimSpace(srv.Exec(`SELECT count(*) FROM dlock_leases_waiters WHERE owner = 'late'`)); n != "0" {
+		t.Errorf("the entry whose place ran out is still in the table (%s rows)", n)
+	}
 }
 
 // TestWaiterKeepsItsPlaceWhileItWaits: the package doc's "a waiter renews
