@@ -54,10 +54,10 @@
 // made with the permits table), holding its place (drawn from the token
 // sequence as it arrives), the lease it asks for, and a short lease of its
 // own, the waiter TTL (WithWaiterTTL, default 2s). The difference between
-// the modes is arrival: a plain Lock's first attempt, and a plain TryLock,
-// take a free lock whoever waits, as an unfair mutex lets an arriving
-// goroutine do; with dlock.WithFair nobody passes a live waiter, not even
-// to a lock that a Break or an expiry left free
+// the modes is arrival: a plain Lock's first attempt takes a free lock
+// whoever waits (as a plain TryLock does), as an unfair mutex lets an
+// arriving goroutine do; with dlock.WithFair nobody passes a live waiter,
+// not even to a lock that a Break or an expiry left free
 // (TestFairTryLockDoesNotPassAQueuedWaiter), and grants go in arrival
 // order (dlocktest's FairWaitersAreGrantedInArrivalOrder; the whole
 // conformance suite also runs with WithFair, TestConformanceFair).
