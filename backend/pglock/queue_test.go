@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +49,12 @@ func starvedClient(t *testing.T, srv *testenv.Postgres) (*dlock.Client, func() (
 		if err != nil {
 			t.Fatal(err)
 		}
-		return conn.Release
+		// Given back at the latest when the test ends, before the pool
+		// closes: a failed test must not leave the pool waiting for it.
+		var once sync.Once
+		giveBack := func() { once.Do(conn.Release) }
+		t.Cleanup(giveBack)
+		return giveBack
 	}
 	return dlock.New(d, dlock.WithTTL(time.Minute)), starve
 }
