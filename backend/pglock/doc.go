@@ -72,9 +72,8 @@
 //     (TestReleaseHandsTheLockToTheNextWaiter). A channel per driver,
 //     rather than one per name with the owner in the payload, sends each
 //     hand-off to the one connection that waits for it, not to every
-//     client that listens on the table. (The server still wakes each
-//     listening backend for each NOTIFY: with many clients that is most
-//     of a hand-off's cost; see BenchmarkContended.)
+//     client that listens on the table: a hand-off sends nothing on the
+//     table's channel (the same test).
 //   - A waiter's attempt is one round trip: it grants the lock, or
 //     renews the waiter's place; it runs when the table's channel says
 //     the lock was freed without a hand-off (Break, a release with nobody
@@ -82,8 +81,8 @@
 //     clock, and every third of the waiter TTL as the heartbeat, so a
 //     waiter keeps its place however long it waits
 //     (TestWaiterKeepsItsPlaceWhileItWaits). A waiter whose context ends
-//     leaves the queue before Lock returns, passing on a lock handed to
-//     it meanwhile (TestCancelledWaiterLeavesTheQueueBeforeLockReturns).
+//     leaves the queue before Lock returns
+//     (TestCancelledWaiterLeavesTheQueueBeforeLockReturns).
 //   - A waiter that stopped renewing its place (killed, frozen, cut off)
 //     is passed over once its waiter TTL runs out, and a waiter whose
 //     LISTEN connection is gone (its process died) at once: that
@@ -91,10 +90,6 @@
 //     it lives, and a release tries a shared lock of it
 //     (TestReleasePassesOverWaitersThatAreGone). An entry whose place ran
 //     out is deleted by the next attempt of the name.
-//   - Every statement that grants, hands over or reads the queue to
-//     decide runs in a READ COMMITTED transaction after a statement that
-//     locks the name's row of the lease table: it sees every entry and
-//     grant committed before, and none can change until it commits.
 //   - Inspect lists the live waiters in arrival order (Info.Waiters).
 //   - A role that may not use the waiters table waits by retrying, as
 //     before there was a queue: each release wakes all the name's waiters

@@ -61,9 +61,11 @@ func starvedClient(t *testing.T, srv *testenv.Postgres) (*dlock.Client, func() (
 
 // TestReleaseHandsTheLockToTheNextWaiter: the package doc's "the release
 // hands the lock to the first live waiter in the same transaction, and
-// tells it by NOTIFY: the waiter holds it without a statement of its own".
-// The waiter's pool has no connection to give when the holder releases,
-// yet its Lock returns, with the next token: the release granted it.
+// tells it by NOTIFY on its driver's own channel: the waiter holds it
+// without a statement of its own; a hand-off sends nothing on the table's
+// channel". The waiter's pool has no connection to give when the holder
+// releases, yet its Lock returns, with the next token: the release
+// granted it. A subscriber of the table's channel hears nothing.
 func TestReleaseHandsTheLockToTheNextWaiter(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
@@ -81,6 +83,13 @@ func TestReleaseHandsTheLockToTheNextWaiter(t *testing.T) {
 				t.Fatal(err)
 			}
 			waiter, starve := starvedClient(t, srv)
+			// A client that waits without the queue listens on the
+			// table's channel: the hand-off must not wake it.
+			bystander, stopBystander, err := newDriver(t, srv.URL(srv.Addr, "")).Subscribe(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stopBystander()
 			got := make(chan *dlock.Lease, 1)
 			go func() {
 				lw, err := waiter.Mutex(name, opts...).Lock(ctx)
@@ -103,6 +112,11 @@ func TestReleaseHandsTheLockToTheNextWaiter(t *testing.T) {
 			giveBack()
 			if lw == nil {
 				return
+			}
+			select {
+			case <-bystander:
+				t.Error("the hand-off also notified the table's channel")
+			case <-time.After(300 * time.Millisecond):
 			}
 			if lw.Token() <= l.Token() {
 				t.Errorf("handed-off token %d, want above %d", lw.Token(), l.Token())
