@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/pglock"
 	"github.com/dlock/dlock/driver"
@@ -100,80 +102,209 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
-// BenchmarkContended has 8 workers take one lock, hold it 1ms and release
-// it, for a fixed time, twice: waiting with dlock's Lock (woken by NOTIFY),
-// and as the incumbents do, TryLock with a 50ms sleep between tries. It
-// reports grants and hand-offs (grants to a worker other than the last
-// holder) per second of each, and the ratio of hand-offs.
+// BenchmarkContended has 8 workers, each a client with connections of its
+// own, take one lock, hold it 1ms and release it, for a fixed time, in
+// each way of waiting: dlock's Lock, plain and fair (lease mode: the
+// queue, with hand-off on release), a session lock's Lock, and as the
+// incumbents do, TryLock with a 50ms sleep between tries. Side by side in
+// the same run it measures the floor: a pair of SELECT 1 round trips on
+// one connection, and what time.Sleep(1ms) really takes. It reports
+// holder changes/s (grants to a worker other than the last holder),
+// grants/s, grants per worker (min, max) and fairness = min ÷ max, and
+// the ceiling 1 ÷ (sleep + floor pair) — a hand-off needs at least the
+// release and a message to the next holder — with the ratio of holder
+// changes/s to it. A grant made while another worker still held the lock
+// fails the benchmark.
 func BenchmarkContended(b *testing.B) {
 	srv := testenv.StartPostgres(b)
 	const workers = 8
 	window := 3 * time.Second
-	for _, m := range modes {
+	for _, m := range []struct {
+		name string
+		opts []pglock.Option
+		lock []dlock.Option
+		poll bool
+	}{
+		{name: "lease/plain"},
+		{name: "lease/fair", lock: []dlock.Option{dlock.WithFair()}},
+		{name: "session/plain", opts: []pglock.Option{pglock.WithSessionLocks()}},
+		{name: "lease/trylock-poll-50ms", poll: true},
+	} {
 		b.Run(m.name, func(b *testing.B) {
 			clients := make([]*dlock.Client, workers)
 			for i := range clients {
 				clients[i] = dlock.New(newDriver(b, srv.URL(srv.Addr, ""), m.opts...), dlock.WithTTL(10*time.Second))
 			}
-			run := func(poll bool) (grants, handoffs float64) {
-				ctx, cancel := context.WithTimeout(context.Background(), window)
-				defer cancel()
-				deadline, _ := ctx.Deadline()
-				var n, h atomic.Int64
-				var last atomic.Int64
-				var wg sync.WaitGroup
-				for w, c := range clients {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						mu := c.Mutex("contended")
-						for ctx.Err() == nil {
-							var l *dlock.Lease
-							var err error
-							if poll {
-								l, err = mu.TryLock(ctx)
-								if errors.Is(err, dlock.ErrNotAcquired) {
-									select {
-									case <-ctx.Done():
-									case <-time.After(50 * time.Millisecond):
-									}
-									continue
-								}
-							} else {
-								l, err = mu.Lock(ctx)
-							}
-							if err != nil {
-								if time.Until(deadline) > 100*time.Millisecond {
-									b.Error(err)
-								}
-								return
-							}
-							n.Add(1)
-							if last.Swap(int64(w)) != int64(w) {
-								h.Add(1)
-							}
-							time.Sleep(time.Millisecond)
-							_ = l.Unlock(context.Background())
-						}
-					}()
+			name := "contended/" + m.name
+			// Warm up: tables, prepared statements, LISTEN connections.
+			for _, c := range clients {
+				l, err := c.Mutex(name, m.lock...).Lock(context.Background())
+				if err != nil {
+					b.Fatal(err)
 				}
-				wg.Wait()
-				return float64(n.Load()) / window.Seconds(), float64(h.Load()) / window.Seconds()
+				_ = l.Unlock(context.Background())
 			}
+			floor := newPool(b, srv.URL(srv.Addr, "pool_max_conns=1"))
+			var sum contendedRound
 			b.ResetTimer()
-			var ng, nh, pg, ph float64
 			for i := 0; i < b.N; i++ {
-				g, h := run(false)
-				ng, nh = ng+g, nh+h
-				g, h = run(true)
-				pg, ph = pg+g, ph+h
+				r := runContended(b, clients, name, m.lock, m.poll, window)
+				r.pair = floorPair(b, floor, time.Second)
+				r.sleep = sleepLength(time.Second)
+				sum.add(r)
 			}
+			b.StopTimer()
 			k := float64(b.N)
-			b.ReportMetric(ng/k, "notify-grants/s")
-			b.ReportMetric(nh/k, "notify-handoffs/s")
-			b.ReportMetric(pg/k, "poll-grants/s")
-			b.ReportMetric(ph/k, "poll-handoffs/s")
-			b.ReportMetric(nh/ph, "handoff-ratio")
+			changes := float64(sum.changes) / k / window.Seconds()
+			ceiling := 1 / (sum.sleep.Seconds()/k + sum.pair.Seconds()/k)
+			b.ReportMetric(changes, "changes/s")
+			b.ReportMetric(float64(sum.grants)/k/window.Seconds(), "grants/s")
+			b.ReportMetric(float64(sum.minGrants)/k, "min-grants/worker")
+			b.ReportMetric(float64(sum.maxGrants)/k, "max-grants/worker")
+			b.ReportMetric(sum.fairness/k, "fairness")
+			b.ReportMetric(float64(sum.pair.Microseconds())/k, "floor-pair-µs")
+			b.ReportMetric(float64(sum.handOff.Microseconds())/float64(max(sum.changes, 1)), "handoff-µs")
+			b.ReportMetric(float64(sum.unlock.Microseconds())/float64(max(sum.grants, 1)), "unlock-µs")
+			b.ReportMetric(float64(sum.sleep.Microseconds())/k, "sleep-µs")
+			b.ReportMetric(ceiling, "ceiling/s")
+			b.ReportMetric(changes/ceiling, "×ceiling")
 		})
 	}
+}
+
+// contendedRound is what one round of BenchmarkContended counted.
+type contendedRound struct {
+	grants, changes      int
+	minGrants, maxGrants int
+	fairness             float64
+	pair, sleep          time.Duration
+	handOff, unlock      time.Duration // sums: from an unlock's start to the next worker's grant; unlocks
+}
+
+func (s *contendedRound) add(r contendedRound) {
+	s.grants += r.grants
+	s.changes += r.changes
+	s.minGrants += r.minGrants
+	s.maxGrants += r.maxGrants
+	s.fairness += r.fairness
+	s.pair += r.pair
+	s.sleep += r.sleep
+	s.handOff += r.handOff
+	s.unlock += r.unlock
+}
+
+// runContended has each client take the lock name in turn for window;
+// grants are counted under one mutex, in the order the lock calls return.
+func runContended(b testing.TB, clients []*dlock.Client, name string, opts []dlock.Option, poll bool, window time.Duration) contendedRound {
+	ctx, cancel := context.WithTimeout(context.Background(), window)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		r       contendedRound
+		last    = -1
+		freed   time.Time // when the last holder began to unlock
+		per     = make([]int, len(clients))
+		holding atomic.Int32
+		wg      sync.WaitGroup
+	)
+	granted := func(w int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ctx.Err() != nil {
+			return // after the round's end: not counted
+		}
+		r.grants++
+		per[w]++
+		if w != last {
+			r.changes++
+			if !freed.IsZero() {
+				r.handOff += time.Since(freed)
+			}
+		}
+		last = w
+	}
+	for w, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex(name, opts...)
+			for ctx.Err() == nil {
+				var l *dlock.Lease
+				var err error
+				if poll {
+					l, err = m.TryLock(ctx)
+					if errors.Is(err, dlock.ErrNotAcquired) {
+						select {
+						case <-ctx.Done():
+						case <-time.After(50 * time.Millisecond):
+						}
+						continue
+					}
+				} else {
+					l, err = m.Lock(ctx)
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
+					return
+				}
+				if holding.Add(1) != 1 {
+					b.Errorf("worker %d was granted the lock while another held it", w)
+				}
+				granted(w)
+				time.Sleep(time.Millisecond)
+				holding.Add(-1)
+				mu.Lock()
+				freed = time.Now()
+				mu.Unlock()
+				start := time.Now()
+				_ = l.Unlock(context.Background())
+				mu.Lock()
+				r.unlock += time.Since(start)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	r.minGrants, r.maxGrants = per[0], per[0]
+	for _, n := range per {
+		r.minGrants, r.maxGrants = min(r.minGrants, n), max(r.maxGrants, n)
+	}
+	if r.maxGrants > 0 {
+		r.fairness = float64(r.minGrants) / float64(r.maxGrants)
+	}
+	return r
+}
+
+// floorPair returns the mean time of a pair of SELECT 1 round trips on
+// one connection of pool, over d.
+func floorPair(b *testing.B, pool *pgxpool.Pool, d time.Duration) time.Duration {
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	var one, n int
+	start := time.Now()
+	for ; time.Since(start) < d; n++ {
+		for range 2 {
+			if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return time.Since(start) / time.Duration(n)
+}
+
+// sleepLength returns the mean real length of time.Sleep(time.Millisecond)
+// over d.
+func sleepLength(d time.Duration) time.Duration {
+	n := 0
+	start := time.Now()
+	for ; time.Since(start) < d; n++ {
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start) / time.Duration(n)
 }

@@ -51,3 +51,13 @@ func TestConformanceSessionLocks(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	dlocktest.Run(t, harness(srv, "table=session_leases&mode=session"))
 }
+
+// TestConformanceFair runs the whole suite with fair waiting
+// (dlock.WithFair): every Lock waits in the queue and never passes a live
+// waiter.
+func TestConformanceFair(t *testing.T) {
+	srv := testenv.StartPostgres(t)
+	h := harness(srv, "table=fair_leases")
+	h.Fair = true
+	dlocktest.Run(t, h)
+}

@@ -38,15 +38,63 @@
 //     the same statement, delivered when it commits. So does Break, and so
 //     does an acquire that took over an expired lease (waiters then re-arm
 //     their timers on the new holder).
-//   - Waiting: one LISTEN connection per Driver, shared by all its waiters
-//     (not one per waiter); a notification's payload is a 64-bit hash of
-//     the name, so it fits any name. A waiter retries when woken, when the
-//     holder's TTL runs out by the server's clock, and otherwise on a
-//     jittered 2-second safety poll (driver.AcquireByRetry). Should the
+//   - Waiting: a queue in the database, with hand-off on release (see
+//     Waiting below), woken by LISTEN/NOTIFY on one LISTEN connection per
+//     Driver, shared by all its waiters (not one per waiter). Should the
 //     LISTEN connection break, the driver makes it again while its
 //     waiters go on waiting (TestBrokenListenConnectionIsMadeAgain).
 //   - Grant.Recovered (for WithLockDelay) is true when the grant ended a
 //     lease that was not released: expired, crashed or broken.
+//
+// # Waiting
+//
+// Waiting is a FIFO queue, for plain and fair locks alike: a Lock that
+// finds the lock held puts an entry in a third table beside the lease
+// table, named after it with "_waiters" appended (dlock_leases_waiters;
+// made with the permits table), holding its place (drawn from the token
+// sequence as it arrives), the lease it asks for, and a short lease of its
+// own, the waiter TTL (WithWaiterTTL, default 2s). The difference between
+// the modes is arrival: a plain Lock's first attempt takes a free lock
+// whoever waits (as a plain TryLock does), as an unfair mutex lets an
+// arriving goroutine do; with dlock.WithFair nobody passes a live waiter,
+// not even to a lock that a Break or an expiry left free
+// (TestFairTryLockDoesNotPassAQueuedWaiter), and grants go in arrival
+// order (dlocktest's FairWaitersAreGrantedInArrivalOrder; the whole
+// conformance suite also runs with WithFair, TestConformanceFair).
+//
+//   - A release hands the lock over: in the transaction that releases
+//     it, it grants the lock to the first live waiter of the queue (a new
+//     token, the waiter's TTL and metadata), takes it out of the queue and
+//     tells it by NOTIFY on its driver's own channel — each Driver listens
+//     on the table's channel and on one of its own, on the same LISTEN
+//     connection — with the owner key and the token as payload. The
+//     waiter then holds the lock without a statement of its own
+//     (TestReleaseHandsTheLockToTheNextWaiter). A channel per driver,
+//     rather than one per name with the owner in the payload, sends each
+//     hand-off to the one connection that waits for it, not to every
+//     client that listens on the table: a hand-off sends nothing on the
+//     table's channel (the same test).
+//   - A waiter's attempt is one round trip: it grants the lock, or
+//     renews the waiter's place; it runs when the table's channel says
+//     the lock was freed without a hand-off (Break, a release with nobody
+//     live queued), when the holder's lease would run out by the server's
+//     clock, and every third of the waiter TTL as the heartbeat, so a
+//     waiter keeps its place however long it waits
+//     (TestWaiterKeepsItsPlaceWhileItWaits). A waiter whose context ends
+//     leaves the queue before Lock returns
+//     (TestCancelledWaiterLeavesTheQueueBeforeLockReturns).
+//   - A waiter that stopped renewing its place (killed, frozen, cut off)
+//     is passed over once its waiter TTL runs out, and a waiter whose
+//     LISTEN connection is gone (its process died) at once: that
+//     connection holds a session advisory lock named in the entry while
+//     it lives, and a release tries a shared lock of it
+//     (TestReleasePassesOverWaitersThatAreGone). An entry whose place ran
+//     out is deleted by the next attempt of the name.
+//   - Inspect lists the live waiters in arrival order (Info.Waiters).
+//   - A role that may not use the waiters table waits by retrying, as
+//     before there was a queue: each release wakes all the name's waiters
+//     and one of them wins; WithFair then fails with an error that says
+//     what to grant (TestRoleWithoutCreateIsToldWhatToGrant).
 //
 // # Semaphores
 //
@@ -85,6 +133,13 @@
 //     ended without a release (expired, crashed or broken): such a permit
 //     stays, expired, until a grant needs its place
 //     (TestPermitGrantReportsTakeoverOfUnreleasedPermits).
+//   - With dlock.WithFair, a permit is granted only while the permits
+//     live and the live waiters queued ahead of the caller are fewer than
+//     its limit, so permits go in arrival order; a waiter that is not
+//     granted keeps a place in the queue as a mutex's waiter does. There
+//     is no hand-off: a release wakes the waiters on the table's channel,
+//     and they try in turn (TestFairSemaphoreServesItsQueueFirst). A plain
+//     Acquire takes a free permit whoever waits.
 //   - Session locks (mode=session) have no semaphores: asking for more
 //     than one permit is dlock.ErrUnsupported.
 //
@@ -175,6 +230,9 @@
 //   - Lease-mode and session-mode clients may share a table: each respects
 //     the other's live row; a session lock that crashed keeps lease-mode
 //     clients waiting until its row's TTL runs out.
+//   - No fair waiting: the server's lock queue makes no FIFO promise
+//     across the slices of a wait, so Capabilities().Fair is false and
+//     dlock.WithFair is ErrUnsupported (TestSessionLocksRefuseFairWaiting).
 //
 // # URL
 //
@@ -182,8 +240,9 @@
 // postgres://user:password@host:port/database?param=value. pglock's own
 // parameters are table ("name" or "schema.name", default dlock_leases; the
 // token sequence is NAME_token_seq, the permits table NAME_permits, the
-// NOTIFY channel dlock_ followed by a hash of the table's schema-qualified
-// name), mode (lease, the default,
+// waiters table NAME_waiters, the NOTIFY channel dlock_ followed by a hash
+// of the table's schema-qualified name, and each driver's own channel that
+// followed by _ and 16 random hex digits), mode (lease, the default,
 // or session) and op_timeout (default 10s; see Guarantees). The others
 // are pgx's: sslmode, sslrootcert, sslcert, sslkey, connect_timeout,
 // pool_max_conns, …, and the server settings application_name,
@@ -201,6 +260,7 @@
 // grants: run Migrate once as the schema's owner, then GRANT SELECT,
 // INSERT, UPDATE, DELETE ON the table and USAGE ON the sequence to the
 // locking role, and SELECT, INSERT, UPDATE, DELETE ON the permits table
-// (NAME_permits) for semaphores. Break of a session lock terminates the
+// (NAME_permits) for semaphores and on the waiters table (NAME_waiters)
+// for the queue. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.
 package pglock

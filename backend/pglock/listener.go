@@ -2,6 +2,9 @@ package pglock
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +17,10 @@ import (
 // notifications carry the key of the lock released, and each goes to the
 // waiters on that key. Waiting costs no connection per waiter.
 //
+// It also listens on the driver's own reply channel, where a release
+// that hands the lock to one of this driver's queued waiters tells it so
+// ("owner token"); each such message goes to that owner's waiter alone.
+//
 // If the connection breaks, notifications sent meanwhile are lost; the
 // listener wakes every waiter when it breaks and again once it listens
 // anew, so each looks for itself, and reconnects with back-off.
@@ -23,7 +30,11 @@ type listener struct {
 
 	mu      sync.Mutex
 	channel string                                // set once, before the first subscribe
+	reply   string                                // this driver's own channel, for hand-offs
 	subs    map[string]map[chan struct{}]struct{} // payload → wake channels
+	owners  map[string]chan uint64                // owner → its hand-off's token
+	key     int64                                 // the advisory lock the connection holds while it lives
+	live    bool                                  // connected, holding key
 	running bool                                  // the receive loop runs
 	ctx     context.Context                       // ends the loop
 	cancel  context.CancelFunc
@@ -36,15 +47,43 @@ type listener struct {
 func newListener(cfg *pgx.ConnConfig, timeout time.Duration) *listener {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &listener{cfg: cfg, timeout: timeout, subs: map[string]map[chan struct{}]struct{}{},
-		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+		owners: map[string]chan uint64{}, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
-// setChannel names the channel to listen on; it is called before the
-// first subscribe.
-func (l *listener) setChannel(channel string) {
+// setChannel names the table's channel and the driver's reply channel to
+// listen on; it is called before the first subscribe.
+func (l *listener) setChannel(channel, reply string, key int64) {
 	l.mu.Lock()
-	l.channel = channel
+	l.channel, l.reply, l.key = channel, reply, key
 	l.mu.Unlock()
+}
+
+// awaitHandOff registers owner for a hand-off message; the token of the
+// lease handed over is sent on the returned channel. stop unregisters it.
+// Call it after subscribe, which starts the connection.
+func (l *listener) awaitHandOff(owner string) (<-chan uint64, func()) {
+	ch := make(chan uint64, 1)
+	l.mu.Lock()
+	l.owners[owner] = ch
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		delete(l.owners, owner)
+		l.mu.Unlock()
+	}
+}
+
+// liveKey returns the advisory lock that the listening connection holds
+// while it lives, or 0 (which no connection holds) while it is not
+// connected: a queued waiter's entry names it, so that a release can pass
+// over a waiter whose process has gone.
+func (l *listener) liveKey() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.live {
+		return 0
+	}
+	return l.key
 }
 
 // subscribe registers a wake channel for payload. It returns once the
@@ -102,6 +141,7 @@ func (l *listener) start(ctx context.Context) error {
 		return context.Canceled
 	}
 	l.running = true
+	l.live = true
 	go l.loop(conn)
 	return nil
 }
@@ -110,13 +150,18 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	l.mu.Lock()
-	channel := l.channel
+	channel, reply, key := l.channel, l.reply, l.key
 	l.mu.Unlock()
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+	// The advisory lock says that this connection lives (see liveKey). It
+	// waits while a release holds the shared lock of a check made when
+	// the previous connection was gone: until that transaction ends.
+	if _, err := conn.Exec(ctx, fmt.Sprintf("LISTEN %s; LISTEN %s; SELECT pg_advisory_lock(%d)",
+		pgx.Identifier{channel}.Sanitize(), pgx.Identifier{reply}.Sanitize(), key),
+		pgx.QueryExecModeSimpleProtocol); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}
@@ -130,15 +175,25 @@ var reconnectBackoff = driver.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time
 // when the connection breaks.
 func (l *listener) loop(conn *pgx.Conn) {
 	defer close(l.done)
+	l.mu.Lock()
+	reply := l.reply
+	l.mu.Unlock()
 	for {
 		for {
 			n, err := conn.WaitForNotification(l.ctx)
 			if err != nil {
 				break
 			}
-			l.wake(n.Payload)
+			if n.Channel == reply {
+				l.handOff(n.Payload)
+			} else {
+				l.wake(n.Payload)
+			}
 		}
 		conn.Close(context.Background())
+		l.mu.Lock()
+		l.live = false
+		l.mu.Unlock()
 		if l.ctx.Err() != nil {
 			return
 		}
@@ -153,6 +208,9 @@ func (l *listener) loop(conn *pgx.Conn) {
 				break
 			}
 		}
+		l.mu.Lock()
+		l.live = true
+		l.mu.Unlock()
 		l.wakeAll()
 	}
 }
@@ -163,6 +221,24 @@ func (l *listener) wake(payload string) {
 	for w := range l.subs[payload] {
 		select {
 		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// handOff passes a hand-off message ("owner token") to that owner's
+// waiter, if it still waits.
+func (l *listener) handOff(msg string) {
+	owner, tok, ok := strings.Cut(msg, " ")
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if !ok || err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ch := l.owners[owner]; ch != nil {
+		select {
+		case ch <- token:
 		default:
 		}
 	}

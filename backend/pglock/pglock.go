@@ -30,6 +30,10 @@ const DefaultTable = "dlock_leases"
 // MinTTL is the shortest lease this backend grants.
 const MinTTL = 100 * time.Millisecond
 
+// DefaultWaiterTTL is how long a queued waiter's place lives without
+// being renewed (see WithWaiterTTL).
+const DefaultWaiterTTL = 2 * time.Second
+
 // DefaultOpTimeout bounds each operation's statements when WithOpTimeout
 // does not say otherwise.
 const DefaultOpTimeout = 10 * time.Second
@@ -46,6 +50,7 @@ type config struct {
 	table     string
 	session   bool
 	opTimeout time.Duration
+	waiterTTL time.Duration
 }
 
 // WithTable sets the lease table's name: "name" (in the first schema of the
@@ -78,6 +83,21 @@ func WithOpTimeout(d time.Duration) Option {
 	}
 }
 
+// WithWaiterTTL sets how long a queued waiter's place lives without being
+// renewed: a waiter renews it every third of it while it waits, and a
+// waiter that stops (its process killed, its connection cut) is dropped
+// from the queue when it runs out. Default DefaultWaiterTTL; at least
+// 3 × MinTTL.
+func WithWaiterTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 3*MinTTL {
+			return fmt.Errorf("%w: pglock: waiter TTL %v: want at least %v", dlock.ErrInvalidOption, d, 3*MinTTL)
+		}
+		c.waiterTTL = d
+		return nil
+	}
+}
+
 // WithSessionLocks makes every lock a session-scoped advisory lock held on
 // a connection of its own, freed the moment that connection ends; see the
 // package documentation for the trade-off.
@@ -104,10 +124,18 @@ type Driver struct {
 	// Semaphores: the permits table (quoted, as configured) and its
 	// statements, bound on first use like the others.
 	permits                                           string
-	permitLockSQL, permitAcquireSQL, permitExtendSQL  string
+	permitAcquireSQL, permitExtendSQL                 string
 	permitReleaseSQL, permitInspectSQL, permitListSQL string
 	permitBreakSQL                                    string
 	permitsOK                                         atomic.Bool // the permits table exists and this role may use it
+
+	// The queue: the waiters table (quoted, as configured), this driver's
+	// reply channel for hand-offs (set on first use) and the statements.
+	waiters, reply                             string
+	waiterTTL                                  time.Duration
+	lockNameSQL, queueAcquireSQL, handOffSQL   string
+	leaveSQL, queuePermitSQL, waiterInspectSQL string
+	waitersOK                                  atomic.Bool // the waiters table exists and this role may use it
 
 	migrateMu sync.Mutex
 	migrated  atomic.Bool
@@ -125,7 +153,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: pglock.New: pool is nil", dlock.ErrInvalidOption)
 	}
-	c := config{table: DefaultTable, opTimeout: DefaultOpTimeout}
+	c := config{table: DefaultTable, opTimeout: DefaultOpTimeout, waiterTTL: DefaultWaiterTTL}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
@@ -135,15 +163,17 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	permits := permitsTable(c.table)
+	permits, waiters := sideTable(c.table, "_permits"), sideTable(c.table, "_waiters")
 	d := &Driver{
 		pool:      pool,
 		ident:     ident,
 		seq:       seq,
 		permits:   permits,
+		waiters:   waiters,
+		waiterTTL: c.waiterTTL,
 		session:   c.session,
 		timeout:   c.opTimeout,
-		createSQL: bind(createSQL, ident, seq, permits),
+		createSQL: bind(createSQL, ident, seq, permits, waiters),
 	}
 	// The statements, keys and channel are bound to the table's full name
 	// once the server has resolved it (bindCanonical, on first use).
@@ -170,12 +200,12 @@ func quoteTable(name string) (table, seq string, err error) {
 	return pgx.Identifier(parts).Sanitize(), pgx.Identifier(seqParts).Sanitize(), nil
 }
 
-// permitsTable returns the quoted identifier of the permits table of the
-// table name (already checked by quoteTable): the table's name followed by
-// "_permits", in the same schema.
-func permitsTable(name string) string {
+// sideTable returns the quoted identifier of the permits or waiters table
+// of the table name (already checked by quoteTable): the table's name
+// followed by suffix, in the same schema.
+func sideTable(name, suffix string) string {
 	parts := strings.Split(name, ".")
-	parts[len(parts)-1] += "_permits"
+	parts[len(parts)-1] += suffix
 	return pgx.Identifier(parts).Sanitize()
 }
 
@@ -251,8 +281,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// Migrate creates the lease table, the token sequence and the permits
-// table of semaphores if they do not exist. It needs the CREATE privilege on the schema; run it once as the
+// Migrate creates the lease table, the token sequence, the permits table
+// of semaphores and the waiters table of the queue if they do not exist. It needs the CREATE privilege on the schema; run it once as the
 // schema's owner where the locking role has only table privileges. Without
 // it the first operation does the same.
 func (d *Driver) Migrate(ctx context.Context) error {
@@ -321,8 +351,10 @@ func (d *Driver) migrateLocked(ctx context.Context, create bool) error {
 type resolved struct {
 	table, seq   string // schema-qualified and quoted, or "" if missing
 	permits      string // the permits table's name beside table, quoted
-	permitsExist bool
-	permitsOK    bool // it exists and this role may use it
+	waiters      string // the waiters table's name beside table, quoted
+	permitsExist bool   // the permits and the waiters tables exist
+	permitsOK    bool   // the permits table exists and this role may use it
+	waitersOK    bool   // the waiters table exists and this role may use it
 }
 
 // resolve returns the schema-qualified, quoted names of the table and the
@@ -333,12 +365,13 @@ func (d *Driver) resolve(ctx context.Context) (resolved, error) {
 		tn, tr, sn, sr *string
 		r              resolved
 	)
-	if err := d.pool.QueryRow(ctx, resolveSQL, d.ident, d.seq).Scan(&tn, &tr, &sn, &sr, &r.permitsExist, &r.permitsOK); err != nil {
+	if err := d.pool.QueryRow(ctx, resolveSQL, d.ident, d.seq).Scan(&tn, &tr, &sn, &sr, &r.permitsExist, &r.permitsOK, &r.waitersOK); err != nil {
 		return resolved{}, err
 	}
 	if tn != nil && tr != nil {
 		r.table = pgx.Identifier{*tn, *tr}.Sanitize()
 		r.permits = pgx.Identifier{*tn, *tr + "_permits"}.Sanitize()
+		r.waiters = pgx.Identifier{*tn, *tr + "_waiters"}.Sanitize()
 	}
 	if sn != nil && sr != nil {
 		r.seq = pgx.Identifier{*sn, *sr}.Sanitize()
@@ -346,9 +379,10 @@ func (d *Driver) resolve(ctx context.Context) (resolved, error) {
 	return r, nil
 }
 
-// createPermits makes the permits table beside the resolved table.
+// createPermits makes the permits and waiters tables beside the resolved
+// table.
 func (d *Driver) createPermits(ctx context.Context, r resolved) error {
-	_, err := d.pool.Exec(ctx, bind(createPermitsSQL, r.table, r.seq, r.permits), pgx.QueryExecModeSimpleProtocol)
+	_, err := d.pool.Exec(ctx, bind(createPermitsSQL, r.table, r.seq, r.permits, r.waiters), pgx.QueryExecModeSimpleProtocol)
 	return err
 }
 
@@ -436,21 +470,27 @@ func (d *Driver) bindCanonical(r resolved) {
 	d.canon = table
 	sum := sha256.Sum256([]byte(table))
 	d.channel = "dlock_" + hex.EncodeToString(sum[:8])
-	d.listen.setChannel(d.channel)
+	nonce := driver.NewNonce()[:16]
+	d.reply = d.channel + "_" + nonce
+	key, _ := strconv.ParseUint(nonce, 16, 64)
+	d.listen.setChannel(d.channel, d.reply, int64(key))
 	for _, q := range []struct {
 		dst *string
 		sql string
 	}{
 		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
 		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL},
-		{&d.permitLockSQL, permitLockSQL}, {&d.permitAcquireSQL, permitAcquireSQL},
+		{&d.lockNameSQL, lockNameSQL}, {&d.permitAcquireSQL, permitAcquireSQL},
 		{&d.permitExtendSQL, permitExtendSQL}, {&d.permitReleaseSQL, permitReleaseSQL},
 		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
 		{&d.permitBreakSQL, permitBreakSQL},
+		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.leaveSQL, leaveSQL},
+		{&d.queuePermitSQL, queuePermitSQL}, {&d.waiterInspectSQL, waiterInspectSQL},
 	} {
-		*q.dst = bind(q.sql, table, seq, r.permits)
+		*q.dst = bind(q.sql, table, seq, r.permits, r.waiters)
 	}
 	d.permitsOK.Store(r.permitsOK)
+	d.waitersOK.Store(r.waitersOK)
 }
 
 // privilegeError explains which privilege the connecting role lacks and
@@ -471,8 +511,8 @@ func (d *Driver) privilegeError(ctx context.Context, cause error, creating bool)
 	if i := strings.LastIndex(d.ident, `"."`); i >= 0 {
 		schema = d.ident[:i+1]
 	}
-	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s; GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s",
-		d.ident, role, d.seq, role, d.permits, role)
+	grants := fmt.Sprintf("GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s; GRANT USAGE ON SEQUENCE %s TO %s; GRANT SELECT, INSERT, UPDATE, DELETE ON %s, %s TO %s",
+		d.ident, role, d.seq, role, d.permits, d.waiters, role)
 	if creating {
 		return fmt.Errorf("%w: pglock: role %s may not create the lock table %s: %w; either run Migrate once as a role that may (then %s), or GRANT CREATE ON SCHEMA %s TO %s",
 			driver.ErrUnavailable, role, d.ident, cause, grants, schema, role)
@@ -521,7 +561,7 @@ func payload(key int64) string {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{DurableFencing: true, Sessions: d.session, LockDelay: true, Semaphore: !d.session, MinTTL: MinTTL}
+	return driver.Capabilities{Fair: !d.session, DurableFencing: true, Sessions: d.session, LockDelay: true, Semaphore: !d.session, MinTTL: MinTTL}
 }
 
 // Acquire implements driver.Driver.
@@ -538,8 +578,26 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		}
 	}
 	if d.session {
+		if req.Fair {
+			return driver.Grant{}, fmt.Errorf("%w: pglock: session locks wait in the server's lock queue, which makes no FIFO promise", driver.ErrUnsupported)
+		}
 		g, err := d.acquireSession(ctx, req)
 		return g, d.fail(ctx, err)
+	}
+	if req.Fair || req.Wait && req.Limit <= 1 {
+		// The queue. A plain Lock without it (a role that may not use the
+		// waiters table) waits by retrying, as before there was one.
+		err := d.waitersReady(ctx)
+		switch {
+		case err == nil && req.Wait:
+			g, err := d.acquireQueued(ctx, req)
+			return g, d.fail(ctx, err)
+		case err == nil:
+			g, err := driver.AcquireByRetry(ctx, req, d) // one attempt, see TryAcquire
+			return g, d.fail(ctx, err)
+		case req.Fair:
+			return driver.Grant{}, err
+		}
 	}
 	g, err := driver.AcquireByRetry(ctx, req, d)
 	return g, d.fail(ctx, err)
@@ -550,6 +608,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	if err := d.ensure(ctx); err != nil {
 		return driver.Grant{}, 0, err
+	}
+	if req.Fair {
+		if err := d.waitersReady(ctx); err != nil {
+			return driver.Grant{}, 0, err
+		}
+		return d.tryQueued(ctx, req)
 	}
 	if req.Limit > 1 {
 		return d.tryPermit(ctx, req)
@@ -562,7 +626,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 type permit struct{}
 
 // tryPermit is one attempt at a permit of a semaphore: one round trip,
-// permitLockSQL then permitAcquireSQL in one transaction (see queries.go).
+// lockNameSQL then permitAcquireSQL in one transaction (see queries.go).
 func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
 	if err := d.permitsReady(ctx); err != nil {
 		return driver.Grant{}, 0, err
@@ -581,7 +645,7 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 	// a connection returned in one.
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(d.permitLockSQL, []byte(req.Name))
+	b.Queue(d.lockNameSQL, []byte(req.Name))
 	b.Queue(d.permitAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
 		d.channel, payload(d.key(req.Name)))
 	b.Queue(`COMMIT`)
@@ -672,6 +736,9 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 		defer cancel()
 		return d.released(ctx, h, d.pool.QueryRow(octx, d.permitReleaseSQL, d.releaseArgs(h)...).Scan(nil))
 	}
+	if d.waitersOK.Load() {
+		return d.releaseQueued(ctx, h)
+	}
 	return d.release(ctx, d.pool, h)
 }
 
@@ -718,10 +785,40 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	if err != nil {
 		return driver.Info{}, err
 	}
-	if len(infos) == 0 {
-		return driver.Info{Name: name}, nil
+	in := driver.Info{Name: name}
+	if len(infos) > 0 {
+		in = infos[0]
 	}
-	return infos[0], nil
+	if d.waitersOK.Load() {
+		if in.Waiters, err = d.queued(ctx, name); err != nil {
+			return driver.Info{}, err
+		}
+	}
+	return in, nil
+}
+
+// queued returns the holder metadata of the live waiters of name, in
+// arrival order.
+func (d *Driver) queued(ctx context.Context, name string) ([][]byte, error) {
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.pool.Query(octx, d.waiterInspectSQL, []byte(name))
+	if err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	var waiters [][]byte
+	for rows.Next() {
+		var n, holder []byte
+		if err := rows.Scan(&n, &holder); err != nil {
+			rows.Close()
+			return nil, d.fail(ctx, err)
+		}
+		waiters = append(waiters, holder)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	return waiters, nil
 }
 
 // List implements driver.Driver. Names are compared as bytes, so the

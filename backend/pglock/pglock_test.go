@@ -172,6 +172,39 @@ func TestRoleWithoutCreateIsToldWhatToGrant(t *testing.T) {
 	if err := s.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Without the waiters grant, a plain Lock waits by retrying, and a
+	// fair one says what to grant.
+	held, err := locker.Mutex("queue").Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock without the waiters grant: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		lw, err := newClient(t, lockerURL).Mutex("queue").Lock(ctx)
+		if err == nil {
+			err = lw.Unlock(ctx)
+		}
+		waited <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("a Lock that waited without the waiters grant: %v", err)
+	}
+	waitersGrant := `GRANT SELECT, INSERT, UPDATE, DELETE ON "dlock_leases_waiters" TO "locker"`
+	if _, err := locker.Mutex("fair", dlock.WithFair()).Lock(ctx); !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), waitersGrant) {
+		t.Errorf("fair Lock without the waiters grant: %v; want ErrUnavailable containing %q", err, waitersGrant)
+	}
+	srv.Exec(waitersGrant)
+	f, err := locker.Mutex("fair", dlock.WithFair()).Lock(ctx)
+	if err != nil {
+		t.Fatalf("fair Lock after the waiters grant: %v", err)
+	}
+	if err := f.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrLeaseLost) {
 		t.Errorf("Unlock of the broken lease: %v, want ErrLeaseLost", err)
 	}

@@ -48,6 +48,9 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 	// that ended without a release (expired, crashed, broken) stays until
 	// a grant needs its place, so that the grant can report it
 	// (Grant.Recovered).
+	//
+	// The waiters table, made with it, is the queue of the waiters of a
+	// name (see the statements of the queue below).
 	createPermitsSQL = `
 CREATE TABLE IF NOT EXISTS {{permits}} (
 	name       bytea       NOT NULL,
@@ -56,24 +59,39 @@ CREATE TABLE IF NOT EXISTS {{permits}} (
 	holder     bytea,
 	expires_at timestamptz NOT NULL,
 	PRIMARY KEY (name, owner)
+);
+CREATE TABLE IF NOT EXISTS {{waiters}} (
+	name       bytea       NOT NULL,
+	owner      text        NOT NULL,
+	seq        bigint      NOT NULL,
+	holder     bytea,
+	ttl_us     bigint      NOT NULL,
+	reply      text        NOT NULL,
+	listen_key bigint      NOT NULL,
+	expires_at timestamptz NOT NULL,
+	PRIMARY KEY (name, owner)
 )`
 
 	// resolveSQL returns the schema and name of the table ($1) and of the
 	// sequence ($2) as the server resolves their spelling (to_regclass
 	// parses the quoted names as identifiers, an unqualified one along the
 	// search path), or NULLs for one that does not exist; then whether the
-	// permits table exists beside the table (same schema, the table's name
-	// followed by _permits), and whether this role may use it.
+	// permits table (same schema, the table's name followed by _permits)
+	// and the waiters table (…_waiters) both exist beside the table, and
+	// whether this role may use each.
 	// (has_table_privilege with a list of privileges is true if any is
 	// held, hence one call each.)
 	resolveSQL = `
-SELECT tn.nspname::text, t.relname::text, sn.nspname::text, s.relname::text, p.oid IS NOT NULL,
+SELECT tn.nspname::text, t.relname::text, sn.nspname::text, s.relname::text, p.oid IS NOT NULL AND w.oid IS NOT NULL,
        coalesce(has_table_privilege(p.oid, 'SELECT') AND has_table_privilege(p.oid, 'INSERT')
-                AND has_table_privilege(p.oid, 'UPDATE') AND has_table_privilege(p.oid, 'DELETE'), false)
+                AND has_table_privilege(p.oid, 'UPDATE') AND has_table_privilege(p.oid, 'DELETE'), false),
+       coalesce(has_table_privilege(w.oid, 'SELECT') AND has_table_privilege(w.oid, 'INSERT')
+                AND has_table_privilege(w.oid, 'UPDATE') AND has_table_privilege(w.oid, 'DELETE'), false)
 FROM (SELECT to_regclass($1) AS t, to_regclass($2) AS s) r
 LEFT JOIN pg_class t ON t.oid = r.t LEFT JOIN pg_namespace tn ON tn.oid = t.relnamespace
 LEFT JOIN pg_class s ON s.oid = r.s LEFT JOIN pg_namespace sn ON sn.oid = s.relnamespace
-LEFT JOIN pg_class p ON p.relnamespace = t.relnamespace AND p.relname = t.relname || '_permits' AND p.relkind IN ('r', 'p')`
+LEFT JOIN pg_class p ON p.relnamespace = t.relnamespace AND p.relname = t.relname || '_permits' AND p.relkind IN ('r', 'p')
+LEFT JOIN pg_class w ON w.relnamespace = t.relnamespace AND w.relname = t.relname || '_waiters' AND w.relkind IN ('r', 'p')`
 
 	// acquireSQL takes the lock in one statement: insert the name's first
 	// lease, or take over a lease that is free or has expired by the
@@ -180,7 +198,7 @@ FROM b`
 // The statements of semaphores (Request.Limit > 1). A permit is granted in
 // one round trip of two statements, sent as one pipeline in one READ
 // COMMITTED transaction (tryPermit begins it so, whatever the server's
-// default): permitLockSQL locks the name's row of the lease table, then
+// default): lockNameSQL locks the name's row of the lease table, then
 // permitAcquireSQL counts the live permits and inserts one.
 // Two statements because in READ COMMITTED each statement sees the
 // database as of its own start: a single statement that waited for the
@@ -189,18 +207,6 @@ FROM b`
 // statement starts after the lock is ours, so it sees every permit
 // granted before, and none can be granted until it commits.
 const (
-	// permitLockSQL takes the lock every grant of a permit of the name
-	// holds until it commits: the name's row of the lease table, made if
-	// the name has none (free: no owner, expired, token 0, a token no
-	// grant ever returns). The row is locked, not written, when it exists:
-	// ON CONFLICT DO UPDATE locks the conflicting row even when its WHERE
-	// is false. A mutex's acquire of the name locks the same row.
-	// $1 name.
-	permitLockSQL = `
-INSERT INTO {{table}} AS l (name, owner, token, expires_at, acquired_at)
-VALUES ($1, '', 0, '-infinity', clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
-
 	// permitAcquireSQL grants a permit if fewer than $5 permits of the name
 	// are live by the server's clock, with a token drawn now, under the
 	// name's row lock: tokens of one name increase in grant order,
@@ -298,14 +304,237 @@ WITH b AS (
 SELECT pg_notify($2, $3)::text FROM b LIMIT 1`
 )
 
-// bind puts the quoted table, sequence and permits table names into a
-// statement; {{seqname}} is the sequence's name as a string literal, for
-// nextval.
-func bind(sql, table, seq, permits string) string {
-	return strings.NewReplacer("{{table}}", table, "{{seq}}", seq, "{{seqname}}", quoteLiteral(seq), "{{permits}}", permits).Replace(sql)
+// bind puts the quoted table, sequence, permits and waiters table names
+// into a statement; {{seqname}} is the sequence's name as a string
+// literal, for nextval.
+func bind(sql, table, seq, permits, waiters string) string {
+	return strings.NewReplacer("{{table}}", table, "{{seq}}", seq, "{{seqname}}", quoteLiteral(seq),
+		"{{permits}}", permits, "{{waiters}}", waiters).Replace(sql)
 }
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
+
+// The statements of the queue. A waiter of a mutex (a Lock) or of a fair
+// semaphore has an entry in the waiters table: its place (seq, drawn from
+// the token sequence when it arrives), the lease it asks for (holder
+// metadata, TTL), where to tell it that it was handed the lock (reply: its
+// driver's own NOTIFY channel; listen_key: an advisory lock that the
+// connection listening on it holds while it lives), and its own short lease (expires_at), renewed by each of its
+// attempts. An entry whose lease ran out is dropped by the next attempt
+// of the name; an entry whose listening connection is gone (its process
+// died, or the connection broke) is passed over until it renews.
+//
+// Every statement that grants, hands over or reads the queue to decide
+// runs in a READ COMMITTED transaction after lockNameSQL, which locks the
+// name's row of the lease table: each then sees every entry and every
+// grant committed before it, and none can change until it commits. (One
+// statement that waited for the row lock would read the queue as it was
+// before it waited, and could hand the lock to a waiter that has just
+// given up.)
+const (
+	// lockNameSQL locks the name's row of the lease table, made if the
+	// name has none (free: no owner, expired, token 0, a token no grant
+	// ever returns). The row is locked, not written, when it exists: ON
+	// CONFLICT DO UPDATE locks the conflicting row even when its WHERE is
+	// false. $1 name.
+	lockNameSQL = `
+INSERT INTO {{table}} AS l (name, owner, token, expires_at, acquired_at)
+VALUES ($1, '', 0, '-infinity', clock_timestamp())
+ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
+
+	// waiterLiveSQL is true for an entry w of the queue that may be served:
+	// its lease has not run out and the connection that listens for its
+	// hand-off is still there: it holds the advisory lock listen_key,
+	// which a shared lock therefore cannot be granted. (A grant of the
+	// shared lock, when it is gone, lasts until the transaction ends and
+	// harms no one. Asking pg_stat_activity instead costs a read of every
+	// backend's status, several times a round trip.)
+	waiterLiveSQL = `(w.expires_at > clock_timestamp() AND NOT pg_try_advisory_xact_lock_shared(w.listen_key))`
+
+	// queueAcquireSQL is one attempt of a queued acquire of a mutex, after
+	// lockNameSQL. In order:
+	//
+	//   - the lock is this owner's (a release handed it over): the lease
+	//     is renewed and reported (outcome 2), so that a hand-off whose
+	//     message was lost costs one attempt;
+	//   - the lock is free (released, expired, broken) and this owner is
+	//     first among the live waiters, or nobody live waits, or the
+	//     attempt barges ($8, a plain Lock's first): it is granted with a
+	//     new token (outcome 1), and the owner leaves the queue;
+	//   - otherwise, when $9 (a waiting acquire), the owner joins the queue
+	//     or renews its entry (outcome 0), and the statement reports the
+	//     holder's remaining TTL and the name's token: a hand-off message
+	//     with a token not above it was sent before this attempt, and is
+	//     stale.
+	//
+	// Entries of others whose lease ran out are dropped. An owner whose own
+	// entry ran out (it was held up longer than the waiter TTL) joins again
+	// at the back.
+	//
+	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 waiter TTL
+	// in µs, $6 reply channel, $7 listening connection's key, $8 barge, $9 queue if
+	// not granted, $10 the table's channel, $11 payload.
+	// Returns outcome, token, took_over, remaining µs, notify.
+	queueAcquireSQL = `
+WITH now AS (SELECT clock_timestamp() AS t),
+cur AS (
+	SELECT l.owner, l.token, l.expires_at, (` + liveSQL + `) AS live
+	FROM {{table}} l WHERE l.name = $1
+),
+head AS (
+	SELECT w.owner FROM {{waiters}} w
+	WHERE w.name = $1 AND (w.owner = $2 OR ` + waiterLiveSQL + `)
+	ORDER BY w.seq LIMIT 1
+),
+renewed AS (
+	UPDATE {{table}} l SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
+	FROM cur WHERE l.name = $1 AND cur.owner = $2 AND cur.live
+	RETURNING l.token
+),
+granted AS (
+	UPDATE {{table}} l
+	SET owner = $2, token = nextval({{seqname}}), holder = $3,
+	    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', acquired_at = clock_timestamp(),
+	    took_over = cur.owner <> '', session_key = NULL
+	FROM cur WHERE l.name = $1 AND NOT cur.live AND ($8 OR NOT EXISTS (SELECT FROM head WHERE head.owner <> $2))
+	RETURNING l.token, l.took_over
+),
+dropped AS (
+	DELETE FROM {{waiters}} w USING now
+	WHERE w.name = $1 AND ((w.owner <> $2 AND w.expires_at <= now.t)
+	   OR (w.owner = $2 AND (EXISTS (SELECT FROM granted) OR EXISTS (SELECT FROM renewed))))
+),
+queued AS (
+	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_key, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $6::text, $7::bigint,
+	       clock_timestamp() + $5::bigint * interval '1 microsecond'
+	WHERE $9 AND NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM renewed)
+	` + joinQueueSQL + `
+)
+SELECT 1, g.token, g.took_over, 0::bigint, CASE WHEN g.took_over THEN pg_notify($10, $11)::text END FROM granted g
+UNION ALL
+SELECT 2, r.token, false, 0::bigint, NULL FROM renewed r
+UNION ALL
+SELECT 0, cur.token, false,
+       CASE WHEN cur.live THEN (extract(epoch FROM cur.expires_at - clock_timestamp()) * 1e6)::bigint ELSE 0 END, NULL
+FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM renewed)`
+
+	// handOffSQL releases its owner's live lease, after lockNameSQL, and
+	// hands the lock to the first live waiter of the queue in the same
+	// transaction: a new token, the waiter's TTL and metadata; the waiter
+	// leaves the queue and is told on its reply channel ("owner token"),
+	// when the transaction commits. With nobody live waiting the lock is
+	// freed, and the table's channel wakes whoever waits without a queue.
+	// No row when the lease was not the owner's (ErrLeaseLost).
+	// $1 name, $2 owner, $3 the table's channel, $4 payload.
+	handOffSQL = `
+WITH mine AS (
+	SELECT l.name FROM {{table}} l WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > clock_timestamp()
+),
+next AS (
+	SELECT w.owner, w.holder, w.ttl_us, w.reply FROM {{waiters}} w
+	WHERE w.name = $1 AND EXISTS (SELECT FROM mine) AND ` + waiterLiveSQL + `
+	ORDER BY w.seq LIMIT 1
+),
+gone AS (
+	DELETE FROM {{waiters}} w USING next WHERE w.name = $1 AND w.owner = next.owner
+),
+r AS (
+	UPDATE {{table}} l
+	SET owner = coalesce(n.owner, ''),
+	    token = CASE WHEN n.owner IS NULL THEN l.token ELSE nextval({{seqname}}) END,
+	    holder = n.holder,
+	    expires_at = CASE WHEN n.owner IS NULL THEN '-infinity'
+	                      ELSE clock_timestamp() + n.ttl_us * interval '1 microsecond' END,
+	    acquired_at = clock_timestamp(), took_over = false, session_key = NULL
+	FROM mine LEFT JOIN next n ON true
+	WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > clock_timestamp()
+	RETURNING l.owner, l.token
+)
+SELECT CASE WHEN r.owner = '' THEN pg_notify($3, $4)::text ELSE pg_notify(n.reply, r.owner || ' ' || r.token)::text END
+FROM r LEFT JOIN next n ON true`
+
+	// leaveSQL takes a waiter that gave up out of the queue, after
+	// lockNameSQL; handOffSQL follows it in the same transaction, so that
+	// a lock handed to the waiter meanwhile is passed on. $1 name, $2 owner.
+	leaveSQL = `DELETE FROM {{waiters}} WHERE name = $1 AND owner = $2`
+
+	// joinQueueSQL completes the INSERT of a waiter's entry: a waiter
+	// already queued renews its entry and keeps its place, unless the entry
+	// had run out: then it goes to the back.
+	joinQueueSQL = `ON CONFLICT (name, owner) DO UPDATE
+	SET seq = CASE WHEN w.expires_at <= clock_timestamp() THEN excluded.seq ELSE w.seq END,
+	    holder = excluded.holder, ttl_us = excluded.ttl_us, reply = excluded.reply,
+	    listen_key = excluded.listen_key, expires_at = excluded.expires_at`
+
+	// queuePermitSQL is one attempt of a fair semaphore's acquire, after
+	// lockNameSQL: as permitAcquireSQL, but a permit is granted only while
+	// the live permits and the live waiters queued ahead of this owner
+	// (all of them, for one not queued) are fewer than its limit, so
+	// permits go in arrival order. A waiter that is not granted joins the
+	// queue or renews its entry ($11). There is no hand-off: releases wake
+	// the waiters on the table's channel, and a grant that leaves a permit
+	// free for someone queued wakes them too.
+	//
+	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 limit,
+	// $6 the table's channel, $7 payload, $8 waiter TTL in µs, $9 reply
+	// channel, $10 listening connection's key, $11 queue if not granted.
+	// Returns outcome (1 granted, 0 not), token, took_over, µs until the
+	// soonest live permit expires, notify.
+	queuePermitSQL = `
+WITH now AS (SELECT clock_timestamp() AS t),
+c AS (
+	SELECT count(*) FILTER (WHERE p.expires_at > now.t) AS live,
+	       count(*) AS kept,
+	       min(p.expires_at) FILTER (WHERE p.expires_at > now.t) AS soonest
+	FROM {{permits}} p, now WHERE p.name = $1
+),
+others AS (
+	SELECT w.seq FROM {{waiters}} w WHERE w.name = $1 AND w.owner <> $2 AND ` + waiterLiveSQL + `
+),
+fits AS (
+	SELECT c.live + (SELECT count(*) FROM others o WHERE o.seq < coalesce(
+	           (SELECT m.seq FROM {{waiters}} m, now WHERE m.name = $1 AND m.owner = $2 AND m.expires_at > now.t),
+	           9223372036854775807)) < $5 AS ok
+	FROM c
+),
+gone AS (
+	DELETE FROM {{permits}} g USING now
+	WHERE g.name = $1 AND g.expires_at <= now.t AND g.owner IN (
+		SELECT e.owner FROM {{permits}} e, now WHERE e.name = $1 AND e.expires_at <= now.t
+		ORDER BY e.token
+		LIMIT (SELECT CASE WHEN fits.ok THEN greatest(c.kept + 1 - $5, 0) ELSE 0 END FROM c, fits))
+	RETURNING 1
+),
+ins AS (
+	INSERT INTO {{permits}} (name, owner, token, holder, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, clock_timestamp() + $4::bigint * interval '1 microsecond'
+	FROM fits WHERE fits.ok
+	RETURNING token
+),
+dropped AS (
+	DELETE FROM {{waiters}} w USING now
+	WHERE w.name = $1 AND ((w.owner <> $2 AND w.expires_at <= now.t) OR (w.owner = $2 AND EXISTS (SELECT FROM ins)))
+),
+queued AS (
+	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_key, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $9::text, $10::bigint,
+	       clock_timestamp() + $8::bigint * interval '1 microsecond'
+	WHERE $11 AND NOT EXISTS (SELECT FROM ins)
+	` + joinQueueSQL + `
+)
+SELECT 1, ins.token, r.took_over, 0::bigint,
+       CASE WHEN r.took_over OR (c.live + 1 < $5 AND EXISTS (SELECT FROM others)) THEN pg_notify($6, $7)::text END
+FROM ins, c, (SELECT EXISTS (SELECT FROM gone) AS took_over) r
+UNION ALL
+SELECT 0, NULL, NULL, coalesce((extract(epoch FROM greatest(c.soonest, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint, 0), NULL
+FROM c WHERE NOT EXISTS (SELECT FROM ins)`
+
+	// waiterInspectSQL reports the live waiters of a name in arrival
+	// order. $1 name.
+	waiterInspectSQL = `
+SELECT w.name, w.holder FROM {{waiters}} w WHERE w.name = $1 AND ` + waiterLiveSQL + ` ORDER BY w.seq`
+)

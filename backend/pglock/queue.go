@@ -1,0 +1,269 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// The outcomes of an attempt of a queued acquire (queueAcquireSQL,
+// queuePermitSQL).
+const (
+	notGranted = 0
+	granted    = 1
+	handedOff  = 2 // a release handed the lock to this owner before the attempt
+)
+
+// queueReply is what one attempt of a queued acquire learnt.
+type queueReply struct {
+	sent      time.Time
+	outcome   int
+	token     int64 // the grant's, or the name's latest when not granted
+	recovered bool
+	left      time.Duration // the holder's remaining TTL (a semaphore's: its soonest permit's)
+}
+
+// acquireQueued waits in the name's queue. The first attempt of a plain
+// Lock of a mutex takes a free lock whoever waits, as an unfair mutex lets
+// an arriving goroutine do; a fair one never passes a live waiter. Every
+// attempt is one round trip that either grants
+// the lock (this owner is first among the live waiters and the lock is
+// free) or renews the owner's place in the queue; attempts run when the
+// name's channel says the lock was freed, when the holder's lease would
+// run out, and every third of the waiter TTL as the heartbeat. A release
+// hands the lock to the first live waiter itself and tells it on its
+// driver's reply channel: the waiter then holds it without another round
+// trip. When ctx ends, the owner leaves the queue, passing on a lock
+// handed to it meanwhile, before Acquire returns.
+func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(req.Name)))
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer stop()
+	handOff, stopHandOff := d.listen.awaitHandOff(req.Owner)
+	defer stopHandOff()
+
+	var (
+		notGrantedAt time.Time // the send time of the last attempt that found the lock held
+		seen         int64     // the name's token that attempt saw
+	)
+	barge := !req.Fair && req.Limit <= 1 // a plain Lock's first attempt takes a free lock whoever waits
+	for {
+		// Detached from ctx, so that its outcome is known; it is one round
+		// trip, after which a cancelled ctx is seen.
+		a, err := d.queueAttempt(context.WithoutCancel(ctx), req, barge, true)
+		barge = false
+		if ctx.Err() != nil {
+			d.giveUp(ctx, req)
+			return driver.Grant{}, ctx.Err()
+		}
+		switch {
+		case err != nil:
+			d.giveUp(ctx, req)
+			return driver.Grant{}, err
+		case a.outcome == granted || a.outcome == handedOff:
+			return d.queueGrant(req, a.token, a.recovered, a.sent), nil
+		}
+		notGrantedAt, seen = a.sent, a.token
+		wait := d.waiterTTL / 3
+		if a.left > 0 && a.left < wait {
+			wait = a.left + time.Millisecond // an expiry sends no notification: look then
+		}
+		timer := time.NewTimer(driver.Jitter(wait))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			d.giveUp(ctx, req)
+			return driver.Grant{}, ctx.Err()
+		case token := <-handOff:
+			// Tokens of a name increase in grant order, and every grant
+			// after the last attempt has a token above the one it saw: a
+			// lower one is an older hand-off's late message (the lock was
+			// since broken and granted again), and not believed. The
+			// hand-off came after that attempt's send time, and its lease
+			// runs from the hand-off: counting it from that send time
+			// errs on the safe side.
+			if int64(token) > seen {
+				timer.Stop()
+				return d.queueGrant(req, int64(token), false, notGrantedAt), nil
+			}
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (d *Driver) queueGrant(req driver.Request, token int64, recovered bool, since time.Time) driver.Grant {
+	g := driver.Grant{Token: uint64(token), Recovered: recovered, Since: since}
+	if req.Limit > 1 {
+		g.Handle = permit{}
+	}
+	return g
+}
+
+// queueAttempt is one attempt of a queued acquire: one round trip,
+// lockNameSQL then queueAcquireSQL (queuePermitSQL for a semaphore) in one
+// transaction. Without queue, a waiter that is not granted is not queued
+// (a fair TryLock).
+func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, queue bool) (queueReply, error) {
+	a := queueReply{sent: driver.Now()}
+	var (
+		token  *int64
+		took   *bool
+		leftUS *int64
+	)
+	err := d.underNameLock(ctx, req.Name, func(b *pgx.Batch) {
+		key := d.listen.liveKey()
+		if req.Limit > 1 {
+			b.Queue(d.queuePermitSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
+				d.channel, payload(d.key(req.Name)), d.waiterTTL.Microseconds(), d.reply, key, queue)
+		} else {
+			b.Queue(d.queueAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), d.waiterTTL.Microseconds(),
+				d.reply, key, barge, queue, d.channel, payload(d.key(req.Name)))
+		}
+	}, func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(&a.outcome, &token, &took, &leftUS, nil)
+	})
+	if err != nil {
+		return a, d.fail(ctx, err)
+	}
+	if token != nil {
+		a.token = *token
+	}
+	a.recovered = took != nil && *took
+	if leftUS != nil {
+		a.left = max(time.Duration(*leftUS)*time.Microsecond, 0)
+	}
+	return a, nil
+}
+
+// tryQueued is a fair TryLock: one attempt that grants a free lock only if
+// nobody live is queued, and does not queue.
+func (d *Driver) tryQueued(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	a, err := d.queueAttempt(ctx, req, false, false)
+	switch {
+	case err != nil:
+		return driver.Grant{}, 0, err
+	case a.outcome == notGranted:
+		return driver.Grant{}, a.left, driver.ErrNotAcquired
+	}
+	return d.queueGrant(req, a.token, a.recovered, a.sent), 0, nil
+}
+
+// giveUp takes a waiter whose caller stopped waiting out of the queue, and
+// passes on a lock that was handed to it meanwhile, so that a cancelled
+// Lock leaves nothing behind. If the server cannot be reached, the place
+// runs out after the waiter TTL, and a lock handed over after its TTL.
+func (d *Driver) giveUp(ctx context.Context, req driver.Request) {
+	cctx, cancel := driver.CleanupContext(ctx)
+	defer cancel()
+	_ = d.underNameLock(cctx, req.Name, func(b *pgx.Batch) {
+		b.Queue(d.leaveSQL, []byte(req.Name), req.Owner)
+		if req.Limit <= 1 {
+			b.Queue(d.handOffSQL, []byte(req.Name), req.Owner, d.channel, payload(d.key(req.Name)))
+		}
+	}, func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		if err == nil && req.Limit <= 1 {
+			_, err = br.Exec()
+		}
+		return err
+	})
+}
+
+// releaseQueued releases a lease and hands the lock to the first live
+// waiter of the queue, in one round trip: lockNameSQL then handOffSQL in
+// one transaction.
+func (d *Driver) releaseQueued(ctx context.Context, h driver.Held) error {
+	err := d.underNameLock(ctx, h.Name, func(b *pgx.Batch) {
+		b.Queue(d.handOffSQL, d.releaseArgs(h)...)
+	}, func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(nil)
+	})
+	return d.released(ctx, h, err)
+}
+
+// underNameLock runs, in one round trip and one READ COMMITTED transaction
+// (whatever the server's default: under REPEATABLE READ the statements
+// would see the database as of before the lock was granted), lockNameSQL
+// for name and then the statements queue adds; read reads their results.
+// A read that finds no row (pgx.ErrNoRows) still commits, and that error
+// is returned. A transaction left open by another error is not reused:
+// the pool closes a connection returned in one.
+func (d *Driver) underNameLock(ctx context.Context, name string, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(d.lockNameSQL, []byte(name))
+	queue(b)
+	b.Queue(`COMMIT`)
+	br := d.pool.SendBatch(octx, b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = read(br)
+	}
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		if _, cerr := br.Exec(); cerr != nil {
+			err = cerr
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// waitersReady reports whether the queue can be used: the waiters table
+// exists and this role may use it. As permitsReady, a driver that found it
+// missing or forbidden looks again (and tries to make it) at each request
+// that needs it.
+func (d *Driver) waitersReady(ctx context.Context) error {
+	if d.waitersOK.Load() {
+		return nil
+	}
+	d.migrateMu.Lock()
+	defer d.migrateMu.Unlock()
+	if d.waitersOK.Load() {
+		return nil
+	}
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	var cause error
+	for attempt := 0; attempt < 4; attempt++ {
+		r, err := d.resolve(octx)
+		if err != nil {
+			return d.fail(ctx, err)
+		}
+		if r.table == "" {
+			return fmt.Errorf("%w: pglock: the lock table %s is missing", driver.ErrUnavailable, d.ident)
+		}
+		if r.waitersOK {
+			d.waitersOK.Store(true)
+			return nil
+		}
+		if r.permitsExist {
+			cause = errors.New("permission denied")
+			break
+		}
+		if cause = d.createPermits(octx, r); cause != nil && !isRace(cause) {
+			if !isPrivilege(cause) {
+				return d.fail(ctx, cause)
+			}
+			break
+		}
+	}
+	role := d.role(ctx)
+	return fmt.Errorf("%w: pglock: role %s may not use fair waiting: its waiters table %s is missing or not granted (%v); run Migrate once as the schema's owner, then GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s",
+		driver.ErrUnavailable, role, d.waiters, cause, d.waiters, role)
+}
