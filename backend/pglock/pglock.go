@@ -391,12 +391,18 @@ func (d *Driver) createPermits(ctx context.Context, r resolved) error {
 // forbidden looks again (and tries to make it) at each semaphore request,
 // so that a Migrate or a GRANT run since is seen without a restart.
 func (d *Driver) permitsReady(ctx context.Context) error {
-	if d.permitsOK.Load() {
+	return d.sideTableReady(ctx, &d.permitsOK, func(r resolved) bool { return r.permitsOK }, d.permitsError)
+}
+
+// sideTableReady is permitsReady and waitersReady: ok caches that the
+// table usable reports on can be used; refuse explains why not.
+func (d *Driver) sideTableReady(ctx context.Context, ok *atomic.Bool, usable func(resolved) bool, refuse func(context.Context, error) error) error {
+	if ok.Load() {
 		return nil
 	}
 	d.migrateMu.Lock()
 	defer d.migrateMu.Unlock()
-	if d.permitsOK.Load() {
+	if ok.Load() {
 		return nil
 	}
 	octx, cancel := d.bound(ctx)
@@ -410,11 +416,11 @@ func (d *Driver) permitsReady(ctx context.Context) error {
 		if r.table == "" {
 			return fmt.Errorf("%w: pglock: the lock table %s is missing", driver.ErrUnavailable, d.ident)
 		}
-		if r.permitsOK {
-			d.permitsOK.Store(true)
+		if usable(r) {
+			ok.Store(true)
 			return nil
 		}
-		if r.permitsExist {
+		if r.permitsExist { // both tables exist: the role may not use them
 			cause = errors.New("permission denied")
 			break
 		}
@@ -425,7 +431,7 @@ func (d *Driver) permitsReady(ctx context.Context) error {
 			break
 		}
 	}
-	return d.permitsError(ctx, cause)
+	return refuse(ctx, cause)
 }
 
 // permitsError explains that the role may not make or use the permits
@@ -636,33 +642,15 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 		recovered *bool
 		leftUS    int64
 	)
-	octx, cancel := d.bound(ctx)
-	defer cancel()
 	// READ COMMITTED whatever the server's default: under REPEATABLE READ
 	// the count would see the permits as of the first statement, before
 	// it waited for the lock (TestPermitGrantsQueuedOnTheNameCountEachOther).
-	// A transaction left open by an error is not reused: the pool closes
-	// a connection returned in one.
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(d.lockNameSQL, []byte(req.Name))
-	b.Queue(d.permitAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
-		d.channel, payload(d.key(req.Name)))
-	b.Queue(`COMMIT`)
-	br := d.pool.SendBatch(octx, b)
-	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(&token, &recovered, &leftUS, nil)
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	err := d.underNameLock(ctx, req.Name, func(b *pgx.Batch) {
+		b.Queue(d.permitAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
+			d.channel, payload(d.key(req.Name)))
+	}, func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(&token, &recovered, &leftUS, nil)
+	})
 	switch {
 	case err != nil:
 		return driver.Grant{}, 0, d.fail(ctx, err)

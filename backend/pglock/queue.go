@@ -229,40 +229,12 @@ func (d *Driver) underNameLock(ctx context.Context, name string, queue func(*pgx
 // missing or forbidden looks again (and tries to make it) at each request
 // that needs it.
 func (d *Driver) waitersReady(ctx context.Context) error {
-	if d.waitersOK.Load() {
-		return nil
-	}
-	d.migrateMu.Lock()
-	defer d.migrateMu.Unlock()
-	if d.waitersOK.Load() {
-		return nil
-	}
-	octx, cancel := d.bound(ctx)
-	defer cancel()
-	var cause error
-	for attempt := 0; attempt < 4; attempt++ {
-		r, err := d.resolve(octx)
-		if err != nil {
-			return d.fail(ctx, err)
-		}
-		if r.table == "" {
-			return fmt.Errorf("%w: pglock: the lock table %s is missing", driver.ErrUnavailable, d.ident)
-		}
-		if r.waitersOK {
-			d.waitersOK.Store(true)
-			return nil
-		}
-		if r.permitsExist {
-			cause = errors.New("permission denied")
-			break
-		}
-		if cause = d.createPermits(octx, r); cause != nil && !isRace(cause) {
-			if !isPrivilege(cause) {
-				return d.fail(ctx, cause)
-			}
-			break
-		}
-	}
+	return d.sideTableReady(ctx, &d.waitersOK, func(r resolved) bool { return r.waitersOK }, d.waitersError)
+}
+
+// waitersError explains that the role may not make or use the waiters
+// table, and what to run.
+func (d *Driver) waitersError(ctx context.Context, cause error) error {
 	role := d.role(ctx)
 	return fmt.Errorf("%w: pglock: role %s may not use fair waiting: its waiters table %s is missing or not granted (%v); run Migrate once as the schema's owner, then GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO %s",
 		driver.ErrUnavailable, role, d.waiters, cause, d.waiters, role)
