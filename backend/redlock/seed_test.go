@@ -1,6 +1,7 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -176,22 +177,7 @@ func TestReseedWaitsForGrantBetweenRounds(t *testing.T) {
 			t.Fatalf("first round on %s: %+v, %v", n.Addr, r, err)
 		}
 	}
-	nodes[2].Restart()
-	lockUnlock(t, c, "other") // sees n2 without counters, and re-seeds it
-	for s := ""; !strings.HasPrefix(s, "seeding ") && s != "complete"; s = fenceState(t, ctx, nodes[2].Addr) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the re-seed of n2 did not begin (fence state %q)", s)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	// The re-seed, a few keys, would be long done if it did not wait.
-	for range 30 {
-		if s := fenceState(t, ctx, nodes[2].Addr); s == "complete" {
-			t.Fatalf("n2 was marked complete while a grant of p was between its rounds")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	restartAndSeeReseedWait(t, ctx, c, nodes[2].Addr, nodes[2].Restart, "a grant")
 	// The second round.
 	for _, rdb := range direct {
 		if ok, err := k.SetToken(ctx, rdb, "between", tok+1); err != nil || !ok {
@@ -298,4 +284,28 @@ func TestReseedLeavesNodeToAnotherClientsClaim(t *testing.T) {
 	setFenceState(t, ctx, nodes[2].Addr, "seeding other 1")
 	lockUnlock(t, c, "k")
 	waitSeeded(t, nodes[2].Addr)
+}
+
+// restartAndSeeReseedWait restarts a node (restart) while a grant of p
+// (what) is between its rounds on the others, has c take another lock,
+// which finds the node without counters and begins its re-seed, and
+// checks that the re-seed waits: the node is not marked complete for
+// 300 ms, when a re-seed of a few keys would be long done.
+func restartAndSeeReseedWait(t *testing.T, ctx context.Context, c *dlock.Client, addr string, restart func(), what string) {
+	t.Helper()
+	restart()
+	lockUnlock(t, c, "other") // sees the node without counters, and re-seeds it
+	for s := ""; !strings.HasPrefix(s, "seeding ") && s != "complete"; s = fenceState(t, ctx, addr) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the re-seed of %s did not begin (fence state %q)", addr, s)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	for range 30 {
+		if s := fenceState(t, ctx, addr); s == "complete" {
+			t.Fatalf("%s was marked complete while %s of p was between its rounds", addr, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -347,21 +347,7 @@ func TestReseedWaitsForPermitBetweenRounds(t *testing.T) {
 			t.Fatalf("first round on %s: %+v, %v", n.Addr, r, err)
 		}
 	}
-	nodes[2].Restart()
-	lockUnlock(t, c, "other") // sees n2 without counters, and re-seeds it
-	for s := ""; !strings.HasPrefix(s, "seeding ") && s != "complete"; s = fenceState(t, ctx, nodes[2].Addr) {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the re-seed of n2 did not begin (fence state %q)", s)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	for range 30 {
-		if s := fenceState(t, ctx, nodes[2].Addr); s == "complete" {
-			t.Fatalf("n2 was marked complete while a permit of p was between its rounds")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	restartAndSeeReseedWait(t, ctx, c, nodes[2].Addr, nodes[2].Restart, "a permit")
 	for _, rdb := range direct {
 		if claimed, held, _, err := k.SlotToken(ctx, rdb, "between", 0, tok+1, "dlock:fence-state"); err != nil || !claimed || !held {
 			t.Fatalf("second round: claimed %v, held %v, %v", claimed, held, err)
