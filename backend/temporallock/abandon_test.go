@@ -3,6 +3,8 @@ package temporallock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -137,6 +139,44 @@ func testPausedHolderProcess(t *testing.T, srv server) {
 	}
 	if err := l.Unlock(testenv.Context(t, 30*time.Second)); err != nil {
 		t.Errorf("Unlock: %v", err)
+	}
+}
+
+// testPausedWorkersDoNotStallInspect: several client processes hold
+// locks and are then stopped (SIGSTOP) for good, each leaving its worker's
+// polls open on the server: polls that take a query and never answer it.
+// Another client must still inspect every one of those locks within the
+// CLI's default --timeout, however many dead polls the queries meet first.
+func testPausedWorkersDoNotStallInspect(t *testing.T, srv server) {
+	const ttl = 30 * time.Second // the locks stay held: Inspect must reach a workflow that runs
+	const holders = 3
+	var names []string
+	var cmds []*exec.Cmd
+	for i := range holders {
+		name := fmt.Sprintf("paused-workers/%s/%d", t.Name(), i)
+		cmd, _ := dlocktest.StartHolder(t, srv.url(ModeFair), name, ttl)
+		names = append(names, name)
+		cmds = append(cmds, cmd)
+	}
+	time.Sleep(2 * time.Second) // the holders' polls parked on the server
+	for _, cmd := range cmds {
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT) })
+	}
+	c := dlock.New(srv.open(t, ""), dlock.WithTTL(ttl))
+	for _, name := range names {
+		start := time.Now()
+		in, err := c.Inspect(testenv.Context(t, 10*time.Second), name)
+		if err != nil {
+			t.Errorf("Inspect %s with %d holder processes paused: %v", name, holders, err)
+			continue
+		}
+		if !in.Held {
+			t.Errorf("Inspect %s: no holder, want the paused process", name)
+		}
+		t.Logf("Inspect %s answered in %v", name, time.Since(start))
 	}
 }
 

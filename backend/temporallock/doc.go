@@ -194,10 +194,14 @@
 // of them a task that is then never answered. A workflow task so taken
 // (a lease's end, a hand-over, a waiter's request) is run by another
 // worker after the workflow task timeout, 3s; a query so taken is never
-// answered, so queries (Inspect, List) are sent in attempts of 2s,
-// doubled each time, for as long as the caller's context lives (30s at
-// most if it has no deadline), and the next attempt finds a worker that
-// runs. So a paused process holds no lock hostage: its own lease ends by
+// answered, and each stopped worker leaves up to two such polls. So a
+// query (Inspect, List) is asked again while no answer has come, every
+// 250ms and then every 500ms, keeping the earlier asks open, for as long
+// as the caller's context lives (30s at most if it has no deadline): each
+// ask spends one dead poll, and one finds a worker that runs
+// (PausedWorkersDoNotStallInspect: three paused holder processes, every
+// lock inspected within the CLI's default 10s; 2–4s for the first under
+// a load average of 5). So a paused process holds no lock hostage: its own lease ends by
 // timer, and the next waiter is granted a few seconds after that (about 4s
 // on a test machine, with a 2s lease). A shorter workflow task timeout
 // would shorten this, but a task that takes longer than the timeout (the

@@ -371,34 +371,71 @@ func (d *Driver) query(ctx context.Context, id, runID string, out any) (found bo
 	return true, nil
 }
 
-// First bound of one query attempt, and the longest a query is retried
-// when ctx has no deadline.
+// How often a query is asked again while no answer has come (the gap
+// doubles from queryHedge up to queryHedgeMax), how many are asked at
+// most, and the longest a query is waited for when ctx has no deadline.
 const (
-	queryAttempt = 2 * time.Second
-	queryFor     = callTimeout
+	queryHedge    = 250 * time.Millisecond
+	queryHedgeMax = 500 * time.Millisecond
+	queryAsks     = 40
+	queryFor      = callTimeout
 )
 
-// queryRetrying runs a query, in attempts bounded by queryAttempt (doubled
-// each time) and retried while ctx lives, for at most queryFor if ctx has
-// no deadline. A query goes to a worker through a poll the worker left
-// open on the server; a worker that stopped (its process paused, or cut
-// off) still has its polls open there, and a query handed to one of them
-// is never answered. That poll is then spent, and the next attempt goes
-// to a worker that runs: a slow answer is retried, not taken for an
-// unreachable server, which fails every attempt at once.
+// queryRetrying runs a query and, while no answer has come, asks it again
+// (hedges) at growing gaps, keeping the earlier asks open; the first
+// answer wins and ends the others. It waits while ctx lives, for at most
+// queryFor if ctx has no deadline.
+//
+// A query goes to a worker through a poll the worker left open on the
+// server. A worker that stopped (its process paused, or cut off) still
+// has its polls open there, and a query handed to one of them is never
+// answered; that poll is then spent, and the next ask goes to another.
+// So asking again gets past the dead polls, one per ask, while an answer
+// that is merely slow (a worker replaying a long history on a busy
+// machine) is still taken when it comes: no ask is cancelled to make room
+// for the next, as a retry would.
 func (d *Driver) queryRetrying(ctx context.Context, id, runID, query string, args ...any) (converter.EncodedValue, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, queryFor)
 		defer cancel()
 	}
-	for attempt := queryAttempt; ; attempt *= 2 {
-		actx, cancel := context.WithTimeout(ctx, attempt)
-		v, err := d.c.QueryWorkflow(actx, id, runID, query, args...)
-		slow := err != nil && actx.Err() != nil && ctx.Err() == nil
-		cancel()
-		if !slow {
-			return v, err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the asks still open
+	type answer struct {
+		v   converter.EncodedValue
+		err error
+	}
+	answers := make(chan answer, queryAsks)
+	ask := func() {
+		go func() {
+			v, err := d.c.QueryWorkflow(ctx, id, runID, query, args...)
+			answers <- answer{v, err}
+		}()
+	}
+	ask()
+	asked, open := 1, 1
+	gap := queryHedge
+	hedge := time.NewTimer(gap)
+	defer hedge.Stop()
+	for {
+		select {
+		case a := <-answers:
+			open--
+			// An error before ctx ends is the server's answer (not
+			// found, unreachable): taken as it is. Once ctx has ended,
+			// every open ask fails with it; the last one reports.
+			if ctx.Err() == nil || open == 0 {
+				return a.v, a.err
+			}
+		case <-hedge.C:
+			if asked < queryAsks {
+				ask()
+				asked++
+				open++
+				gap = min(2*gap, queryHedgeMax)
+				hedge.Reset(gap)
+			}
 		}
 	}
 }

@@ -140,6 +140,7 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })
 	t.Run("TerminatedWorkflowWaiterLeavesQueue", func(t *testing.T) { testTerminatedWorkflowWaiter(t, srv) })
 	t.Run("PausedHolderProcessDoesNotStallWaiter", func(t *testing.T) { testPausedHolderProcess(t, srv) })
+	t.Run("PausedWorkersDoNotStallInspect", func(t *testing.T) { testPausedWorkersDoNotStallInspect(t, srv) })
 	t.Run("IDAttemptTimeoutIsUnavailable", func(t *testing.T) { testIDAttemptTimeout(t, srv) })
 	t.Run("WaiterOutlivesSlowAnswers", func(t *testing.T) { testWaiterOutlivesSlowAnswers(t, srv) })
 }
