@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,9 @@ import (
 // table for a short while with the mutex workload, and each primitive's
 // workload (semaphore, read-write lock, election) on the backends that
 // offer it, checks each history, and prints one summary table.
-// Combinations run one after another, so that each has the machine to
-// itself.
+// A backend's combinations run one after another, on one deployment;
+// backends run one at a time, so that each row has the machine to itself,
+// or DLOCK_VERIFY_LANES=N at once (make test runs two).
 //
 // By default a primitive's workload runs under one fault only
 // (primitiveFaults), the election's on etcd only: every test run (make
@@ -41,10 +43,10 @@ func TestVerifyShortProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var results []*Result
+	byBackend := make([][]*Result, len(backends)) // the table keeps the backends' order
 	defer func() {
 		var b strings.Builder
-		WriteTable(&b, results)
+		WriteTable(&b, slices.Concat(byBackend...))
 		if testing.Verbose() {
 			os.Stdout.WriteString("\n" + b.String())
 		} else {
@@ -54,34 +56,59 @@ func TestVerifyShortProfile(t *testing.T) {
 			_ = os.WriteFile(filepath.Join(out, "summary.txt"), []byte(b.String()), 0o644)
 		}
 	}()
-	for _, be := range backends {
-		if !selected(be.name, "") {
-			continue
-		}
-		t.Run(be.name, func(t *testing.T) {
-			dep := be.start(t)
-			caps := capabilitiesOf(t, dep)
-			for _, w := range Workloads {
-				if w == WorkloadSemaphore && !caps.Semaphore || w == WorkloadRWMutex && !caps.RWMutex {
-					continue
+	lanes := make(chan struct{}, verifyLanes(t))
+	// The group returns once every backend's rows ran, in parallel or not.
+	t.Run("backends", func(t *testing.T) {
+		for i, be := range backends {
+			if !selected(be.name, "") {
+				continue
+			}
+			t.Run(be.name, func(t *testing.T) {
+				if cap(lanes) > 1 {
+					t.Parallel()
 				}
-				for _, f := range be.faults {
-					if !selected(be.name, f) || !workloadSelected(be.name, w, f) {
+				lanes <- struct{}{}
+				defer func() { <-lanes }()
+				dep := be.start(t)
+				caps := capabilitiesOf(t, dep)
+				for _, w := range Workloads {
+					if w == WorkloadSemaphore && !caps.Semaphore || w == WorkloadRWMutex && !caps.RWMutex {
 						continue
 					}
-					name := string(f)
-					if w != WorkloadMutex {
-						name += "/" + string(w)
-					}
-					t.Run(name, func(t *testing.T) {
-						if res := verifyOne(t, be, dep, w, f, out); res != nil {
-							results = append(results, res)
+					for _, f := range be.faults {
+						if !selected(be.name, f) || !workloadSelected(be.name, w, f) {
+							continue
 						}
-					})
+						name := string(f)
+						if w != WorkloadMutex {
+							name += "/" + string(w)
+						}
+						t.Run(name, func(t *testing.T) {
+							if res := verifyOne(t, be, dep, w, f, out); res != nil {
+								byBackend[i] = append(byBackend[i], res)
+							}
+						})
+					}
 				}
-			}
-		})
+			})
+		}
+	})
+}
+
+// verifyLanes is how many backends' rows run at once: DLOCK_VERIFY_LANES,
+// 1 by default, so that each row has the machine to itself. Rows of one
+// backend always run one after another (they share its servers); with 2,
+// two backends' deployments and clients share the machine.
+func verifyLanes(t *testing.T) int {
+	s := os.Getenv("DLOCK_VERIFY_LANES")
+	if s == "" {
+		return 1
 	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("DLOCK_VERIFY_LANES=%q: want a number of lanes, 1 or more", s)
+	}
+	return n
 }
 
 // verifyOne runs and checks one row of the table, and returns its result
