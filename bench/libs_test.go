@@ -347,9 +347,12 @@ func zkLibs(addr string) []*lib {
 }
 
 func postgresLibs(pg *testenv.Postgres) []*lib {
-	dl := &lib{backend: "postgres", name: "dlock", role: ours, how: "backend/pglock"}
-	dl.open = func(t testing.TB, ttl time.Duration) worker {
-		return dlockWorker(openDlock(t, pg.URL(pg.Addr, ""), ttl), false, nil)
+	dl := func(name string, fair bool, how string) *lib {
+		l := &lib{backend: "postgres", name: name, role: ours, how: how}
+		l.open = func(t testing.TB, ttl time.Duration) worker {
+			return dlockWorker(openDlock(t, pg.URL(pg.Addr, ""), ttl), fair, nil)
+		}
+		return l
 	}
 	fl := &lib{backend: "postgres", name: "floor: 2 statements", role: floor, how: "two SELECT 1 on one pgx connection"}
 	fl.open = func(t testing.TB, ttl time.Duration) worker {
@@ -369,7 +372,11 @@ func postgresLibs(pg *testenv.Postgres) []*lib {
 			close: func() { _ = conn.Close(context.Background()) },
 		}
 	}
-	return []*lib{dl, fl}
+	return []*lib{
+		dl("dlock-fair", true, "backend/pglock, dlock.WithFair() (nobody passes a live waiter)"),
+		dl("dlock-plain", false, "backend/pglock (an arrival may take a free lock; waiters queue)"),
+		fl,
+	}
 }
 
 func mariadbLibs(m *testenv.MariaDB) []*lib {
