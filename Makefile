@@ -48,7 +48,7 @@ verify: install
 	DLOCK_VERIFY_OUT=$(VERIFY_OUT) DLOCK_VERIFY_WORKLOADS=all $(GO) test -count=1 -timeout 80m -run '^TestVerifyShortProfile$$' ./verify/ || { cat $(VERIFY_OUT)/summary.txt 2>/dev/null; exit 1; }
 	@cat $(VERIFY_OUT)/summary.txt
 
-# Starts its own servers; about 12 minutes on 2 cores. BENCH_FLAGS passes
+# Starts its own servers; about 13 minutes on 2 cores. BENCH_FLAGS passes
 # flags to the driver, e.g. BENCH_FLAGS='-scale 0.3 -million ""' for a quick look.
 BENCH_FLAGS ?=
 bench: install

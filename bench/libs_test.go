@@ -30,6 +30,7 @@ import (
 	_ "github.com/dlock/dlock/backend/pglock"
 	dredis "github.com/dlock/dlock/backend/redislock"
 	"github.com/dlock/dlock/backend/zklock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -64,6 +65,9 @@ type lib struct {
 
 	sent  atomic.Int64   // requests its clients sent (Redis and etcd only)
 	redis *testenv.Redis // the server whose INFO commandstats counts commands (Redis only)
+	// caps is what the backend's driver promised when a dlock worker of
+	// this library was last opened (dlock only; nil until then).
+	caps *driver.Capabilities
 }
 
 // cached returns a locker that makes the per-name object (a mutex) once
@@ -96,9 +100,11 @@ func (l *lib) redisClient() *redis.Client {
 	return rdb
 }
 
-// dlockWorker locks through a dlock client; closeAlso closes what the
+// dlockWorker locks through a dlock client of l; closeAlso closes what the
 // driver does not own.
-func dlockWorker(c *dlock.Client, fair bool, closeAlso func()) worker {
+func dlockWorker(l *lib, c *dlock.Client, fair bool, closeAlso func()) worker {
+	caps := c.Capabilities()
+	l.caps = &caps
 	var opts []dlock.Option
 	if fair {
 		opts = append(opts, dlock.WithFair())
@@ -140,7 +146,7 @@ func redisLibs(srv *testenv.Redis) []*lib {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return dlockWorker(dlock.New(d, dlock.WithTTL(ttl)), fair, func() { _ = rdb.Close() })
+			return dlockWorker(l, dlock.New(d, dlock.WithTTL(ttl)), fair, func() { _ = rdb.Close() })
 		}
 		return l
 	}
@@ -249,7 +255,7 @@ func etcdLibs(endpoint string) []*lib {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return dlockWorker(dlock.New(d, dlock.WithTTL(ttl)), false, func() { _ = cli.Close() })
+		return dlockWorker(dl, dlock.New(d, dlock.WithTTL(ttl)), false, func() { _ = cli.Close() })
 	}
 	cm := &lib{backend: "etcd", name: "concurrency.Mutex", role: incumbent,
 		how: "etcd client/v3/concurrency: one Session (lease TTL = the TTL) per worker, a Mutex per name"}
@@ -309,7 +315,7 @@ func zkLibs(addr string) []*lib {
 		if err != nil {
 			t.Fatalf("zklock: %v", err)
 		}
-		return dlockWorker(dlock.New(d, dlock.WithTTL(max(ttl, d.Capabilities().MinTTL))), false, nil)
+		return dlockWorker(dl, dlock.New(d, dlock.WithTTL(max(ttl, d.Capabilities().MinTTL))), false, nil)
 	}
 	zl := &lib{backend: "zookeeper", name: "zk.Lock", role: incumbent,
 		how: "go-zookeeper/zk Lock (no context: a Lock call cannot be cancelled), one connection per worker"}
@@ -347,9 +353,12 @@ func zkLibs(addr string) []*lib {
 }
 
 func postgresLibs(pg *testenv.Postgres) []*lib {
-	dl := &lib{backend: "postgres", name: "dlock", role: ours, how: "backend/pglock"}
-	dl.open = func(t testing.TB, ttl time.Duration) worker {
-		return dlockWorker(openDlock(t, pg.URL(pg.Addr, ""), ttl), false, nil)
+	dl := func(name string, fair bool, how string) *lib {
+		l := &lib{backend: "postgres", name: name, role: ours, how: how}
+		l.open = func(t testing.TB, ttl time.Duration) worker {
+			return dlockWorker(l, openDlock(t, pg.URL(pg.Addr, ""), ttl), fair, nil)
+		}
+		return l
 	}
 	fl := &lib{backend: "postgres", name: "floor: 2 statements", role: floor, how: "two SELECT 1 on one pgx connection"}
 	fl.open = func(t testing.TB, ttl time.Duration) worker {
@@ -369,13 +378,17 @@ func postgresLibs(pg *testenv.Postgres) []*lib {
 			close: func() { _ = conn.Close(context.Background()) },
 		}
 	}
-	return []*lib{dl, fl}
+	return []*lib{
+		dl("dlock-fair", true, "backend/pglock, dlock.WithFair() (nobody passes a live waiter)"),
+		dl("dlock-plain", false, "backend/pglock (an arrival may take a free lock; waiters queue)"),
+		fl,
+	}
 }
 
 func mariadbLibs(m *testenv.MariaDB) []*lib {
 	dl := &lib{backend: "mariadb", name: "dlock", role: ours, how: "backend/mysqllock"}
 	dl.open = func(t testing.TB, ttl time.Duration) worker {
-		return dlockWorker(openDlock(t, m.URL(testenv.MariaDBUser, testenv.MariaDBPassword, m.Addr), ttl), false, nil)
+		return dlockWorker(dl, openDlock(t, m.URL(testenv.MariaDBUser, testenv.MariaDBPassword, m.Addr), ttl), false, nil)
 	}
 	fl := &lib{backend: "mariadb", name: "floor: 2 statements", role: floor, how: "two DO 1 on one database/sql connection"}
 	fl.open = func(t testing.TB, ttl time.Duration) worker {

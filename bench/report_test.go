@@ -189,24 +189,72 @@ func (r *report) lib(backend, name string) *lib {
 	return nil
 }
 
-// goal is one target of the issue and whether this run met it.
-type goal struct {
-	what     string
-	got      float64
-	target   float64
-	atMost   bool // met when got <= target
-	unit     string
-	measured bool
+// goal is one target and what this run made of it: the figure, and met
+// or missed.
+type goal struct{ what, got, verdict string }
+
+// numGoal is a goal on a figure: met when got >= target (got <= target if
+// atMost); measured is false when the run has no figure for it, which
+// misses the goal.
+func numGoal(what string, got, target float64, atMost bool, unit string, measured bool) goal {
+	g := goal{what: what, got: fmt.Sprintf("%.3f%s", got, unit), verdict: "yes"}
+	switch {
+	case !measured:
+		g.got, g.verdict = "–", "**missed**: not measured in this run"
+	case atMost && got > target:
+		g.verdict = fmt.Sprintf("**missed** by %.1f%%", (got/target-1)*100)
+	case !atMost && got < target:
+		g.verdict = fmt.Sprintf("**missed** by %.1f%%", (1-got/target)*100)
+	}
+	return g
 }
 
-func (r *report) writeGoals(p func(string, ...any)) {
-	var gs []goal
-	ratio := func(what string, a, b float64, target float64, atMost bool) {
-		g := goal{what: what, target: target, atMost: atMost, unit: "×"}
-		if a > 0 && b > 0 {
-			g.got, g.measured = a/b, true
+// missed is a goal this run could not meet, and why.
+func missed(what, got, why string) goal {
+	return goal{what: what, got: got, verdict: "**missed**: " + why}
+}
+
+// ceiling is 1 ÷ (what time.Sleep(hold) takes + the floor's pair of round
+// trips, scenario D): B's ceiling, the holder changes/s of a hand-off that
+// costs the release and one message.
+func (r *report) ceiling(b *backend) float64 {
+	floorPair := time.Duration(0)
+	if fs := r.serial(b.floor()); fs.ops > 0 {
+		floorPair = time.Duration(float64(time.Second) / fs.opsPerSec())
+	}
+	return 1 / (r.sleep + floorPair).Seconds()
+}
+
+// libsOf are the libraries of b in role ro; none if b is nil.
+func libsOf(b *backend, ro role) []*lib {
+	if b == nil {
+		return nil
+	}
+	var ls []*lib
+	for _, l := range b.libs {
+		if l.role == ro {
+			ls = append(ls, l)
 		}
-		gs = append(gs, g)
+	}
+	return ls
+}
+
+// manyRun is l's scenario C run with n names, or nil.
+func (r *report) manyRun(l *lib, n int) *manyKeys {
+	for _, m := range r.many {
+		if m.lib == l && m.m.n == n {
+			return m.m
+		}
+	}
+	return nil
+}
+
+// goalName is how the goals name a backend.
+var goalName = map[string]string{"redis": "Redis", "etcd": "etcd", "zookeeper": "ZooKeeper", "postgres": "PostgreSQL", "mariadb": "MariaDB", "temporal": "Temporal"}
+
+func (r *report) writeGoals(p func(string, ...any)) {
+	ratio := func(what string, a, b float64, target float64, atMost bool) goal {
+		return numGoal(what, a/b, target, atMost, "×", a > 0 && b > 0)
 	}
 	ops := func(backend, name string) float64 {
 		if l := r.lib(backend, name); l != nil && r.serials[l] != nil {
@@ -220,47 +268,181 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		}
 		return &contention{elapsed: time.Second, perWorker: []int{0}}
 	}
-	for _, mode := range []string{"dlock-fair", "dlock-plain"} {
-		ratio("Redis uncontended lock+unlock, "+mode+" ÷ bsm/redislock (ops/s) ≥ 1.0", ops("redis", mode), ops("redis", "bsm-linear1ms"), 1.0, false)
-		ratio("Redis uncontended lock+unlock, "+mode+" time ÷ two PINGs' ≤ 1.2", ops("redis", "floor: 2 PINGs"), ops("redis", mode), 1.2, true)
+	// timesCeiling is the goal that name's holder changes/s with n workers
+	// be at least target × the backend's ceiling.
+	timesCeiling := func(backend, name string, n int, target float64) goal {
+		what := fmt.Sprintf("%s contended (%d workers), %s holder changes/s ÷ ceiling ≥ %.1f", goalName[backend], n, name, target)
+		b := r.backend(backend)
+		if b == nil {
+			return numGoal(what, 0, target, false, "×", false)
+		}
+		c := cont(backend, name, n)
+		return numGoal(what, c.changesPerSec()/r.ceiling(b), target, false, "×", c.grants > 0)
 	}
-	fair, rsync, bsm8 := cont("redis", "dlock-fair", 8), cont("redis", "redsync", 8), cont("redis", "bsm-linear1ms", 8)
-	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ redsync ≥ 25", fair.changesPerSec(), rsync.changesPerSec(), 25, false)
-	ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ bsm LinearBackoff(1ms) ≥ 1.2", fair.changesPerSec(), bsm8.changesPerSec(), 1.2, false)
+	fairness := func(backend, name string, n int) goal {
+		c := cont(backend, name, n)
+		return numGoal(fmt.Sprintf("fairness (fewest ÷ most grants per worker), %s %s, %d workers ≥ 0.9", backend, name, n), c.fairness(), 0.9, false, "", c.grants > 0)
+	}
+	// fairGoals are the goals of a backend's fair mode, contended with 8
+	// workers: × ceiling, and fairness if withFairness; or why there is no
+	// figure.
+	fairGoals := func(backend string, target float64, withFairness bool) []goal {
+		what := fmt.Sprintf("%s contended (8 workers), fair mode: holder changes/s ÷ ceiling ≥ %.1f", goalName[backend], target)
+		if withFairness {
+			what = fmt.Sprintf("%s contended (8 workers), fair mode: fairness ≥ 0.9 and holder changes/s ÷ ceiling ≥ %.1f", goalName[backend], target)
+		}
+		b := r.backend(backend)
+		switch {
+		case b == nil:
+			return []goal{missed(what, "–", "not measured by make bench")}
+		case r.lib(backend, "dlock-fair") != nil && withFairness:
+			return []goal{fairness(backend, "dlock-fair", 8), timesCeiling(backend, "dlock-fair", 8, target)}
+		case r.lib(backend, "dlock-fair") != nil:
+			return []goal{timesCeiling(backend, "dlock-fair", 8, target)}
+		}
+		for _, l := range libsOf(b, ours) {
+			if l.caps != nil && !l.caps.Fair {
+				return []goal{missed(what, "–", "no fair mode (the driver's Capabilities().Fair is false)")}
+			}
+		}
+		return []goal{missed(what, "–", "no dlock-fair library in this run")}
+	}
+
+	// The current round.
+	var cur []goal
+	for _, b := range r.backends {
+		for _, l := range libsOf(b, ours) {
+			what := fmt.Sprintf("client heap per held lock ≤ 1 KiB and 0 goroutines per held lock, %d names (C), %s %s", keysC, b.name, l.name)
+			m := r.manyRun(l, keysC)
+			if m == nil {
+				cur = append(cur, numGoal(what, 0, 0, true, "", false))
+				continue
+			}
+			g := goal{what: what, got: fmt.Sprintf("%.0f B, %.2f goroutines", m.heapPerLock, m.goroutinesPerLock), verdict: "yes"}
+			if math.Abs(m.goroutinesPerLock) < 0.005 { // as C's table rounds: earlier clients' goroutines may end meanwhile
+				g.got = fmt.Sprintf("%.0f B, 0.00 goroutines", m.heapPerLock)
+			}
+			var why []string
+			if m.heapPerLock > 1024 {
+				why = append(why, fmt.Sprintf("heap %.2f× 1 KiB", m.heapPerLock/1024))
+			}
+			if math.Abs(m.goroutinesPerLock) >= 0.005 {
+				why = append(why, "goroutines held")
+			}
+			if m.errors > 0 {
+				why = append(why, fmt.Sprintf("%d lock calls failed", m.errors))
+			}
+			if len(why) > 0 {
+				g.verdict = "**missed**: " + strings.Join(why, "; ")
+			}
+			cur = append(cur, g)
+		}
+	}
+	list := strings.Split(*million, ",")
+	for _, b := range r.backends {
+		what := fmt.Sprintf("a million names held at once: %s runs C with %d names", goalName[b.name], keysCLarge)
+		var ran, failed, skipped []string
+		for _, l := range libsOf(b, ours) {
+			if m := r.manyRun(l, keysCLarge); m != nil {
+				if m.errors > 0 {
+					failed = append(failed, fmt.Sprintf("%s (%d of %d lock calls failed)", l.name, m.errors, m.n))
+				} else {
+					ran = append(ran, fmt.Sprintf("%s, %.0f B per held lock", l.name, m.heapPerLock))
+				}
+			} else if b.manyKey && slices.Contains(list, b.name+"/"+l.name) {
+				skipped = append(skipped, l.name)
+			}
+		}
+		switch {
+		case len(ran) > 0:
+			cur = append(cur, goal{what: what, got: "ran: " + strings.Join(ran, "; "), verdict: "yes"})
+		case len(failed) > 0:
+			cur = append(cur, missed(what, "ran: "+strings.Join(failed, "; "), "not every name was held"))
+		case len(skipped) > 0:
+			cur = append(cur, missed(what, "not run", strings.Join(skipped, ", ")+" left out: past the run's budget (-budget)"))
+		case !b.manyKey:
+			cur = append(cur, missed(what, "not run", "scenario C does not run on this backend"))
+		default:
+			cur = append(cur, missed(what, "not run", "not in the -million list"))
+		}
+	}
+	cur = append(cur, fairGoals("postgres", 0.7, true)...)
+	cur = append(cur, timesCeiling("postgres", "dlock-plain", 8, 0.5))
+	cur = append(cur, fairGoals("mariadb", 0.7, true)...)
+	for _, l := range libsOf(r.backend("mariadb"), ours) {
+		if l.name == "dlock-fair" {
+			continue
+		}
+		c := cont("mariadb", l.name, 8)
+		cur = append(cur, numGoal(fmt.Sprintf("MariaDB contended (8 workers), %s (plain) holder changes ÷ grants ≥ 0.5", l.name),
+			float64(c.changes)/float64(max(c.grants, 1)), 0.5, false, "", c.grants > 0))
+	}
+	for _, f := range []struct {
+		backend string
+		target  float64
+	}{{"mariadb", 2}, {"postgres", 1.5}} {
+		for _, fl := range libsOf(r.backend(f.backend), floor) {
+			for _, l := range libsOf(r.backend(f.backend), ours) {
+				cur = append(cur, ratio(fmt.Sprintf("%s uncontended lock+unlock, %s time ÷ floor (%s) ≤ %.1f", goalName[f.backend], l.name, fl.name, f.target),
+					r.serial(fl).opsPerSec(), r.serial(l).opsPerSec(), f.target, true))
+			}
+		}
+	}
+	var fenced *lib
+	if refs := libsOf(r.backend("redis"), reference); len(refs) > 0 {
+		fenced = refs[0]
+	}
+	for _, l := range libsOf(r.backend("redis"), ours) {
+		cur = append(cur, ratio("Redis uncontended lock+unlock, "+l.name+" ÷ bsm/redislock (ops/s) ≥ 1.0", ops("redis", l.name), ops("redis", "bsm-linear1ms"), 1.0, false))
+		what := "Redis uncontended lock+unlock, " + l.name + " time ÷ the fenced minimum's (reference: INCR + SET NX PX, GET + compare + DEL) ≤ 1.05"
+		if fenced == nil {
+			cur = append(cur, missed(what, "–", "this run has no fenced-minimum reference"))
+			continue
+		}
+		cur = append(cur, ratio(what, ops("redis", fenced.name), ops("redis", l.name), 1.05, true))
+	}
+	for _, l := range libsOf(r.backend("redis"), ours) {
+		c := cont("redis", l.name, 8)
+		cur = append(cur, numGoal("Redis contended (8 workers), "+l.name+" commands executed per grant (INFO commandstats, scripts' included) ≤ 10", c.callsPerGrant(), 10, true, "", c.grants > 0 && c.calls > 0))
+	}
 	for _, n := range workersB {
-		fair, bsm := cont("redis", "dlock-fair", n), cont("redis", "bsm-linear1ms", n)
-		ratio(fmt.Sprintf("Redis contended (%d workers) commands/grant (executed, scripts' included), dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", n), fair.callsPerGrant(), bsm.callsPerGrant(), 0.1, true)
-		ratio(fmt.Sprintf("Redis contended (%d workers) requests sent/grant, dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", n), fair.reqsPerGrant(), bsm.reqsPerGrant(), 0.1, true)
+		cur = append(cur, timesCeiling("etcd", "dlock", n, 0.9))
 	}
-	ratio("etcd uncontended lock+unlock, dlock ÷ concurrency.Mutex (ops/s) ≥ 1.0", ops("etcd", "dlock"), ops("etcd", "concurrency.Mutex"), 1.0, false)
-	ratio("etcd contended (8 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 3", cont("etcd", "dlock", 8).grantsPerSec(), cont("etcd", "concurrency.Mutex", 8).grantsPerSec(), 3, false)
-	ratio("ZooKeeper uncontended lock+unlock, dlock ÷ zk.Lock (ops/s) ≥ 1.0", ops("zookeeper", "dlock"), ops("zookeeper", "zk.Lock"), 1.0, false)
-	ratio("ZooKeeper contended (8 workers) grants/s, dlock ÷ zk.Lock ≥ 1.2", cont("zookeeper", "dlock", 8).grantsPerSec(), cont("zookeeper", "zk.Lock", 8).grantsPerSec(), 1.2, false)
+	cur = append(cur, ratio("etcd contended (64 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 2", cont("etcd", "dlock", 64).grantsPerSec(), cont("etcd", "concurrency.Mutex", 64).grantsPerSec(), 2, false))
+	cur = append(cur, fairGoals("temporal", 0.7, false)...)
+
+	// Goals of the earlier round that the current one does not restate.
+	var old []goal
+	fair, rsync, bsm8 := cont("redis", "dlock-fair", 8), cont("redis", "redsync", 8), cont("redis", "bsm-linear1ms", 8)
+	old = append(old, ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ redsync ≥ 25", fair.changesPerSec(), rsync.changesPerSec(), 25, false))
+	old = append(old, ratio("Redis contended (8 workers) holder changes/s, dlock-fair ÷ bsm LinearBackoff(1ms) ≥ 1.2", fair.changesPerSec(), bsm8.changesPerSec(), 1.2, false))
+	fair64, bsm64 := cont("redis", "dlock-fair", 64), cont("redis", "bsm-linear1ms", 64)
+	old = append(old, ratio("Redis contended (64 workers) commands/grant (executed, scripts' included), dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", fair64.callsPerGrant(), bsm64.callsPerGrant(), 0.1, true))
+	old = append(old, ratio("Redis contended (64 workers) requests sent/grant, dlock-fair ÷ bsm LinearBackoff(1ms) ≤ 0.1", fair64.reqsPerGrant(), bsm64.reqsPerGrant(), 0.1, true))
+	old = append(old, ratio("etcd uncontended lock+unlock, dlock ÷ concurrency.Mutex (ops/s) ≥ 1.0", ops("etcd", "dlock"), ops("etcd", "concurrency.Mutex"), 1.0, false))
+	old = append(old, ratio("etcd contended (8 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 3", cont("etcd", "dlock", 8).grantsPerSec(), cont("etcd", "concurrency.Mutex", 8).grantsPerSec(), 3, false))
+	old = append(old, ratio("ZooKeeper uncontended lock+unlock, dlock ÷ zk.Lock (ops/s) ≥ 1.0", ops("zookeeper", "dlock"), ops("zookeeper", "zk.Lock"), 1.0, false))
+	old = append(old, ratio("ZooKeeper contended (8 workers) grants/s, dlock ÷ zk.Lock ≥ 1.2", cont("zookeeper", "dlock", 8).grantsPerSec(), cont("zookeeper", "zk.Lock", 8).grantsPerSec(), 1.2, false))
 	for _, f := range []struct{ backend, lib string }{{"redis", "dlock-fair"}, {"etcd", "dlock"}, {"zookeeper", "dlock"}} {
 		for _, n := range workersB {
-			c := cont(f.backend, f.lib, n)
-			gs = append(gs, goal{what: fmt.Sprintf("fairness (fewest ÷ most grants per worker), %s %s, %d workers ≥ 0.9", f.backend, f.lib, n),
-				got: c.fairness(), target: 0.9, measured: c.grants > 0})
+			old = append(old, fairness(f.backend, f.lib, n))
 		}
 	}
-	p("## Goals\n\n| goal | this run | met |\n|---|---|---|\n")
-	for _, g := range gs {
-		met := g.got >= g.target
-		if g.atMost {
-			met = g.got <= g.target
+
+	p("## Goals\n\n")
+	p("Ceiling and floor as in B and A: the ceiling is 1 ÷ (what time.Sleep(%v) takes + the floor's pair of round trips), the floor the backend's raw round trips of D. ", hold)
+	p("A goal on a backend or a mode this run does not measure is missed, and says why.\n\n")
+	for _, t := range []struct {
+		title string
+		gs    []goal
+	}{{"Current round", cur}, {"Earlier round, still held", old}} {
+		p("### %s\n\n| goal | this run | met |\n|---|---|---|\n", t.title)
+		for _, g := range t.gs {
+			p("| %s | %s | %s |\n", g.what, g.got, g.verdict)
 		}
-		verdict := "yes"
-		switch {
-		case !g.measured:
-			verdict = "not measured"
-		case !met && g.atMost:
-			verdict = fmt.Sprintf("**missed** by %.1f%%", (g.got/g.target-1)*100)
-		case !met:
-			verdict = fmt.Sprintf("**missed** by %.1f%%", (1-g.got/g.target)*100)
-		}
-		p("| %s | %.3f%s | %s |\n", g.what, g.got, g.unit, verdict)
+		p("\n")
 	}
-	p("\nWhy a goal is missed, where one is, is discussed in [README.md](README.md#reading-the-results).\n\n")
+	p("The earlier round's Redis goals of 1.2× two PINGs uncontended, and of 1/10 of bsm/redislock's commands and requests per grant at 8 workers, gave way to the current round's fenced-minimum and commands-per-grant goals. Why a goal is missed, where one is, is discussed in [README.md](README.md#reading-the-results).\n\n")
 }
 
 // writeHeadline is the short table the top-level README shows.
@@ -384,11 +566,7 @@ func (r *report) writeB(p func(string, ...any)) {
 			}
 			get := func(l *lib) *contention { return r.contended(l, n) }
 			_, bi := best(b, get, (*contention).changesPerSec)
-			floorPair := time.Duration(0)
-			if fs := r.serial(b.floor()); fs.ops > 0 {
-				floorPair = time.Duration(float64(time.Second) / fs.opsPerSec())
-			}
-			ceiling := 1 / (r.sleep + floorPair).Seconds()
+			ceiling := r.ceiling(b)
 			for _, l := range b.lockLibs() {
 				c := get(l)
 				if c.grants == 0 && c.perWorker == nil {
