@@ -192,9 +192,10 @@
 //   - Which waiter is a reader the queue learns from its holder metadata,
 //     as written by dlock's portable layer (driver.HolderShared), which
 //     the entry keeps: a caller of the driver itself that sets
-//     Request.Shared should write it too.
+//     Request.Shared should write it too, and ask for a writer's lease
+//     with Request.Fair, as the portable layer does.
 //   - Grant.Recovered of a reader is false: the readers' permits it finds
-//     expired (and deletes) excluded no one.
+//     expired (and deletes) excluded no reader (TestRWBreakFreesEveryReader).
 //   - Session locks (mode=session) have no read-write locks: a reader's
 //     request is dlock.ErrUnsupported (dlocktest's
 //     RWMutexIsUnsupportedAndSaysSo in TestConformanceSessionLocks).

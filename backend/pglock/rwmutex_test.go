@@ -214,6 +214,21 @@ func TestRWBreakFreesEveryReader(t *testing.T) {
 	if err := lw.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The next reader clears the broken readers' permits, and does not
+	// report a takeover: their leases excluded no reader.
+	d := newDriver(t, srv.URL(srv.Addr, ""))
+	req := driver.Request{Name: name, Owner: driver.NewNonce(), TTL: 10 * time.Second, Fair: true, Shared: true,
+		Holder: []byte(`{"shared":true}`)}
+	g, err := d.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Recovered || g.Token <= lw.Token() {
+		t.Errorf("the reader after the broken ones: %+v; want Recovered false and a token above the writer's %d", g, lw.Token())
+	}
+	if err := d.Release(ctx, driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRWReaderNeverPassesAWaitingWriter: a reader's request is served from
