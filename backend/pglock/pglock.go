@@ -492,8 +492,8 @@ func (d *Driver) bindCanonical(r resolved) {
 		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
 		{&d.permitBreakSQL, permitBreakSQL},
 		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.leaveSQL, leaveSQL},
-		{&d.queuePermitSQL, strings.Replace(queueCountedSQL, "{{fits}}", queuePermitSQL, 1)},
-		{&d.queueReaderSQL, strings.Replace(queueCountedSQL, "{{fits}}", queueReaderSQL, 1)},
+		{&d.queuePermitSQL, strings.Replace(queueCountedSQL, "{{fits}}", semaphoreFitsSQL, 1)},
+		{&d.queueReaderSQL, strings.Replace(queueCountedSQL, "{{fits}}", readerFitsSQL, 1)},
 		{&d.waiterInspectSQL, waiterInspectSQL},
 	} {
 		*q.dst = bind(q.sql, table, seq, r.permits, r.waiters)

@@ -370,9 +370,9 @@ ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
 	//   - otherwise, when $9 (a waiting acquire), the owner joins the queue
 	//     or renews its entry (outcome 0), and the statement reports the
 	//     holder's remaining TTL (or, while readers hold, the time until
-	//     the last reader's lease runs out) and the name's token: a hand-off message
-	//     with a token not above it was sent before this attempt, and is
-	//     stale.
+	//     the last reader's lease runs out) and the name's token: a
+	//     hand-off message with a token not above it was sent before this
+	//     attempt, and is stale.
 	//
 	// Entries of others whose lease ran out are dropped. An owner whose own
 	// entry ran out (it was held up longer than the waiter TTL) joins again
@@ -440,7 +440,7 @@ FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM rene
 	// so it is when the first live waiter is a reader of a read-write
 	// lock, which is never handed the lease: the channel wakes it and the
 	// readers behind it, and each takes its permit in its own attempt
-	// (queueReaderSQL).
+	// (readerFitsSQL).
 	// No row when the lease was not the owner's (ErrLeaseLost).
 	// $1 name, $2 owner, $3 the table's channel, $4 payload.
 	handOffSQL = `
@@ -501,12 +501,12 @@ WHERE EXISTS (SELECT FROM {{permits}} p WHERE p.name = $1 AND p.expires_at > clo
 
 	// queueCountedSQL is one attempt of a fair semaphore's acquire or a
 	// reader's, after lockNameSQL: as permitAcquireSQL, but a permit is
-	// granted only when it fits ({{fits}}: queuePermitSQL or
-	// queueReaderSQL, judged against the live waiters queued ahead of
+	// granted only when it fits ({{fits}}: semaphoreFitsSQL or
+	// readerFitsSQL, judged against the live waiters queued ahead of
 	// this owner, all of them for one not queued), so permits go in
-	// arrival order. A waiter that is not granted joins the
-	// queue or renews its entry ($11). There is no hand-off: releases wake
-	// the waiters on the table's channel, and a grant that leaves a permit
+	// arrival order. A waiter that is not granted joins the queue or
+	// renews its entry ($11). There is no hand-off: releases wake the
+	// waiters on the table's channel, and a grant that leaves a permit
 	// free for someone queued wakes them too.
 	//
 	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 limit,
@@ -565,12 +565,12 @@ UNION ALL
 SELECT 0, NULL, NULL, coalesce((extract(epoch FROM greatest(c.soonest, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint, 0), NULL
 FROM c WHERE NOT EXISTS (SELECT FROM ins)`
 
-	// queuePermitSQL is queueCountedSQL for a fair semaphore: a permit
-	// fits while the live permits and the live waiters queued ahead are
-	// fewer than the limit.
-	queuePermitSQL = `c.live + (SELECT count(*) FROM ahead) < $5`
+	// semaphoreFitsSQL is queueCountedSQL's rule for a fair semaphore: a
+	// permit fits while the live permits and the live waiters queued ahead
+	// are fewer than the limit.
+	semaphoreFitsSQL = `c.live + (SELECT count(*) FROM ahead) < $5`
 
-	// queueReaderSQL is queueCountedSQL for a reader of a read-write lock
+	// readerFitsSQL is queueCountedSQL's rule for a reader of a read-write lock
 	// (driver.Request.Shared), with limit ($5) 0: a reader's permit fits
 	// while no writer holds the name's lease and no live writer is queued
 	// ahead of it (driver.QueueHolders' rule: readers queued ahead do not
@@ -581,7 +581,7 @@ FROM c WHERE NOT EXISTS (SELECT FROM ins)`
 	// takeover (Grant.Recovered; a reader's lease that ended excludes no
 	// one). A reader's token is drawn under the name's row lock, as a
 	// writer's is: tokens increase in grant order across both.
-	queueReaderSQL = `NOT EXISTS (SELECT FROM {{table}} l WHERE l.name = $1 AND ` + liveSQL + `)
+	readerFitsSQL = `NOT EXISTS (SELECT FROM {{table}} l WHERE l.name = $1 AND ` + liveSQL + `)
 	       AND NOT EXISTS (SELECT FROM ahead WHERE NOT ahead.shared)`
 
 	// waiterInspectSQL reports the live waiters of a name in arrival

@@ -12,7 +12,7 @@ import (
 )
 
 // The outcomes of an attempt of a queued acquire (queueAcquireSQL,
-// queuePermitSQL).
+// queueCountedSQL).
 const (
 	notGranted = 0
 	granted    = 1
@@ -116,8 +116,9 @@ func counted(req driver.Request) bool {
 
 // queueAttempt is one attempt of a queued acquire: one round trip,
 // lockNameSQL then queueAcquireSQL (for a mutex or a writer;
-// queueCountedSQL for a semaphore or a reader) in one transaction. Without queue, a waiter that is not granted is not queued
-// (a fair TryLock).
+// queueCountedSQL for a semaphore or a reader) in one transaction.
+// Without queue, a waiter that is not granted is not queued (a fair
+// TryLock).
 func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, queue bool) (queueReply, error) {
 	a := queueReply{sent: driver.Now()}
 	var (
@@ -239,9 +240,9 @@ func (d *Driver) underNameLock(ctx context.Context, name string, queue func(*pgx
 }
 
 // waitersReady reports whether the queue can be used: the permits and
-// waiters tables exist and this role may use them. As permitsReady, a driver that found it
-// missing or forbidden looks again (and tries to make it) at each request
-// that needs it.
+// waiters tables exist and this role may use them. As permitsReady, a
+// driver that found one missing or forbidden looks again (and tries to
+// make it) at each request that needs it.
 func (d *Driver) waitersReady(ctx context.Context) error {
 	// A waiting writer of a read-write lock looks at the permits table for
 	// readers, and its request is a fair mutex's: the queue needs both.
