@@ -185,10 +185,12 @@
 //   - A crashed reader's permit expires with its TTL; a waiting writer
 //     looks again when the last live reader's lease would run out
 //     (RWMutexCrashedReaderFreesLockWithinTTL).
-//   - Inspect and List show the readers as Info.Permits, in grant order,
-//     and the waiters, readers and writers, in Info.Waiters
-//     (RWMutexInspectShowsEveryReader). Break ends the writer's lease and
-//     every reader's; the waiters are woken (TestRWBreakFreesEveryReader).
+//   - Inspect shows the readers as Info.Permits, in grant order
+//     (RWMutexInspectShowsEveryReader; List reports them as a semaphore's
+//     permits), and the live waiters, readers and writers alike, in
+//     Info.Waiters (TestRWWriterReleaseWakesTheReadersQueuedBehindIt).
+//     Break ends the writer's lease and every reader's; the waiters are
+//     woken (TestRWBreakFreesEveryReader).
 //   - Which waiter is a reader the queue learns from its holder metadata,
 //     as written by dlock's portable layer (driver.HolderShared), which
 //     the entry keeps: a caller of the driver itself that sets
@@ -317,7 +319,8 @@
 // grants: run Migrate once as the schema's owner, then GRANT SELECT,
 // INSERT, UPDATE, DELETE ON the table and USAGE ON the sequence to the
 // locking role, and SELECT, INSERT, UPDATE, DELETE ON the permits table
-// (NAME_permits) for semaphores and on the waiters table (NAME_waiters)
-// for the queue. Break of a session lock terminates the
+// (NAME_permits) for semaphores and readers and on the waiters table
+// (NAME_waiters) for the queue; the queue needs both, as a waiting
+// writer reads the permits table. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.
 package pglock
