@@ -91,7 +91,8 @@
 //     (TestReleasePassesOverWaitersThatAreGone). An entry whose place ran
 //     out is deleted by the next attempt of the name.
 //   - Inspect lists the live waiters in arrival order (Info.Waiters).
-//   - A role that may not use the waiters table waits by retrying, as
+//   - A role that may not use the waiters table (or the permits table,
+//     which a writer's attempt reads) waits by retrying, as
 //     before there was a queue: each release wakes all the name's waiters
 //     and one of them wins; WithFair then fails with an error that says
 //     what to grant (TestRoleWithoutCreateIsToldWhatToGrant).
@@ -142,6 +143,64 @@
 //     Acquire takes a free permit whoever waits.
 //   - Session locks (mode=session) have no semaphores: asking for more
 //     than one permit is dlock.ErrUnsupported.
+//
+// # Read-write locks
+//
+// A read-write lock (dlock's Client.RWMutex; driver.Request.Shared marks a
+// reader) uses the tables above and nothing more: a reader holds a permit
+// of the permits table, a writer holds the name's lease, and both wait in
+// the one queue and draw their tokens from the one sequence, each under
+// the name's row lock, so tokens increase in grant order across readers
+// and writers: a writer's token is above every reader's granted before
+// it, and every later reader's above the writer's. A writer's request is
+// a fair mutex's (the portable layer asks for read-write locks with
+// WithFair); what makes it a writer's is that its grant also wants no
+// live permit of the name. Capabilities().RWMutex is true in lease mode.
+//
+//   - A reader is granted, in one round trip as a fair semaphore's permit
+//     (the same statement, with its own rule), while no writer holds the
+//     lease and no live writer is queued ahead of it; readers queued
+//     ahead of it are no obstacle: they are granted beside it. A reader
+//     that is not queued yet has every live waiter ahead, so a reader
+//     never passes a waiting writer, not even on its first attempt nor
+//     when asked without WithFair (dlocktest's
+//     RWMutexTryRLockDoesNotPassAWaitingWriter and
+//     RWMutexWriterIsNotStarvedByReaders; TestRWReaderNeverPassesAWaitingWriter).
+//   - A writer is granted while the lease is free, no reader's permit is
+//     live and it is first among the live waiters; readers and writers
+//     hold apart (RWMutexReadersShareAndWritersHoldAlone, which also
+//     checks the tokens' order).
+//   - Wake-ups: a writer's release hands the lease to the next waiter only
+//     if that is a writer. When it is a reader, the release frees the
+//     lock and the table's channel wakes the waiters: the readers up to
+//     the first writer are granted together, each in its own attempt, and
+//     the writer behind them when they have released
+//     (TestRWWriterReleaseWakesTheReadersQueuedBehindIt). A reader's
+//     release wakes the waiters as a permit's does. A writer that gives
+//     up while readers hold leaves the queue and wakes the readers it held
+//     back (TestRWCancelledWriterWakesTheReaderBehindIt,
+//     RWMutexCancelledWriterLeavesNothingBehind); a reader that gives up
+//     leaves the queue and gives back a permit its last attempt was
+//     granted (TestRWCancelledReaderLeavesNothingBehind).
+//   - A crashed reader's permit expires with its TTL; a waiting writer
+//     looks again when the last live reader's lease would run out
+//     (RWMutexCrashedReaderFreesLockWithinTTL).
+//   - Inspect shows the readers as Info.Permits, in grant order
+//     (RWMutexInspectShowsEveryReader; List reports them as a semaphore's
+//     permits), and the live waiters, readers and writers alike, in
+//     Info.Waiters (TestRWWriterReleaseWakesTheReadersQueuedBehindIt).
+//     Break ends the writer's lease and every reader's; the waiters are
+//     woken (TestRWBreakFreesEveryReader).
+//   - Which waiter is a reader the queue learns from its holder metadata,
+//     as written by dlock's portable layer (driver.HolderShared), which
+//     the entry keeps: a caller of the driver itself that sets
+//     Request.Shared should write it too, and ask for a writer's lease
+//     with Request.Fair, as the portable layer does.
+//   - Grant.Recovered of a reader is false: the readers' permits it finds
+//     expired (and deletes) excluded no reader (TestRWBreakFreesEveryReader).
+//   - Session locks (mode=session) have no read-write locks: a reader's
+//     request is dlock.ErrUnsupported (dlocktest's
+//     RWMutexIsUnsupportedAndSaysSo in TestConformanceSessionLocks).
 //
 // # Guarantees
 //
@@ -260,7 +319,8 @@
 // grants: run Migrate once as the schema's owner, then GRANT SELECT,
 // INSERT, UPDATE, DELETE ON the table and USAGE ON the sequence to the
 // locking role, and SELECT, INSERT, UPDATE, DELETE ON the permits table
-// (NAME_permits) for semaphores and on the waiters table (NAME_waiters)
-// for the queue. Break of a session lock terminates the
+// (NAME_permits) for semaphores and readers and on the waiters table
+// (NAME_waiters) for the queue; the queue needs both, as a waiting
+// writer reads the permits table. Break of a session lock terminates the
 // holder's backend, which needs the same role or pg_signal_backend.
 package pglock

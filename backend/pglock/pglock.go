@@ -135,6 +135,7 @@ type Driver struct {
 	waiterTTL                                  time.Duration
 	lockNameSQL, queueAcquireSQL, handOffSQL   string
 	leaveSQL, queuePermitSQL, waiterInspectSQL string
+	queueReaderSQL                             string
 	waitersOK                                  atomic.Bool // the waiters table exists and this role may use it
 
 	migrateMu sync.Mutex
@@ -491,7 +492,9 @@ func (d *Driver) bindCanonical(r resolved) {
 		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
 		{&d.permitBreakSQL, permitBreakSQL},
 		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.leaveSQL, leaveSQL},
-		{&d.queuePermitSQL, queuePermitSQL}, {&d.waiterInspectSQL, waiterInspectSQL},
+		{&d.queuePermitSQL, strings.Replace(queueCountedSQL, "{{fits}}", semaphoreFitsSQL, 1)},
+		{&d.queueReaderSQL, strings.Replace(queueCountedSQL, "{{fits}}", readerFitsSQL, 1)},
+		{&d.waiterInspectSQL, waiterInspectSQL},
 	} {
 		*q.dst = bind(q.sql, table, seq, r.permits, r.waiters)
 	}
@@ -567,13 +570,17 @@ func payload(key int64) string {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Fair: !d.session, DurableFencing: true, Sessions: d.session, LockDelay: true, Semaphore: !d.session, MinTTL: MinTTL}
+	return driver.Capabilities{Fair: !d.session, DurableFencing: true, Sessions: d.session, LockDelay: true,
+		Semaphore: !d.session, RWMutex: !d.session, MinTTL: MinTTL}
 }
 
 // Acquire implements driver.Driver.
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	if err := d.ensure(ctx); err != nil {
 		return driver.Grant{}, err
+	}
+	if req.Shared && d.session {
+		return driver.Grant{}, fmt.Errorf("%w: pglock: session locks have no read-write locks", driver.ErrUnsupported)
 	}
 	if req.Limit > 1 {
 		if d.session {
@@ -590,7 +597,10 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		g, err := d.acquireSession(ctx, req)
 		return g, d.fail(ctx, err)
 	}
-	if req.Fair || req.Wait && req.Limit <= 1 {
+	// A reader is always served from the queue: one that passed a waiting
+	// writer would starve it.
+	inQueue := req.Fair || req.Shared
+	if inQueue || req.Wait && req.Limit <= 1 {
 		// The queue. A plain Lock without it (a role that may not use the
 		// waiters table) waits by retrying, as before there was one.
 		err := d.waitersReady(ctx)
@@ -601,7 +611,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		case err == nil:
 			g, err := driver.AcquireByRetry(ctx, req, d) // one attempt, see TryAcquire
 			return g, d.fail(ctx, err)
-		case req.Fair:
+		case inQueue:
 			return driver.Grant{}, err
 		}
 	}
@@ -615,7 +625,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	if err := d.ensure(ctx); err != nil {
 		return driver.Grant{}, 0, err
 	}
-	if req.Fair {
+	if req.Fair || req.Shared {
 		if err := d.waitersReady(ctx); err != nil {
 			return driver.Grant{}, 0, err
 		}
@@ -627,8 +637,8 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Gra
 	return d.tryAcquire(ctx, d.pool, req, nil)
 }
 
-// permit is the Handle of a semaphore's grant: Extend and Release act on
-// the permits table.
+// permit is the Handle of a semaphore's grant or a reader's: Extend and
+// Release act on the permits table.
 type permit struct{}
 
 // tryPermit is one attempt at a permit of a semaphore: one round trip,

@@ -360,15 +360,19 @@ ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
 	//   - the lock is this owner's (a release handed it over): the lease
 	//     is renewed and reported (outcome 2), so that a hand-off whose
 	//     message was lost costs one attempt;
-	//   - the lock is free (released, expired, broken) and this owner is
-	//     first among the live waiters, or nobody live waits, or the
+	//   - the lock is free (released, expired, broken), no reader of a
+	//     read-write lock holds a live permit of the name, and this owner
+	//     is first among the live waiters, or nobody live waits, or the
 	//     attempt barges ($8, a plain Lock's first): it is granted with a
-	//     new token (outcome 1), and the owner leaves the queue;
+	//     new token (outcome 1), and the owner leaves the queue. (A
+	//     writer's request is a fair mutex's: readers are what tells it
+	//     apart, and a mutex's name has none.);
 	//   - otherwise, when $9 (a waiting acquire), the owner joins the queue
 	//     or renews its entry (outcome 0), and the statement reports the
-	//     holder's remaining TTL and the name's token: a hand-off message
-	//     with a token not above it was sent before this attempt, and is
-	//     stale.
+	//     holder's remaining TTL (or, while readers hold, the time until
+	//     the last reader's lease runs out) and the name's token: a
+	//     hand-off message with a token not above it was sent before this
+	//     attempt, and is stale.
 	//
 	// Entries of others whose lease ran out are dropped. An owner whose own
 	// entry ran out (it was held up longer than the waiter TTL) joins again
@@ -389,6 +393,9 @@ head AS (
 	WHERE w.name = $1 AND (w.owner = $2 OR ` + waiterLiveSQL + `)
 	ORDER BY w.seq LIMIT 1
 ),
+readers AS (
+	SELECT p.expires_at FROM {{permits}} p, now WHERE p.name = $1 AND p.expires_at > now.t
+),
 renewed AS (
 	UPDATE {{table}} l SET expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
 	FROM cur WHERE l.name = $1 AND cur.owner = $2 AND cur.live
@@ -400,6 +407,7 @@ granted AS (
 	    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', acquired_at = clock_timestamp(),
 	    took_over = cur.owner <> '', session_key = NULL
 	FROM cur WHERE l.name = $1 AND NOT cur.live AND ($8 OR NOT EXISTS (SELECT FROM head WHERE head.owner <> $2))
+	  AND NOT EXISTS (SELECT FROM readers)
 	RETURNING l.token, l.took_over
 ),
 dropped AS (
@@ -419,7 +427,8 @@ UNION ALL
 SELECT 2, r.token, false, 0::bigint, NULL FROM renewed r
 UNION ALL
 SELECT 0, cur.token, false,
-       CASE WHEN cur.live THEN (extract(epoch FROM cur.expires_at - clock_timestamp()) * 1e6)::bigint ELSE 0 END, NULL
+       coalesce((extract(epoch FROM CASE WHEN cur.live THEN cur.expires_at ELSE (SELECT max(r.expires_at) FROM readers r) END
+                                    - clock_timestamp()) * 1e6)::bigint, 0), NULL
 FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM renewed)`
 
 	// handOffSQL releases its owner's live lease, after lockNameSQL, and
@@ -427,17 +436,24 @@ FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM rene
 	// transaction: a new token, the waiter's TTL and metadata; the waiter
 	// leaves the queue and is told on its reply channel ("owner token"),
 	// when the transaction commits. With nobody live waiting the lock is
-	// freed, and the table's channel wakes whoever waits without a queue.
+	// freed, and the table's channel wakes whoever waits without a queue;
+	// so it is when the first live waiter is a reader of a read-write
+	// lock, which is never handed the lease: the channel wakes it and the
+	// readers behind it, and each takes its permit in its own attempt
+	// (readerFitsSQL).
 	// No row when the lease was not the owner's (ErrLeaseLost).
 	// $1 name, $2 owner, $3 the table's channel, $4 payload.
 	handOffSQL = `
 WITH mine AS (
 	SELECT l.name FROM {{table}} l WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > clock_timestamp()
 ),
-next AS (
-	SELECT w.owner, w.holder, w.ttl_us, w.reply FROM {{waiters}} w
+first AS (
+	SELECT w.owner, w.holder, w.ttl_us, w.reply, ` + sharedSQL + ` AS shared FROM {{waiters}} w
 	WHERE w.name = $1 AND EXISTS (SELECT FROM mine) AND ` + waiterLiveSQL + `
 	ORDER BY w.seq LIMIT 1
+),
+next AS (
+	SELECT * FROM first WHERE NOT first.shared
 ),
 gone AS (
 	DELETE FROM {{waiters}} w USING next WHERE w.name = $1 AND w.owner = next.owner
@@ -459,8 +475,21 @@ FROM r LEFT JOIN next n ON true`
 
 	// leaveSQL takes a waiter that gave up out of the queue, after
 	// lockNameSQL; handOffSQL follows it in the same transaction, so that
-	// a lock handed to the waiter meanwhile is passed on. $1 name, $2 owner.
-	leaveSQL = `DELETE FROM {{waiters}} WHERE name = $1 AND owner = $2`
+	// a lock handed to the waiter meanwhile is passed on, or (for a
+	// semaphore or a reader) permitReleaseSQL, so that a permit granted by
+	// its last attempt is given back. While permits are held, those queued
+	// behind it may now fit (readers behind a writer that gave up, or the
+	// next waiters of a fair semaphore): the table's channel wakes them.
+	// $1 name, $2 owner, $3 the table's channel, $4 payload.
+	leaveSQL = `
+WITH l AS (DELETE FROM {{waiters}} WHERE name = $1 AND owner = $2 RETURNING 1)
+SELECT pg_notify($3, $4)::text FROM l
+WHERE EXISTS (SELECT FROM {{permits}} p WHERE p.name = $1 AND p.expires_at > clock_timestamp())`
+
+	// sharedSQL is true for an entry w of the queue that is a reader's: its
+	// holder metadata, written by dlock's portable layer, says so
+	// (driver.HolderShared).
+	sharedSQL = `(position('"shared":true'::bytea in coalesce(w.holder, ''::bytea)) > 0)`
 
 	// joinQueueSQL completes the INSERT of a waiter's entry: a waiter
 	// already queued renews its entry and keeps its place, unless the entry
@@ -470,13 +499,14 @@ FROM r LEFT JOIN next n ON true`
 	    holder = excluded.holder, ttl_us = excluded.ttl_us, reply = excluded.reply,
 	    listen_key = excluded.listen_key, expires_at = excluded.expires_at`
 
-	// queuePermitSQL is one attempt of a fair semaphore's acquire, after
-	// lockNameSQL: as permitAcquireSQL, but a permit is granted only while
-	// the live permits and the live waiters queued ahead of this owner
-	// (all of them, for one not queued) are fewer than its limit, so
-	// permits go in arrival order. A waiter that is not granted joins the
-	// queue or renews its entry ($11). There is no hand-off: releases wake
-	// the waiters on the table's channel, and a grant that leaves a permit
+	// queueCountedSQL is one attempt of a fair semaphore's acquire or a
+	// reader's, after lockNameSQL: as permitAcquireSQL, but a permit is
+	// granted only when it fits ({{fits}}: semaphoreFitsSQL or
+	// readerFitsSQL, judged against the live waiters queued ahead of
+	// this owner, all of them for one not queued), so permits go in
+	// arrival order. A waiter that is not granted joins the queue or
+	// renews its entry ($11). There is no hand-off: releases wake the
+	// waiters on the table's channel, and a grant that leaves a permit
 	// free for someone queued wakes them too.
 	//
 	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 limit,
@@ -484,7 +514,7 @@ FROM r LEFT JOIN next n ON true`
 	// channel, $10 listening connection's key, $11 queue if not granted.
 	// Returns outcome (1 granted, 0 not), token, took_over, µs until the
 	// soonest live permit expires, notify.
-	queuePermitSQL = `
+	queueCountedSQL = `
 WITH now AS (SELECT clock_timestamp() AS t),
 c AS (
 	SELECT count(*) FILTER (WHERE p.expires_at > now.t) AS live,
@@ -493,13 +523,15 @@ c AS (
 	FROM {{permits}} p, now WHERE p.name = $1
 ),
 others AS (
-	SELECT w.seq FROM {{waiters}} w WHERE w.name = $1 AND w.owner <> $2 AND ` + waiterLiveSQL + `
+	SELECT w.seq, ` + sharedSQL + ` AS shared FROM {{waiters}} w WHERE w.name = $1 AND w.owner <> $2 AND ` + waiterLiveSQL + `
+),
+ahead AS (
+	SELECT o.shared FROM others o WHERE o.seq < coalesce(
+	    (SELECT m.seq FROM {{waiters}} m, now WHERE m.name = $1 AND m.owner = $2 AND m.expires_at > now.t),
+	    9223372036854775807)
 ),
 fits AS (
-	SELECT c.live + (SELECT count(*) FROM others o WHERE o.seq < coalesce(
-	           (SELECT m.seq FROM {{waiters}} m, now WHERE m.name = $1 AND m.owner = $2 AND m.expires_at > now.t),
-	           9223372036854775807)) < $5 AS ok
-	FROM c
+	SELECT {{fits}} AS ok FROM c
 ),
 gone AS (
 	DELETE FROM {{permits}} g USING now
@@ -528,10 +560,29 @@ queued AS (
 )
 SELECT 1, ins.token, r.took_over, 0::bigint,
        CASE WHEN r.took_over OR (c.live + 1 < $5 AND EXISTS (SELECT FROM others)) THEN pg_notify($6, $7)::text END
-FROM ins, c, (SELECT EXISTS (SELECT FROM gone) AS took_over) r
+FROM ins, c, (SELECT EXISTS (SELECT FROM gone) AND $5 > 0 AS took_over) r
 UNION ALL
 SELECT 0, NULL, NULL, coalesce((extract(epoch FROM greatest(c.soonest, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint, 0), NULL
 FROM c WHERE NOT EXISTS (SELECT FROM ins)`
+
+	// semaphoreFitsSQL is queueCountedSQL's rule for a fair semaphore: a
+	// permit fits while the live permits and the live waiters queued ahead
+	// are fewer than the limit.
+	semaphoreFitsSQL = `c.live + (SELECT count(*) FROM ahead) < $5`
+
+	// readerFitsSQL is queueCountedSQL's rule for a reader of a read-write lock
+	// (driver.Request.Shared), with limit ($5) 0: a reader's permit fits
+	// while no writer holds the name's lease and no live writer is queued
+	// ahead of it (driver.QueueHolders' rule: readers queued ahead do not
+	// hold it back, they are granted beside it). A reader not queued has
+	// every live waiter ahead, so it never passes a waiting writer, even
+	// on its first attempt. Readers have no limit: every expired permit of
+	// the name is deleted by a reader's grant, and not reported as a
+	// takeover (Grant.Recovered; a reader's lease that ended excludes no
+	// one). A reader's token is drawn under the name's row lock, as a
+	// writer's is: tokens increase in grant order across both.
+	readerFitsSQL = `NOT EXISTS (SELECT FROM {{table}} l WHERE l.name = $1 AND ` + liveSQL + `)
+	       AND NOT EXISTS (SELECT FROM ahead WHERE NOT ahead.shared)`
 
 	// waiterInspectSQL reports the live waiters of a name in arrival
 	// order. $1 name.

@@ -12,7 +12,7 @@ import (
 )
 
 // The outcomes of an attempt of a queued acquire (queueAcquireSQL,
-// queuePermitSQL).
+// queueCountedSQL).
 const (
 	notGranted = 0
 	granted    = 1
@@ -102,16 +102,23 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 
 func (d *Driver) queueGrant(req driver.Request, token int64, recovered bool, since time.Time) driver.Grant {
 	g := driver.Grant{Token: uint64(token), Recovered: recovered, Since: since}
-	if req.Limit > 1 {
+	if counted(req) {
 		g.Handle = permit{}
 	}
 	return g
 }
 
+// counted reports whether req asks for a permit of the permits table: a
+// semaphore's, or a reader's of a read-write lock.
+func counted(req driver.Request) bool {
+	return req.Limit > 1 || req.Shared
+}
+
 // queueAttempt is one attempt of a queued acquire: one round trip,
-// lockNameSQL then queueAcquireSQL (queuePermitSQL for a semaphore) in one
-// transaction. Without queue, a waiter that is not granted is not queued
-// (a fair TryLock).
+// lockNameSQL then queueAcquireSQL (for a mutex or a writer;
+// queueCountedSQL for a semaphore or a reader) in one transaction.
+// Without queue, a waiter that is not granted is not queued (a fair
+// TryLock).
 func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, queue bool) (queueReply, error) {
 	a := queueReply{sent: driver.Now()}
 	var (
@@ -121,8 +128,12 @@ func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, qu
 	)
 	err := d.underNameLock(ctx, req.Name, func(b *pgx.Batch) {
 		key := d.listen.liveKey()
-		if req.Limit > 1 {
-			b.Queue(d.queuePermitSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), int64(req.Limit),
+		if counted(req) {
+			sql, limit := d.queuePermitSQL, int64(req.Limit)
+			if req.Shared {
+				sql, limit = d.queueReaderSQL, 0
+			}
+			b.Queue(sql, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), limit,
 				d.channel, payload(d.key(req.Name)), d.waiterTTL.Microseconds(), d.reply, key, queue)
 		} else {
 			b.Queue(d.queueAcquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(), d.waiterTTL.Microseconds(),
@@ -158,20 +169,24 @@ func (d *Driver) tryQueued(ctx context.Context, req driver.Request) (driver.Gran
 }
 
 // giveUp takes a waiter whose caller stopped waiting out of the queue, and
-// passes on a lock that was handed to it meanwhile, so that a cancelled
-// Lock leaves nothing behind. If the server cannot be reached, the place
-// runs out after the waiter TTL, and a lock handed over after its TTL.
+// passes on a lock that was handed to it meanwhile, or gives back a permit
+// its last attempt was granted, so that a cancelled Lock leaves nothing
+// behind. If the server cannot be reached, the place runs out after the
+// waiter TTL, and a lock or permit granted after its TTL.
 func (d *Driver) giveUp(ctx context.Context, req driver.Request) {
 	cctx, cancel := driver.CleanupContext(ctx)
 	defer cancel()
+	args := []any{[]byte(req.Name), req.Owner, d.channel, payload(d.key(req.Name))}
+	pass := d.handOffSQL
+	if counted(req) {
+		pass = d.permitReleaseSQL
+	}
 	_ = d.underNameLock(cctx, req.Name, func(b *pgx.Batch) {
-		b.Queue(d.leaveSQL, []byte(req.Name), req.Owner)
-		if req.Limit <= 1 {
-			b.Queue(d.handOffSQL, []byte(req.Name), req.Owner, d.channel, payload(d.key(req.Name)))
-		}
+		b.Queue(d.leaveSQL, args...)
+		b.Queue(pass, args...)
 	}, func(br pgx.BatchResults) error {
 		_, err := br.Exec()
-		if err == nil && req.Limit <= 1 {
+		if err == nil {
 			_, err = br.Exec()
 		}
 		return err
@@ -224,11 +239,16 @@ func (d *Driver) underNameLock(ctx context.Context, name string, queue func(*pgx
 	return err
 }
 
-// waitersReady reports whether the queue can be used: the waiters table
-// exists and this role may use it. As permitsReady, a driver that found it
-// missing or forbidden looks again (and tries to make it) at each request
-// that needs it.
+// waitersReady reports whether the queue can be used: the permits and
+// waiters tables exist and this role may use them. As permitsReady, a
+// driver that found one missing or forbidden looks again (and tries to
+// make it) at each request that needs it.
 func (d *Driver) waitersReady(ctx context.Context) error {
+	// A waiting writer of a read-write lock looks at the permits table for
+	// readers, and its request is a fair mutex's: the queue needs both.
+	if err := d.permitsReady(ctx); err != nil {
+		return err
+	}
 	return d.sideTableReady(ctx, &d.waitersOK, func(r resolved) bool { return r.waitersOK }, d.waitersError)
 }
 
