@@ -53,6 +53,21 @@ func (b Backoff) Wait(ctx context.Context, n int) error {
 // that poll do not do so in lockstep.
 func Jitter(d time.Duration) time.Duration { return spread(d, 0.5) }
 
+// LookAgain is how long a waiter that was not granted waits for a wake-up
+// message before it tries again: its heartbeat, jittered, or, when the
+// lease in its way runs out sooner (expires says one does, in left), until
+// just after that, not jittered, since an expiry sends no message. A left
+// of 0 or below is a lease that runs out now: a backend's remaining time
+// rounds down, or was read a moment after the server decided it was live.
+// (Jittering that wait, which only shortens it, would have every look land
+// before the expiry, nearer each time, until one reads it as 0.)
+func LookAgain(heartbeat, left time.Duration, expires bool) time.Duration {
+	if expires && left < heartbeat {
+		return max(left, 0) + time.Millisecond
+	}
+	return Jitter(heartbeat)
+}
+
 // spread takes a random share of up to frac off d.
 func spread(d time.Duration, frac float64) time.Duration {
 	frac = min(max(frac, 0), 1)

@@ -79,13 +79,9 @@ func AcquireByRetry(ctx context.Context, req Request, r Retrier) (Grant, error) 
 		if wake == nil {
 			wait = pollNoPush.Delay(polls)
 		}
-		if retryAfter > 0 && retryAfter < wait {
-			// The holder's lease runs out before the next poll: look then,
-			// because an expiry sends no notification.
-			wait = retryAfter + time.Millisecond
-		}
-		wait = Jitter(wait)
-		timer := time.NewTimer(wait)
+		// If the holder's lease runs out before the next poll, look then,
+		// because an expiry sends no notification.
+		timer := time.NewTimer(LookAgain(wait, retryAfter, retryAfter > 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -137,3 +137,34 @@ func TestJitterStaysInRange(t *testing.T) {
 		}
 	}
 }
+
+// A waiter behind a lease that runs out looks again just after it, not
+// jittered (a jittered look lands early, nearer each time, until one reads
+// the remaining time as 0, which once cost a Redis writer a whole
+// heartbeat, 53s, in CI); a lease that runs out now (0, or read as just
+// gone) is looked at in a millisecond; without one, or past the
+// heartbeat, the heartbeat is jittered.
+func TestLookAgain(t *testing.T) {
+	const hb = time.Minute
+	for _, c := range []struct {
+		left    time.Duration
+		expires bool
+		want    time.Duration
+	}{
+		{0, true, time.Millisecond},
+		{-3 * time.Millisecond, true, time.Millisecond},
+		{250 * time.Millisecond, true, 251 * time.Millisecond},
+	} {
+		if got := LookAgain(hb, c.left, c.expires); got != c.want {
+			t.Errorf("LookAgain(%v, %v, %v) = %v, want %v", hb, c.left, c.expires, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		left    time.Duration
+		expires bool
+	}{{0, false}, {-time.Millisecond, false}, {2 * time.Minute, true}} {
+		if got := LookAgain(hb, c.left, c.expires); got < hb/2 || got > hb {
+			t.Errorf("LookAgain(%v, %v, %v) = %v, want the heartbeat jittered, in [%v, %v]", hb, c.left, c.expires, got, hb/2, hb)
+		}
+	}
+}

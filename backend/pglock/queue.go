@@ -71,11 +71,9 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			return d.queueGrant(req, a.token, a.recovered, a.sent), nil
 		}
 		notGrantedAt, seen = a.sent, a.token
-		wait := d.waiterTTL / 3
-		if a.left > 0 && a.left < wait {
-			wait = a.left + time.Millisecond // an expiry sends no notification: look then
-		}
-		timer := time.NewTimer(driver.Jitter(wait))
+		// a.left is 0 when no lease is in the way (or one ran out as it
+		// was read): then a notification, or the heartbeat, wakes it.
+		timer := time.NewTimer(driver.LookAgain(d.waiterTTL/3, a.left, a.left > 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

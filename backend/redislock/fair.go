@@ -96,11 +96,8 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			}
 		}
 		notGrantedAt = a.sent
-		wait := heartbeat
-		if left := time.Duration(a.n) * time.Millisecond; a.n > 0 && left < wait {
-			wait = left + time.Millisecond // an expiry publishes nothing: look then
-		}
-		timer := time.NewTimer(driver.Jitter(wait))
+		// a.n is the PTTL of the lock key: -1 if it has no expiry.
+		timer := time.NewTimer(driver.LookAgain(heartbeat, time.Duration(a.n)*time.Millisecond, a.n >= 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

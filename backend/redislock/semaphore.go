@@ -59,11 +59,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req driver.Request) (driver.
 		case granted:
 			return g, nil
 		}
-		wait := heartbeat
-		if left > 0 && left < wait {
-			wait = left + time.Millisecond // an expiry publishes nothing: look then
-		}
-		timer := time.NewTimer(driver.Jitter(wait))
+		timer := time.NewTimer(driver.LookAgain(heartbeat, left, left >= 0))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -78,7 +74,7 @@ func (d *Driver) acquirePermit(ctx context.Context, req driver.Request) (driver.
 
 // permitAttempt is one attempt at a permit, queueing the owner if queue
 // and it is not granted; left is then the time until the first permit
-// held expires (0 if unknown). Like every attempt it runs detached from
+// held (or a writer's lease) expires, negative if none is held. Like every attempt it runs detached from
 // ctx, so that its outcome is known: when ctx ended meanwhile, or the
 // attempt failed, the owner leaves the queue and gives back a permit the
 // attempt may have been granted, before ctx's error (or ErrUnavailable) is
@@ -104,7 +100,7 @@ func (d *Driver) permitAttempt(ctx context.Context, k *redisscript.Keys, req dri
 	case granted:
 		return driver.Grant{Token: uint64(n), Since: sent, Handle: permit{k, req.Shared}}, true, 0, nil
 	}
-	return driver.Grant{}, false, time.Duration(max(n, 0)) * time.Millisecond, nil
+	return driver.Grant{}, false, time.Duration(n) * time.Millisecond, nil
 }
 
 // leavePermitQueue is giveUp for a semaphore's or a reader's waiter.
