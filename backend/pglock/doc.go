@@ -198,6 +198,10 @@
 //     with Request.Fair, as the portable layer does.
 //   - Grant.Recovered of a reader is false: the readers' permits it finds
 //     expired (and deletes) excluded no reader (TestRWBreakFreesEveryReader).
+//     It is false too for a reader granted after a writer's lease ran out,
+//     so dlock.WithLockDelay does not hold that reader back: a writer that
+//     still acts on its lost lease is refused only by fencing (its token is
+//     below the reader's).
 //   - Session locks (mode=session) have no read-write locks: a reader's
 //     request is dlock.ErrUnsupported (dlocktest's
 //     RWMutexIsUnsupportedAndSaysSo in TestConformanceSessionLocks).
