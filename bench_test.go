@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -38,4 +40,38 @@ func BenchmarkUncontendedLockUnlock(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkHeldLeases is the client's heap and goroutines per held lease on
+// the in-process backend (whose own state per lock is included): what
+// holding many locks at once costs beyond the backend's share.
+func BenchmarkHeldLeases(b *testing.B) {
+	const n = 10000
+	ctx := context.Background()
+	for b.Loop() {
+		c := dlock.New(memlock.New(memlock.NewServer()))
+		heap0, g0 := heapNow()
+		held := make([]*dlock.Lease, 0, n)
+		for i := range n {
+			l, err := c.Mutex(fmt.Sprintf("held/%d", i)).Lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		heap1, g1 := heapNow()
+		b.ReportMetric(float64(heap1-heap0)/n, "B/held-lease")
+		b.ReportMetric(float64(g1-g0)/n, "goroutines/held-lease")
+		runtime.KeepAlive(held)
+		c.Close()
+	}
+}
+
+// heapNow is the live heap after two collections, and the goroutines.
+func heapNow() (int64, int) {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc), runtime.NumGoroutine()
 }

@@ -38,7 +38,7 @@ func (c *Client) do(ctx context.Context, fn func(ctx context.Context, l *Lease) 
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(l.ctx, func() { cancel(l.Err()) })
+	stop := l.over.AfterFire(func() { cancel(l.Err()) })
 	defer stop()
 
 	returned := false

@@ -16,7 +16,8 @@ import (
 // concurrent use.
 type Lease struct {
 	c        *Client
-	o        options
+	hooks    *Hooks       // the lock call's: never nil
+	logger   *slog.Logger // the lock call's
 	name     string
 	owner    string
 	token    uint64
@@ -24,8 +25,7 @@ type Lease struct {
 	ttl      time.Duration
 	acquired time.Time
 
-	ctx    context.Context // ends when the lease ends; its cause is Err
-	cancel context.CancelCauseFunc
+	over driver.Signal // fires when the lease ends, with Err as its cause
 
 	mu        sync.Mutex
 	deadline  time.Time // monotonic: after it, holding can no longer be proven
@@ -57,10 +57,9 @@ func driftMargin(ttl time.Duration) time.Duration {
 }
 
 func newLease(c *Client, o options, req driver.Request, g driver.Grant) *Lease {
-	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Lease{
-		c: c, o: o, name: req.Name, owner: req.Owner, token: g.Token, handle: g.Handle,
-		ttl: g.TTL, acquired: g.Since, ctx: ctx, cancel: cancel,
+		c: c, hooks: o.hooks, logger: o.logger, name: req.Name, owner: req.Owner, token: g.Token, handle: g.Handle,
+		ttl: g.TTL, acquired: g.Since,
 		deadline: g.Since.Add(g.TTL - driftMargin(g.TTL)),
 	}
 }
@@ -88,16 +87,11 @@ func (l *Lease) Expires() time.Time {
 
 // Done returns a channel that is closed when the lease ends: when it is lost
 // (Err wraps ErrLeaseLost) or released (Err is ErrNotHeld).
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.over.Done() }
 
 // Err returns nil while the lease is held; after it ended, an error wrapping
 // ErrLeaseLost if it was lost, or ErrNotHeld if it was released.
-func (l *Lease) Err() error {
-	if l.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.ctx)
-}
+func (l *Lease) Err() error { return l.over.Cause() }
 
 // Unlock releases the lock and stops renewing it. It returns an error
 // wrapping ErrLeaseLost if the lease had already been lost (another owner
@@ -167,11 +161,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.end(releasedError{l.name})
-		if h := l.o.hooks.Released; h != nil {
+		if h := l.hooks.Released; h != nil {
 			h(l.name, l.token, driver.Since(l.acquired))
 		}
-		if l.o.logger.Enabled(ctx, slog.LevelDebug) {
-			l.o.logger.Debug("dlock: released", "name", l.name, "token", l.token)
+		if l.logger.Enabled(ctx, slog.LevelDebug) {
+			l.logger.Debug("dlock: released", "name", l.name, "token", l.token)
 		}
 		return nil
 	case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld):
@@ -197,7 +191,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if lost != nil {
 		l.end(lost)
 	}
-	l.o.logger.Warn("dlock: release failed; the lock frees when its TTL runs out", "name", l.name, "token", l.token, "err", err)
+	l.logger.Warn("dlock: release failed; the lock frees when its TTL runs out", "name", l.name, "token", l.token, "err", err)
 	return classify(classifyCtx, err)
 }
 
@@ -221,13 +215,13 @@ func (l *Lease) end(cause error) {
 	l.mu.Unlock()
 	// Close Done first: whoever must stop work on a loss learns it without
 	// waiting for a slow logger or hook (nor for a hook that waits on Done).
-	l.cancel(cause)
+	l.over.FireCause(cause)
 	if unlocked {
 		l.c.untrack(l) // a lease not unlocked yet stays tracked for Close
 	}
 	if errors.Is(cause, ErrLeaseLost) {
-		l.o.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
-		if h := l.o.hooks.Lost; h != nil {
+		l.logger.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
+		if h := l.hooks.Lost; h != nil {
 			h(l.name, l.token, cause)
 		}
 	}
@@ -375,7 +369,7 @@ func (l *Lease) renew() {
 		}
 		driver.ResetTimer(l.renewTimer, max(driver.Until(sent.Add(every)), 0))
 		l.mu.Unlock()
-		if h := l.o.hooks.Renewed; h != nil {
+		if h := l.hooks.Renewed; h != nil {
 			h(l.name, l.token, rtt)
 		}
 		return
@@ -391,8 +385,8 @@ func (l *Lease) renew() {
 	driver.ResetTimer(l.renewTimer, retry.Delay(l.failures-1))
 	l.mu.Unlock()
 	err = classify(context.Background(), err)
-	l.o.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", attempt, "err", err)
-	if h := l.o.hooks.RenewalFailed; h != nil {
+	l.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", attempt, "err", err)
+	if h := l.hooks.RenewalFailed; h != nil {
 		h(l.name, l.token, err)
 	}
 }
