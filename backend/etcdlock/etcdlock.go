@@ -256,10 +256,8 @@ type holding struct {
 	gone  *driver.Signal // Grant.Lost: the key was deleted
 
 	// Guarded by the driver's lossWatch.mu:
-	due  time.Time // when the key's watch begins
-	from int64     // the revision its watch starts at
-	wid  int64     // its watch ID, 0 while it has none
-	done bool      // released or lost: watched no more
+	from int64 // the revision its watch starts at
+	wid  int64 // its watch ID: 0 while it has none, ended once released or lost
 }
 
 // Extend renews the lease and checks that the lock's key is still ours: a

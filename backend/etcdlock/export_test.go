@@ -5,8 +5,8 @@ func WatchedKeys(d *Driver) int {
 	d.loss.mu.Lock()
 	defer d.loss.mu.Unlock()
 	n := len(d.loss.watched)
-	for _, hd := range d.loss.due {
-		if !hd.done {
+	for _, k := range d.loss.due {
+		if k.hd.wid != ended {
 			n++
 		}
 	}

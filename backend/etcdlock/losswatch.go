@@ -51,10 +51,19 @@ type lossWatch struct {
 	stream  etcdserverpb.Watch_WatchClient // nil while there is none
 	nextID  int64                          // the last watch ID given; etcd takes 0 as "pick one"
 	watched map[int64]*holding             // by watch ID
-	due     []*holding                     // keys not yet watched, oldest first
+	due     []dueKey                       // keys not yet watched, oldest first
 	timer   *time.Timer                    // fires when due's first key is due
 
 	sendMu sync.Mutex // a gRPC stream takes one Send at a time
+}
+
+// ended is the watch ID of a key released or lost: watched no more.
+const ended = -1
+
+// dueKey is a held key whose watch begins at a time.
+type dueKey struct {
+	hd *holding
+	at time.Time
 }
 
 // add watches hd's key, created now at revision hd.rev, from
@@ -62,7 +71,7 @@ type lossWatch struct {
 func (w *lossWatch) add(hd *holding) {
 	hd.gone = driver.NewSignal()
 	hd.from = hd.rev + 1
-	hd.due = driver.Now().Add(keyWatchDelay)
+	at := driver.Now().Add(keyWatchDelay)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -72,7 +81,7 @@ func (w *lossWatch) add(hd *holding) {
 		w.ctx, w.stop = context.WithCancel(w.d.cli.Ctx())
 		w.watched = map[int64]*holding{}
 	}
-	w.due = append(w.due, hd)
+	w.due = append(w.due, dueKey{hd, at})
 	if w.timer == nil {
 		w.timer = driver.AfterFunc(keyWatchDelay, w.startDue)
 	} else if len(w.due) == 1 {
@@ -85,14 +94,13 @@ func (w *lossWatch) add(hd *holding) {
 // key, so that its own delete is not a loss.
 func (w *lossWatch) remove(hd *holding) {
 	w.mu.Lock()
-	hd.done = true
 	id, st := hd.wid, w.stream
-	if id != 0 {
+	if id > 0 {
 		delete(w.watched, id)
-		hd.wid = 0
 	}
+	hd.wid = ended
 	w.mu.Unlock()
-	if id != 0 {
+	if id > 0 {
 		w.cancel(st, id)
 	}
 }
@@ -108,14 +116,14 @@ func (w *lossWatch) startDue() {
 	now := driver.Now()
 	var reqs []*etcdserverpb.WatchRequest
 	for len(w.due) > 0 {
-		hd := w.due[0]
-		if !hd.done && hd.due.After(now) {
-			driver.ResetTimer(w.timer, hd.due.Sub(now))
+		hd, at := w.due[0].hd, w.due[0].at
+		if hd.wid != ended && at.After(now) {
+			driver.ResetTimer(w.timer, at.Sub(now))
 			break
 		}
-		w.due[0] = nil
+		w.due[0] = dueKey{}
 		w.due = w.due[1:]
-		if !hd.done {
+		if hd.wid != ended {
 			reqs = append(reqs, w.watch(hd))
 		}
 	}
@@ -239,7 +247,7 @@ func (w *lossWatch) lost(st etcdserverpb.Watch_WatchClient, id int64) {
 	hd := w.watched[id]
 	if hd != nil {
 		delete(w.watched, id)
-		hd.wid, hd.done = 0, true
+		hd.wid = ended
 	}
 	w.mu.Unlock()
 	// A watch removed before its creation reached etcd outlives its key's
@@ -280,12 +288,12 @@ func (w *lossWatch) recheck(st etcdserverpb.Watch_WatchClient, id int64) {
 				continue
 			}
 			w.mu.Lock()
-			if hd.done {
+			if hd.wid == ended {
 				w.mu.Unlock()
 				return
 			}
 			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != hd.rev {
-				hd.done = true
+				hd.wid = ended
 				w.mu.Unlock()
 				hd.gone.Fire()
 				return
