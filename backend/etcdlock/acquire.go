@@ -96,14 +96,15 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 	// revision with 0; TryLock's, the whole queue's), so the revision of
 	// the transaction is its create revision.
 	rev := resp.Header.Revision
-	hd := &holding{key: key, rev: rev, sec: sec, lease: l, lost: d.watchKey(key, rev)}
+	hd := &holding{key: key, rev: rev, sec: sec, lease: l}
+	d.loss.add(hd)
 	if counted(req) && !holdsAt(resp.Responses[1].GetResponseRange().Kvs, rev) {
 		err := driver.ErrNotAcquired
 		if req.Wait {
 			err = d.waitPermit(ctx, pfx, hd)
 		}
 		if err != nil {
-			hd.lost.stop()
+			d.loss.remove(hd)
 			d.abandon(key, l, sec)
 			return driver.Grant{}, err
 		}
@@ -111,7 +112,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 		first := resp.Responses[1].GetResponseRange().Kvs
 		if len(first) > 0 && first[0].CreateRevision != rev {
 			if err := d.wait(ctx, pfx, hd); err != nil {
-				hd.lost.stop()
+				d.loss.remove(hd)
 				d.abandon(key, l, sec)
 				return driver.Grant{}, err
 			}
@@ -121,7 +122,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 		Token:  uint64(rev),
 		TTL:    l.ttl,
 		Since:  l.lastConfirmed(),
-		Lost:   hd.lost.gone,
+		Lost:   hd.gone,
 		Handle: hd,
 	}, nil
 }
@@ -224,7 +225,7 @@ func (d *Driver) awaitDeletion(ctx context.Context, w *syncedWatch, hd *holding,
 			}
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-hd.lost.gone.Done():
+		case <-hd.gone.Done():
 			return 0, errEntryLost
 		case err := <-leaseErr:
 			return 0, err

@@ -20,7 +20,7 @@
 // still there (TestWaiterWhoseEntryWasDeletedIsNotGranted). The watches
 // start at the server's current revision, so etcd pushes the event the
 // moment the release commits (see watch.go for why concurrency.Mutex is
-// slower there), and all watches of a driver share one gRPC stream. A
+// slower there), and all waiters' watches of a driver share one gRPC stream. A
 // hand-off therefore costs the release's commit, one watch event and one
 // local read. A waiter keeps its lease alive while it waits
 // (TestWaiterKeepsItsPlaceLongerThanItsTTL), and a waiter that gives up
@@ -33,9 +33,17 @@
 // lease for the next acquire, which saves two writes per lock and unlock;
 // an idle lease has no keys and simply expires. Extend renews the lease and checks that the key is still ours.
 // Break deletes the holder's key; the holder learns from a watch on its own
-// key (Grant.Lost; the watch of a lock held longer than 50 ms, started from
-// the key's creation, so it misses nothing) before its next renewal
+// key (Grant.Lost) before its next renewal
 // (TestBreakIsNoticedByTheHolderAtOnce), and at the latest at that renewal.
+// The watch of a lock held longer than 50 ms starts from the key's
+// creation, so it misses nothing, even a deletion while the client's
+// connection is down that a compaction has erased from etcd's history
+// before it comes back: the key is then read instead
+// (TestDeletionWhileTheWatchIsDownIsReported). A client watches all its
+// held keys on one gRPC stream of its own, read by one goroutine, so a
+// held lock costs no goroutine (TestHeldLocksAreWatchedWithoutAGoroutineEach),
+// and the client receives the deletions of its own keys only, however
+// busy the prefix is.
 //
 // # Semaphores
 //

@@ -26,6 +26,7 @@ type Driver struct {
 	prefix string
 	compat string // "" (dlock's layout) or CompatEtcdctl
 	pool   leasePool
+	loss   lossWatch
 
 	streamOnce sync.Once
 	streamStop context.CancelFunc
@@ -64,7 +65,11 @@ func New(cli *clientv3.Client, opts ...Option) (*Driver, error) {
 	return d, nil
 }
 
-func newDriver(cli *clientv3.Client) *Driver { return &Driver{cli: cli, prefix: DefaultPrefix} }
+func newDriver(cli *clientv3.Client) *Driver {
+	d := &Driver{cli: cli, prefix: DefaultPrefix}
+	d.loss.d = d
+	return d
+}
 
 // Client returns the etcd client the driver uses.
 func (d *Driver) Client() *clientv3.Client { return d.cli }
@@ -88,6 +93,7 @@ func (d *Driver) Close() error {
 	if d.streamStop != nil {
 		d.streamStop()
 	}
+	d.loss.close()
 	if !d.owned {
 		return nil
 	}
@@ -240,13 +246,18 @@ func (p *leasePool) put(sec int64, l *lease) {
 }
 
 // holding is the Handle of a grant: the queue key, its create revision
-// (the token), its lease, and the watch that reports the key's deletion.
+// (the token), its lease, and the state of the watch that reports the
+// key's deletion (losswatch.go).
 type holding struct {
 	key   string
 	rev   int64
 	sec   int64 // requested TTL in seconds: the lease's pool
 	lease *lease
-	lost  *keyWatch
+	gone  *driver.Signal // Grant.Lost: the key was deleted
+
+	// Guarded by the driver's lossWatch.mu:
+	from int64 // the revision its watch starts at
+	wid  int64 // its watch ID: 0 while it has none, ended once released or lost
 }
 
 // Extend renews the lease and checks that the lock's key is still ours: a
@@ -286,7 +297,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 		return fmt.Errorf("%w: not a grant of this driver", driver.ErrNotHeld)
 	}
 	// Stop watching first: our own delete is not a loss.
-	hd.lost.stop()
+	d.loss.remove(hd)
 	resp, err := d.cli.Delete(ctx, hd.key)
 	if err != nil {
 		return unavailable(ctx, "release", err)

@@ -120,7 +120,7 @@ func (d *Driver) awaitPermit(ctx context.Context, pfx string, hd *holding, lease
 			atLeast = max(atLeast, at)
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-hd.lost.gone.Done():
+		case <-hd.gone.Done():
 			return false, errEntryLost
 		case err := <-leaseErr:
 			return false, err

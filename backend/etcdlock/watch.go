@@ -3,8 +3,6 @@ package etcdlock
 import (
 	"context"
 	"errors"
-	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -84,88 +82,4 @@ func deletion(wr clientv3.WatchResponse, ok bool) (rev int64, broken bool) {
 		}
 	}
 	return 0, false
-}
-
-// keyWatch reports the deletion of one's own key: a Break, an expired
-// lease, or a manual delete. gone is Grant.Lost.
-type keyWatch struct {
-	gone   *driver.Signal
-	cancel context.CancelFunc
-	timer  *time.Timer
-
-	mu      sync.Mutex
-	stopped bool
-}
-
-// keyWatchDelay is how long a key lives before its watch begins.
-const keyWatchDelay = 50 * time.Millisecond
-
-// watchKey watches our own key, created at revision rev, until stop.
-//
-// The watch begins keyWatchDelay after the key was created, from revision
-// rev+1, so it misses nothing: a lock held for less than that (the common
-// case under contention) costs no watch at all. Starting in the past, the
-// watch may wait for etcd's 100 ms catch-up loop before it is live, so a
-// Break is reported within about 150 ms — and Extend checks the key too.
-func (d *Driver) watchKey(key string, rev int64) *keyWatch {
-	// Closing the client ends the watch too.
-	ctx, cancel := context.WithCancel(d.watchCtx(d.cli.Ctx()))
-	kw := &keyWatch{gone: driver.NewSignal(), cancel: cancel}
-	kw.timer = time.AfterFunc(keyWatchDelay, func() {
-		from := rev + 1
-		for failures := 0; ctx.Err() == nil; {
-			wch := d.cli.Watch(ctx, key, clientv3.WithRev(from), clientv3.WithFilterPut())
-			for wr := range wch {
-				if at, broken := deletion(wr, true); at > 0 {
-					kw.fire()
-					cancel()
-					return
-				} else if broken {
-					break
-				}
-				failures = 0
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			// The watch ended (compaction, or a server error): look at
-			// the key, and watch again from that read.
-			resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
-			switch {
-			case err != nil:
-				failures++
-				select {
-				case <-ctx.Done():
-				case <-time.After(retryBackoff.Delay(failures - 1)):
-				}
-			case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev:
-				kw.fire()
-				cancel()
-				return
-			default:
-				from = resp.Header.Revision + 1
-			}
-		}
-	})
-	return kw
-}
-
-// fire fires gone unless the watch was stopped first.
-func (kw *keyWatch) fire() {
-	kw.mu.Lock()
-	defer kw.mu.Unlock()
-	if !kw.stopped {
-		kw.gone.Fire()
-		kw.stopped = true
-	}
-}
-
-// stop ends the watch; gone will not fire after stop returns unless it
-// was already.
-func (kw *keyWatch) stop() {
-	kw.mu.Lock()
-	kw.stopped = true
-	kw.mu.Unlock()
-	kw.timer.Stop()
-	kw.cancel()
 }
