@@ -192,8 +192,8 @@ func TestResults(t *testing.T) {
 		r.prims = append(r.prims, newPrimBackend(t, "zookeeper", openURL("zk://"+zks.Addrs()[0]+"/bench")))
 	}
 	if selected("postgres") {
-		pg := testenv.StartPostgres(t)
-		r.servers = append(r.servers, serverRow{"postgres", pgVersion(pg), "fsync=off, synchronous_commit on"})
+		pg := testenv.StartPostgresWith(t, postgresSettings...)
+		r.servers = append(r.servers, serverRow{"postgres", pgVersion(pg), "fsync=off, synchronous_commit on, " + strings.Join(postgresSettings, ", ")})
 		backends = append(backends, &backend{name: "postgres", libs: postgresLibs(pg), bWorkers: []int{8}, manyKey: true})
 		r.prims = append(r.prims, newPrimBackend(t, "postgres", openURL(pg.URL(pg.Addr, ""))))
 	}
@@ -423,6 +423,12 @@ const (
 	// keysCTemporal is Temporal's small run of C: each name is a workflow.
 	keysCTemporal = 1_000
 )
+
+// postgresSettings let the 64 workers of a million-name run connect: each
+// has a pgx pool of up to 4 connections, 256 in all, past testenv's
+// max_connections of 200 (the refused connections slowed the unlocks of
+// 100,000 names to a crawl).
+var postgresSettings = []string{"max_connections=400"}
 
 // mariadbArgs take MariaDB's flush at every commit out, as fsync=off does
 // PostgreSQL's: the log is written at commit and flushed once a second.
