@@ -227,7 +227,9 @@ func memAvailable() uint64 {
 
 // run has the workers lock n distinct names between them, all held at
 // once, measures this process's heap and goroutines, then unlocks them all.
-func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, ...any)) {
+// It stops locking at deadline (the run's budget) or when the machine's
+// available memory runs low, and says so in m.stopped.
+func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, progress func(string, ...any)) {
 	m.n = n
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -255,6 +257,13 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, 
 			case <-stop:
 				return
 			case <-t.C:
+				if time.Now().After(deadline) {
+					why := fmt.Sprintf("the run's budget ran out with %d names held", done.Load())
+					stopped.Store(why)
+					progress("  %s: no more locks", why)
+					stopLocking()
+					return
+				}
 				if avail := memAvailable(); avail < minFreeMemory {
 					why := fmt.Sprintf("the machine's available memory fell to %d MiB with %d names held", avail>>20, done.Load())
 					stopped.Store(why)
