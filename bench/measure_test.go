@@ -227,9 +227,11 @@ func memAvailable() uint64 {
 
 // run has the workers lock n distinct names between them, all held at
 // once, measures this process's heap and goroutines, then unlocks them all.
-// It stops locking at deadline (the run's budget) or when the machine's
-// available memory runs low, and says so in m.stopped.
-func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, progress func(string, ...any)) {
+// It stops locking, and says so in m.stopped, when the machine's
+// available memory runs low, or when unlocking what it holds, at twice the
+// time unlockRate (per second) says, would end past deadline (the run's
+// budget).
+func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, unlockRate float64, progress func(string, ...any)) {
 	m.n = n
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -257,7 +259,7 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, pr
 			case <-stop:
 				return
 			case <-t.C:
-				if time.Now().After(deadline) {
+				if time.Now().Add(time.Duration(2 * float64(done.Load()) / unlockRate * float64(time.Second))).After(deadline) {
 					why := fmt.Sprintf("the run's budget ran out with %d names held", done.Load())
 					stopped.Store(why)
 					progress("  %s: no more locks", why)

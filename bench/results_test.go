@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -366,11 +367,11 @@ func (r *report) scenarioC(t *testing.T, b *backend, n int) {
 		r.progress("C many keys, %s %s: %d names over %d workers (%d MiB of memory available)", b.name, l.name, n, workers, memAvailable()>>20)
 		ws := openWorkers(t, l, workers, ttlC)
 		var m manyKeys
-		deadline := time.Now().Add(30 * time.Minute) // the small runs are not bounded by the budget
+		deadline, unlockRate := time.Now().Add(30*time.Minute), math.Inf(1) // the small runs are not bounded by the budget
 		if large {
-			deadline = r.start.Add(*budget)
+			deadline, unlockRate = r.start.Add(*budget), r.manyRun(l, b.keysSmall()).freePerSec()
 		}
-		m.run(ws, l.name+"/c"+strconv.Itoa(n)+"/", n, deadline, r.progress)
+		m.run(ws, l.name+"/c"+strconv.Itoa(n)+"/", n, deadline, unlockRate, r.progress)
 		closeWorkers(ws)
 		r.many = append(r.many, manyRow{b.name, l, &m})
 		r.progress("  %.0f locks/s, %.0f unlocks/s, %.0f heap bytes, %.0f bytes of the machine's memory and %.3f goroutines per held lock, %d errors%s",
