@@ -427,7 +427,7 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		c := cont("redis", l.name, 8)
 		cur = append(cur, numGoal("Redis contended (8 workers), "+l.name+" commands executed per grant (INFO commandstats, scripts' included) ≤ 10", c.callsPerGrant(), 10, true, "", c.grants > 0 && c.calls > 0))
 	}
-	for _, n := range workersB {
+	for _, n := range []int{8, 64} {
 		cur = append(cur, timesCeiling("etcd", "dlock", n, 0.9))
 	}
 	cur = append(cur, ratio("etcd contended (64 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 2", cont("etcd", "dlock", 64).grantsPerSec(), cont("etcd", "concurrency.Mutex", 64).grantsPerSec(), 2, false))
@@ -446,7 +446,7 @@ func (r *report) writeGoals(p func(string, ...any)) {
 	old = append(old, ratio("ZooKeeper uncontended lock+unlock, dlock ÷ zk.Lock (ops/s) ≥ 1.0", ops("zookeeper", "dlock"), ops("zookeeper", "zk.Lock"), 1.0, false))
 	old = append(old, ratio("ZooKeeper contended (8 workers) grants/s, dlock ÷ zk.Lock ≥ 1.2", cont("zookeeper", "dlock", 8).grantsPerSec(), cont("zookeeper", "zk.Lock", 8).grantsPerSec(), 1.2, false))
 	for _, f := range []struct{ backend, lib string }{{"redis", "dlock-fair"}, {"etcd", "dlock"}, {"zookeeper", "dlock"}} {
-		for _, n := range workersB {
+		for _, n := range []int{8, 64} {
 			old = append(old, fairness(f.backend, f.lib, n))
 		}
 	}
