@@ -25,7 +25,7 @@ var (
 	scale     = flag.Float64("scale", 1, "multiply every measuring duration by this")
 	backendsF = flag.String("backends", "", "comma list of the backends to measure ("+strings.Join(allBackends, ", ")+"); empty: all")
 	million   = flag.String("million", defaultMillion, "backend/library pairs that also run scenario C with 1,000,000 names")
-	millionW  = flag.Int("million-workers", 64, "workers of a 1,000,000-name run of scenario C")
+	millionW  = flag.Int("million-workers", workersC, "workers of a 1,000,000-name run of scenario C (64 went slower than 8 on every backend here)")
 	largeN    = flag.Int("large", keysCLarge, "names of the large run of scenario C (the goals ask for 1,000,000; fewer measures its rate sooner)")
 	budget    = flag.Duration("budget", 24*time.Minute, "skip the 1,000,000-name runs that would end the whole run later than this")
 	outDir    = flag.String("out", ".", "where RESULTS.md and the charts go")
@@ -39,9 +39,11 @@ var allBackends = []string{"redis", "etcd", "zookeeper", "postgres", "mariadb", 
 // default mode on every backend, and one incumbent on Redis, where it is
 // cheap. Those whose run would not fit in -budget or in the machine's
 // memory, estimated from their 10,000-name run, are left out, and
-// RESULTS.md says why (with 64 workers on a loaded machine, 100,000 names
-// went at 590 locks/s on etcd, 444 on ZooKeeper: a million would take over
-// half an hour each).
+// RESULTS.md says why (100,000 names with 64 workers on a loaded machine
+// went at 590 locks/s on etcd, 444 on ZooKeeper, 704 on MariaDB, and 415
+// unlocks/s on PostgreSQL: a million would take over half an hour each;
+// 64 workers were slower than 8 everywhere, on Redis 3,831 locks/s
+// against 11,275).
 const defaultMillion = "redis/dlock-fair,redis/bsm-linear1ms,etcd/dlock,zookeeper/dlock,postgres/dlock-plain,mariadb/dlock,temporal/dlock-fair"
 
 // selected says whether -backends lets the run measure backend.
@@ -429,8 +431,8 @@ const (
 	keysCTemporal = 1_000
 )
 
-// postgresSettings let the 64 workers of a million-name run connect: each
-// has a pgx pool of up to 4 connections, 256 in all, past testenv's
+// postgresSettings let 64 workers (-million-workers 64) connect: each has
+// a pgx pool of up to 4 connections, 256 in all, past testenv's
 // max_connections of 200 (the refused connections slowed the unlocks of
 // 100,000 names to a crawl).
 var postgresSettings = []string{"max_connections=400"}
