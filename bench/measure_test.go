@@ -2,10 +2,14 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,19 +177,66 @@ func (c *contention) run(ws []worker, key string, hold, d time.Duration) {
 
 // manyKeys is the outcome of the many-keys scenario.
 type manyKeys struct {
-	n                  int
+	n                  int // names asked for
+	held               int // names locked (n unless locks failed or the run stopped)
+	workers            int
 	lockTime, freeTime time.Duration
 	heapPerLock        float64 // Go heap bytes per held lock, after GC
 	goroutinesPerLock  float64
+	machinePerLock     float64 // the machine's available memory it took, bytes per held lock (client and servers)
 	errors             int
+	stopped            string // why the run stopped before every name was locked, if it did
+	firstErr           string // the first lock call's error, if one failed
+}
+
+// stoppedNote is ", stopped: why" if the run stopped early.
+func (m *manyKeys) stoppedNote() string {
+	note := ""
+	if m.firstErr != "" {
+		note = ", the first error: " + m.firstErr
+	}
+	if m.stopped != "" {
+		note += ", stopped: " + m.stopped
+	}
+	return note
+}
+
+// minFreeMemory is the machine's available memory below which a run of
+// scenario C stops locking more names: the machine has no swap to fall
+// back on, and the servers and the other work on it need some.
+const minFreeMemory = 1 << 30
+
+// memAvailable is the machine's available memory in bytes
+// (/proc/meminfo's MemAvailable), or the largest value if unknown.
+func memAvailable() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return math.MaxUint64
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				break
+			}
+			return kb << 10
+		}
+	}
+	return math.MaxUint64
 }
 
 // run has the workers lock n distinct names between them, all held at
 // once, measures this process's heap and goroutines, then unlocks them all.
-func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, ...any)) {
+// It stops locking, and says so in m.stopped, when the machine's
+// available memory runs low, or when unlocking what it holds, at twice the
+// time unlockRate (per second) says, would end past deadline (the run's
+// budget).
+func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, unlockRate float64, progress func(string, ...any)) {
 	m.n = n
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	lockCtx, stopLocking := context.WithCancel(ctx)
+	defer stopLocking()
 	unlocks := make([][]func(), len(ws))
 	names := make([][]string, len(ws))
 	for i := range ws {
@@ -195,18 +246,36 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, 
 		unlocks[i] = make([]func(), 0, len(names[i]))
 	}
 	heap0, g0 := heapNow()
+	mem0 := memAvailable()
 	var errs atomic.Int64
 	var done atomic.Int64
 	stop := make(chan struct{})
-	go func() { // progress, for long runs
-		t := time.NewTicker(10 * time.Second)
+	var stopped, firstErr atomic.Value
+	go func() { // progress, for long runs, and the memory it leaves
+		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		for {
+		for i := 1; ; i++ {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				progress("  %d/%d locked", done.Load(), n)
+				if time.Now().Add(time.Duration(2 * float64(done.Load()) / unlockRate * float64(time.Second))).After(deadline) {
+					why := fmt.Sprintf("the run's budget ran out with %d names held", done.Load())
+					stopped.Store(why)
+					progress("  %s: no more locks", why)
+					stopLocking()
+					return
+				}
+				if avail := memAvailable(); avail < minFreeMemory {
+					why := fmt.Sprintf("the machine's available memory fell to %d MiB with %d names held", avail>>20, done.Load())
+					stopped.Store(why)
+					progress("  %s: no more locks", why)
+					stopLocking()
+					return
+				}
+				if i%10 == 0 {
+					progress("  %d/%d locked, %d MiB of memory available", done.Load(), n, memAvailable()>>20)
+				}
 			}
 		}
 	}()
@@ -215,9 +284,15 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, 
 	for i, w := range ws {
 		wg.Go(func() {
 			for _, name := range names[i] {
-				unlock, err := w.lock(ctx, name)
-				if err != nil {
+				if lockCtx.Err() != nil {
 					errs.Add(1)
+					continue
+				}
+				unlock, err := w.lock(lockCtx, name)
+				if err != nil {
+					if errs.Add(1) == 1 {
+						firstErr.Store(err.Error())
+					}
 					continue
 				}
 				unlocks[i] = append(unlocks[i], unlock)
@@ -229,7 +304,16 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, 
 	close(stop)
 	m.lockTime = time.Since(start)
 	heap1, g1 := heapNow()
-	held := float64(done.Load())
+	mem1 := memAvailable()
+	if why, ok := stopped.Load().(string); ok {
+		m.stopped = why
+	}
+	if e, ok := firstErr.Load().(string); ok {
+		m.firstErr = e
+	}
+	held := float64(max(done.Load(), 1))
+	m.machinePerLock = float64(int64(mem0)-int64(mem1)) / held
+	m.held, m.workers = int(done.Load()), len(ws)
 	m.heapPerLock = float64(int64(heap1)-int64(heap0)) / held
 	m.goroutinesPerLock = float64(g1-g0) / held
 	start = time.Now()
@@ -245,8 +329,8 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, progress func(string, 
 	m.errors = int(errs.Load())
 }
 
-func (m *manyKeys) lockPerSec() float64 { return float64(m.n) / m.lockTime.Seconds() }
-func (m *manyKeys) freePerSec() float64 { return float64(m.n) / m.freeTime.Seconds() }
+func (m *manyKeys) lockPerSec() float64 { return float64(m.held) / m.lockTime.Seconds() }
+func (m *manyKeys) freePerSec() float64 { return float64(m.held) / m.freeTime.Seconds() }
 
 // heapNow is the live Go heap after a full collection, and the number of
 // goroutines once it has stopped changing (the clients of the previous run

@@ -21,6 +21,12 @@ import (
 
 type serverRow struct{ name, version, settings string }
 
+// skip is a run of scenario C left out, and why.
+type skip struct {
+	lib *lib
+	why string
+}
+
 type manyRow struct {
 	backend string
 	lib     *lib
@@ -45,7 +51,7 @@ type report struct {
 	contentions map[*lib]map[int]*contention
 	curves      map[string]*curve // backend + "/" + variable
 	many        []manyRow
-	skipped     []string // runs left out, and why
+	skipped     []skip // runs left out, and why
 	prims       []*primBackend
 	primRuns    map[*primLib]*primRun
 }
@@ -153,7 +159,7 @@ func (r *report) write(dir string) error {
 		}
 	}
 	p("\nSettings: TTL %v (redsync's default expiry) in A and B; critical section %v in B; ", ttl, hold)
-	p("A: %d rounds of %v per library, the libraries' calls interleaved one by one in random order; B: %d rounds × %v per library with 8 workers, × %v with 64 (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers. ", roundsA, scaled(eachA), roundsB, roundB(8), roundB(64), scaled(warmUp), scaled(eachPoint), ttlC, workersC)
+	p("A: %d rounds of %v per library, the libraries' calls interleaved one by one in random order; B: %d rounds × %v per library with 8 or 32 workers, × %v with 64 (after a %v warm-up); curves: %v per point; C: TTL %v, %d workers (%d for the %d-name runs). ", roundsA, scaled(eachA), roundsB, roundB(8), roundB(64), scaled(warmUp), scaled(eachPoint), ttlC, workersC, *millionW, *largeN)
 	p("Each worker has its own client and connection(s), as a separate process would.\n\n")
 
 	r.writeHeadline(p)
@@ -310,10 +316,15 @@ func (r *report) writeGoals(p func(string, ...any)) {
 
 	// The current round.
 	var cur []goal
-	for _, b := range r.backends {
+	for _, name := range allBackends {
+		b := r.backend(name)
+		if b == nil {
+			cur = append(cur, missed(fmt.Sprintf("client heap per held lock ≤ 1 KiB and 0 goroutines per held lock (C), %s dlock", name), "not run", "not in -backends"))
+			continue
+		}
 		for _, l := range libsOf(b, ours) {
-			what := fmt.Sprintf("client heap per held lock ≤ 1 KiB and 0 goroutines per held lock, %d names (C), %s %s", keysC, b.name, l.name)
-			m := r.manyRun(l, keysC)
+			what := fmt.Sprintf("client heap per held lock ≤ 1 KiB and 0 goroutines per held lock, %d names (C), %s %s", b.keysSmall(), b.name, l.name)
+			m := r.manyRun(l, b.keysSmall())
 			if m == nil {
 				cur = append(cur, numGoal(what, 0, 0, true, "", false))
 				continue
@@ -339,18 +350,27 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		}
 	}
 	list := strings.Split(*million, ",")
-	for _, b := range r.backends {
-		what := fmt.Sprintf("a million names held at once: %s runs C with %d names", goalName[b.name], keysCLarge)
+	for _, name := range allBackends {
+		what := fmt.Sprintf("a million names held at once: %s runs C with %d names", goalName[name], keysCLarge)
+		b := r.backend(name)
+		if b == nil {
+			cur = append(cur, missed(what, "not run", "not in -backends"))
+			continue
+		}
 		var ran, failed, skipped []string
-		for _, l := range libsOf(b, ours) {
-			if m := r.manyRun(l, keysCLarge); m != nil {
-				if m.errors > 0 {
-					failed = append(failed, fmt.Sprintf("%s (%d of %d lock calls failed)", l.name, m.errors, m.n))
-				} else {
-					ran = append(ran, fmt.Sprintf("%s, %.0f B per held lock", l.name, m.heapPerLock))
+		for _, l := range b.lockLibs() {
+			m := r.manyRun(l, keysCLarge)
+			switch {
+			case m != nil && (m.errors > 0 || m.stopped != ""):
+				failed = append(failed, fmt.Sprintf("%s (%d of %d names held%s)", l.name, m.held, m.n, m.stoppedNote()))
+			case m != nil && l.role == ours:
+				ran = append(ran, fmt.Sprintf("%s, %d workers: %.0f locks/s, %.0f unlocks/s, %.0f B of client heap and %.0f B of the machine's memory per held lock", l.name, m.workers, m.lockPerSec(), m.freePerSec(), m.heapPerLock, m.machinePerLock))
+			case m == nil && b.manyKey && slices.Contains(list, b.name+"/"+l.name):
+				for _, sk := range r.skipped {
+					if sk.lib == l {
+						skipped = append(skipped, sk.why)
+					}
 				}
-			} else if b.manyKey && slices.Contains(list, b.name+"/"+l.name) {
-				skipped = append(skipped, l.name)
 			}
 		}
 		switch {
@@ -359,9 +379,11 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		case len(failed) > 0:
 			cur = append(cur, missed(what, "ran: "+strings.Join(failed, "; "), "not every name was held"))
 		case len(skipped) > 0:
-			cur = append(cur, missed(what, "not run", strings.Join(skipped, ", ")+" left out: past the run's budget (-budget)"))
+			cur = append(cur, missed(what, "not run", "left out: "+strings.Join(skipped, "; ")))
 		case !b.manyKey:
 			cur = append(cur, missed(what, "not run", "scenario C does not run on this backend"))
+		case *largeN != keysCLarge:
+			cur = append(cur, missed(what, "not run", fmt.Sprintf("-large is %d", *largeN)))
 		default:
 			cur = append(cur, missed(what, "not run", "not in the -million list"))
 		}
@@ -405,11 +427,11 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		c := cont("redis", l.name, 8)
 		cur = append(cur, numGoal("Redis contended (8 workers), "+l.name+" commands executed per grant (INFO commandstats, scripts' included) ≤ 10", c.callsPerGrant(), 10, true, "", c.grants > 0 && c.calls > 0))
 	}
-	for _, n := range workersB {
+	for _, n := range []int{8, 64} {
 		cur = append(cur, timesCeiling("etcd", "dlock", n, 0.9))
 	}
 	cur = append(cur, ratio("etcd contended (64 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 2", cont("etcd", "dlock", 64).grantsPerSec(), cont("etcd", "concurrency.Mutex", 64).grantsPerSec(), 2, false))
-	cur = append(cur, fairGoals("temporal", 0.7, false)...)
+	cur = append(cur, r.temporalGoals()...)
 
 	// Goals of the earlier round that the current one does not restate.
 	var old []goal
@@ -424,10 +446,12 @@ func (r *report) writeGoals(p func(string, ...any)) {
 	old = append(old, ratio("ZooKeeper uncontended lock+unlock, dlock ÷ zk.Lock (ops/s) ≥ 1.0", ops("zookeeper", "dlock"), ops("zookeeper", "zk.Lock"), 1.0, false))
 	old = append(old, ratio("ZooKeeper contended (8 workers) grants/s, dlock ÷ zk.Lock ≥ 1.2", cont("zookeeper", "dlock", 8).grantsPerSec(), cont("zookeeper", "zk.Lock", 8).grantsPerSec(), 1.2, false))
 	for _, f := range []struct{ backend, lib string }{{"redis", "dlock-fair"}, {"etcd", "dlock"}, {"zookeeper", "dlock"}} {
-		for _, n := range workersB {
+		for _, n := range []int{8, 64} {
 			old = append(old, fairness(f.backend, f.lib, n))
 		}
 	}
+
+	cur, old = r.notRun(cur), r.notRun(old)
 
 	p("## Goals\n\n")
 	p("Ceiling and floor as in B and A: the ceiling is 1 ÷ (what time.Sleep(%v) takes + the floor's pair of round trips), the floor the backend's raw round trips of D. ", hold)
@@ -443,6 +467,36 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		p("\n")
 	}
 	p("The earlier round's Redis goals of 1.2× two PINGs uncontended, and of 1/10 of bsm/redislock's commands and requests per grant at 8 workers, gave way to the current round's fenced-minimum and commands-per-grant goals. Why a goal is missed, where one is, is discussed in [README.md](README.md#reading-the-results).\n\n")
+}
+
+// temporalGoals are Temporal's goals: its fair mode (the mutex workflow)
+// with 8 workers within 0.7 of the ceiling, and with 32 at least half the
+// holder changes/s of 8.
+func (r *report) temporalGoals() []goal {
+	c8 := r.contended(r.lib("temporal", "dlock-fair"), 8)
+	c32 := r.contended(r.lib("temporal", "dlock-fair"), 32)
+	gs := []goal{numGoal("Temporal contended (8 workers), fair mode: holder changes/s ÷ ceiling ≥ 0.7", 0, 0.7, false, "×", false)}
+	if b := r.backend("temporal"); b != nil {
+		gs[0] = numGoal(gs[0].what, c8.changesPerSec()/r.ceiling(b), 0.7, false, "×", c8.grants > 0)
+	}
+	return append(gs, numGoal("Temporal contended, fair mode: holder changes/s with 32 workers ÷ with 8 ≥ 0.5 (within 2×)",
+		c32.changesPerSec()/max(c8.changesPerSec(), 1e-9), 0.5, false, "×", c8.grants > 0 && c32.elapsed > 0))
+}
+
+// notRun marks the goals on a backend that -backends left out: not run,
+// rather than not measured.
+func (r *report) notRun(gs []goal) []goal {
+	for i, g := range gs {
+		for _, name := range allBackends {
+			if r.backend(name) != nil {
+				continue
+			}
+			if strings.HasPrefix(g.what, goalName[name]+" ") || strings.Contains(g.what, ", "+name+" ") {
+				gs[i].got, gs[i].verdict = "not run", "**missed**: not in -backends"
+			}
+		}
+	}
+	return gs
 }
 
 // writeHeadline is the short table the top-level README shows.
@@ -488,17 +542,14 @@ func (r *report) writeHeadline(p func(string, ...any)) {
 			note = "time ÷ floor " + ratioCell(fl.opsPerSec(), r.serial(ours0).opsPerSec())
 		}
 		row(ours0.name+": uncontended lock+unlock", uncontended, " ops/s", note)
-		for _, n := range workersB {
-			if n > b.maxB {
-				continue
-			}
+		for _, n := range b.bWorkers {
 			row(fmt.Sprintf("%s: contended, %d workers, 1 ms held", ours0.name, n), func(l *lib) float64 { return r.contended(l, n).changesPerSec() }, " changes/s", "")
 		}
 		for _, m := range r.many {
-			if m.lib == ours0 && m.m.n == keysC {
-				row(fmt.Sprintf("%s: heap per held lock, %d names", ours0.name, keysC), func(l *lib) float64 {
+			if m.lib == ours0 && m.m.n == b.keysSmall() {
+				row(fmt.Sprintf("%s: heap per held lock, %d names", ours0.name, b.keysSmall()), func(l *lib) float64 {
 					for _, m := range r.many {
-						if m.lib == l && m.m.n == keysC {
+						if m.lib == l && m.m.n == b.keysSmall() {
 							return m.m.heapPerLock
 						}
 					}
@@ -556,12 +607,15 @@ func (r *report) writeA(p func(string, ...any)) {
 func (r *report) writeB(p func(string, ...any)) {
 	p("## B. Contended: one name, %v critical section\n\n", hold)
 	p("Holder changes/s: grants to a different worker than the previous grant. Ceiling: 1 ÷ (what time.Sleep(%v) takes + the backend's floor pair of round trips, scenario D) — a hand-off needs at least the release and the message that tells the next holder; × ceiling is holder changes/s over it. ", hold)
-	p("Wait: from calling lock to being granted. cmds/grant: commands the Redis server executed per grant (INFO commandstats delta, including those run by scripts); reqs/grant: requests the clients sent per grant (Redis commands; etcd unary gRPC calls, without the watch and keep-alive streams). Gave up: lock calls that returned an error (redsync gives up after 32 tries). PostgreSQL and MariaDB run with 8 workers only.\n\n")
+	p("Wait: from calling lock to being granted. cmds/grant: commands the Redis server executed per grant (INFO commandstats delta, including those run by scripts); reqs/grant: requests the clients sent per grant (Redis commands; etcd unary gRPC calls, without the watch and keep-alive streams). Gave up: lock calls that returned an error (redsync gives up after 32 tries). PostgreSQL and MariaDB run with 8 workers only; Temporal with 8 and 32 (a Temporal hand-off takes two workflow updates, some 10 ms, so 64 workers would need rounds many times longer to give each worker enough turns).\n\n")
 	for _, n := range workersB {
+		if !slices.ContainsFunc(r.backends, func(b *backend) bool { return slices.Contains(b.bWorkers, n) }) {
+			continue
+		}
 		p("### %d workers\n\n", n)
 		p("| backend | library | grants/s | holder changes/s | ÷ best incumbent | × ceiling | wait p50 | wait p99 | wait max | grants/worker min–max | fairness | cmds/grant | reqs/grant | gave up |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, b := range r.backends {
-			if n > b.maxB {
+			if !slices.Contains(b.bWorkers, n) {
 				continue
 			}
 			get := func(l *lib) *contention { return r.contended(l, n) }
@@ -599,30 +653,28 @@ func (r *report) writeB(p func(string, ...any)) {
 
 func (r *report) writeC(p func(string, ...any)) {
 	p("## C. Many names\n\n")
-	p("%d workers lock N distinct names between them and hold them all; then they unlock them all. Heap and goroutines per held lock: this process's live Go heap (after two GCs) and goroutine count while all N are held, minus before, ÷ N — the client's cost of holding a lock (it includes the benchmark's own closure per lock, a few dozen bytes). 1,000,000 names run only for the libraries listed in the settings (`-million`), to fit the run in its time.\n\n", workersC)
-	p("| backend | library | names | locks/s | unlocks/s | heap bytes per held lock | goroutines per held lock | errors |\n|---|---|---|---|---|---|---|---|\n")
+	p("The workers lock N distinct names between them and hold them all; then they unlock them all. Heap and goroutines per held lock: this process's live Go heap (after two GCs) and goroutine count while all N are held, minus before, ÷ N — the client's cost of holding a lock (it includes the benchmark's own closure per lock, a few dozen bytes). Machine memory per held lock: the machine's available memory (/proc/meminfo MemAvailable) before the locks minus while all are held, ÷ N — the client's and the server's cost together, and whatever else the shared machine did meanwhile (noisy for small N). ")
+	p("%d names run only for the libraries listed in the settings (`-million`), with %d workers, and only if the run's budget (`-budget`) and the machine's available memory allow (estimated from the library's small run); a run stops locking if the available memory falls below %d MiB, rather than let the machine run out.\n\n", *largeN, *millionW, minFreeMemory>>20)
+	p("| backend | library | names | workers | locks/s | unlocks/s | heap bytes per held lock | machine memory per held lock | goroutines per held lock | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.many {
 		// A few goroutines of earlier runs' clients may end meanwhile.
 		g := fmt.Sprintf("%.2f", m.m.goroutinesPerLock)
 		if math.Abs(m.m.goroutinesPerLock) < 0.005 {
 			g = "0.00"
 		}
-		p("| %s | %s | %d | %.0f | %.0f | %.0f | %s | %d |\n", m.backend, m.lib.name, m.m.n, m.m.lockPerSec(), m.m.freePerSec(), m.m.heapPerLock, g, m.m.errors)
+		errs := fmt.Sprint(m.m.errors)
+		if note := m.m.stoppedNote(); note != "" {
+			errs += " (" + strings.TrimPrefix(note, ", ") + ")"
+		}
+		p("| %s | %s | %d | %d | %.0f | %.0f | %.0f | %.0f B | %s | %s |\n", m.backend, m.lib.name, m.m.n, m.m.workers, m.m.lockPerSec(), m.m.freePerSec(), m.m.heapPerLock, m.m.machinePerLock, g, errs)
 	}
 	p("\n")
 	for _, s := range r.skipped {
-		p("Left out: %s.\n\n", s)
+		p("Left out: %s.\n\n", s.why)
 	}
-}
-
-// manyRate is f of l's first many-names run, or a tiny rate if it has none.
-func (r *report) manyRate(l *lib, f func(*manyKeys) float64) float64 {
-	for _, m := range r.many {
-		if m.lib == l {
-			return max(f(m.m), 1e-3)
-		}
+	if b := r.backend("temporal"); b != nil && b.keysSmall() != keysC {
+		p("Temporal runs C with %d names, not %d: each name is a mutex workflow, started by the lock's update-with-start, and at the rate above %d names would take most of the run's time.\n\n", b.keysSmall(), keysC, keysC)
 	}
-	return 1e-3
 }
 
 func (r *report) writeD(p func(string, ...any)) {
@@ -705,7 +757,7 @@ func (r *report) writeP(p func(string, ...any)) {
 
 func (r *report) writeCurves(dir string, p func(string, ...any)) error {
 	p("## Curves\n\n")
-	p("Holder changes/s and p99 acquire-wait against the number of workers (critical section %v), and against the critical section's length (8 workers), %v per point. With one worker there is nobody to hand off to, so the throughput line starts at 2.\n\n", hold, scaled(eachPoint))
+	p("Holder changes/s and p99 acquire-wait against the number of workers (critical section %v), and against the critical section's length (8 workers), %v per point. With one worker there is nobody to hand off to, so the throughput line starts at 2. Temporal's lines stop at 32 workers: at some 10 ms per hand-off, 64 workers would get too few turns in a point's time to mean anything. PostgreSQL and MariaDB have no curves.\n\n", hold, scaled(eachPoint))
 	for _, v := range []struct{ variable, file, title, xTitle string }{
 		{"workers", "curves-workers.svg", "Contended lock, 1 ms critical section, against workers", "workers (log 2)"},
 		{"hold", "curves-hold.svg", "Contended lock, 8 workers, against the critical section", "critical section"},
@@ -866,6 +918,8 @@ func libVersion(l *lib) string {
 		return "pgx " + modVersion("github.com/jackc/pgx/v5")
 	case l.backend == "mariadb":
 		return "go-sql-driver/mysql " + modVersion("github.com/go-sql-driver/mysql")
+	case l.backend == "temporal":
+		return "Temporal Go SDK " + modVersion("go.temporal.io/sdk")
 	}
 	return "?"
 }
@@ -885,6 +939,18 @@ func zkVersion(z *testenv.ZooKeeper) string {
 	}
 	line, _, _ := strings.Cut(out, "\n")
 	return strings.TrimSpace(strings.TrimPrefix(line, "Zookeeper version:"))
+}
+
+func temporalVersion() string {
+	bin, err := exec.LookPath("temporal")
+	if err != nil {
+		bin = "/root/go/bin/temporal"
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func pgVersion(pg *testenv.Postgres) string {

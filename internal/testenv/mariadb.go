@@ -46,7 +46,16 @@ type MariaDB struct {
 // takes a few seconds.
 func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
-	return startMariaDB(t, nil)
+	return startMariaDB(t, nil, nil)
+}
+
+// StartMariaDBWith is StartMariaDB with more server options, given after
+// the defaults (so that they override them): benchmarks use it to turn off
+// the flush of every commit (--innodb-flush-log-at-trx-commit=0), which
+// the restart tests need on.
+func StartMariaDBWith(t testing.TB, serverArgs ...string) *MariaDB {
+	t.Helper()
+	return startMariaDB(t, nil, serverArgs)
 }
 
 // StartMariaDBTLS is StartMariaDB with TLS offered (not required) on the
@@ -54,10 +63,10 @@ func StartMariaDB(t testing.TB) *MariaDB {
 // by a throwaway CA; m.TLS names the files.
 func StartMariaDBTLS(t testing.TB, hosts ...string) *MariaDB {
 	t.Helper()
-	return startMariaDB(t, hosts)
+	return startMariaDB(t, hosts, nil)
 }
 
-func startMariaDB(t testing.TB, tlsHosts []string) *MariaDB {
+func startMariaDB(t testing.TB, tlsHosts, serverArgs []string) *MariaDB {
 	t.Helper()
 	server := LookPath(t, "mariadb", MariaDBInstall, []string{"mariadbd", "mysqld"}, "/usr/sbin", "/usr/libexec")
 	install := LookPath(t, "mariadb", MariaDBInstall, []string{"mariadb-install-db", "mysql_install_db"}, "/usr/bin", "/usr/scripts")
@@ -102,6 +111,7 @@ func startMariaDB(t testing.TB, tlsHosts []string) *MariaDB {
 		m.TLS = GenerateCertFor(t, base, tlsHosts...)
 		m.args = append(m.args, "--ssl-ca="+m.TLS.CA, "--ssl-cert="+m.TLS.Cert, "--ssl-key="+m.TLS.Key)
 	}
+	m.args = append(m.args, serverArgs...)
 	m.start(t)
 	t.Cleanup(m.Kill)
 	return m

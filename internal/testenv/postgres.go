@@ -36,6 +36,8 @@ type Postgres struct {
 	sockDir string
 	cred    *syscall.Credential // nil when not running as root
 	proc    *Process
+	// settings are server settings (name=value) given after the defaults.
+	settings []string
 }
 
 // StartPostgres initialises a cluster in a temporary directory, starts the
@@ -46,13 +48,27 @@ type Postgres struct {
 // the WAL that crash recovery replays.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	return startPostgres(t, nil)
+}
+
+// StartPostgresWith is StartPostgres with more server settings
+// ("name=value", each passed as -c after the defaults, so that they
+// override them): a benchmark with hundreds of clients raises
+// max_connections (default here 200).
+func StartPostgresWith(t testing.TB, settings ...string) *Postgres {
+	t.Helper()
+	return startPostgres(t, settings)
+}
+
+func startPostgres(t testing.TB, settings []string) *Postgres {
+	t.Helper()
 	initdb := LookPath(t, "postgres", PostgresInstall, []string{"initdb"}, "/usr/lib/postgresql/*/bin")
 	// initdb may be a symbolic link on PATH; the other binaries are where
 	// it really lives (Debian: /usr/lib/postgresql/VERSION/bin).
 	if real, err := filepath.EvalSymlinks(initdb); err == nil {
 		initdb = real
 	}
-	p := &Postgres{t: t, bin: filepath.Dir(initdb), Database: "dlock", User: "dlock"}
+	p := &Postgres{t: t, bin: filepath.Dir(initdb), Database: "dlock", User: "dlock", settings: settings}
 
 	root, err := os.MkdirTemp("", "dlock-pg-")
 	if err != nil {
@@ -127,9 +143,13 @@ func (p *Postgres) psql(db, sql string) (string, error) {
 
 func (p *Postgres) start() {
 	p.t.Helper()
-	cmd := exec.Command(filepath.Join(p.bin, "postgres"), "-D", p.dataDir, "-p", strconv.Itoa(p.Port),
+	args := []string{"-D", p.dataDir, "-p", strconv.Itoa(p.Port),
 		"-k", p.sockDir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=16MB", "-c", "log_min_messages=warning")
+		"-c", "max_connections=200", "-c", "shared_buffers=16MB", "-c", "log_min_messages=warning"}
+	for _, s := range p.settings {
+		args = append(args, "-c", s)
+	}
+	cmd := exec.Command(filepath.Join(p.bin, "postgres"), args...)
 	cmd.Dir = filepath.Dir(p.dataDir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
 	// The log goes to the cluster's directory, which the server's user owns.

@@ -52,6 +52,9 @@ type ZooKeeperOptions struct {
 	// a test can cut one server off from the others with Isolate while its
 	// clients still reach it.
 	PeerProxies bool
+	// Heap is the JVM's largest heap (-Xmx), e.g. "2g"; default 256m. A
+	// benchmark that holds a million ephemeral nodes needs more.
+	Heap string
 }
 
 // ZooKeeper is a ZooKeeper deployment started for a test: one standalone
@@ -109,12 +112,15 @@ func startZooKeeper(t testing.TB, n int, opts ZooKeeperOptions) *ZooKeeper {
 	if opts.SyncLimit <= 0 {
 		opts.SyncLimit = 10
 	}
+	if opts.Heap == "" {
+		opts.Heap = "256m"
+	}
 	cp := zkJar
 	if _, err := os.Stat(zkLogBinding); err == nil {
 		cp += ":" + zkLogBinding
 	}
 	jvmArgs := []string{
-		"-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
+		"-Xmx" + opts.Heap, "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
 		"-Djava.net.preferIPv4Stack=true",
 		"-Dzookeeper.admin.enableServer=false",
 		"-Dzookeeper.jmx.log4j.disable=true",
