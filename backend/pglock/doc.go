@@ -74,15 +74,15 @@
 //     it is free, no reader holds a permit of the name and — unless it is
 //     a plain Lock, which may pass waiters — nobody live is queued. Its
 //     token is drawn from the sequence under the name's row lock, as
-//     every grant's. It reads the queue and the permits as of the
-//     statement's start, and takes the row lock after; so every
-//     transaction that changes the queue or the permits under the row lock
-//     also writes the row, and the fast path grants only if the row it
-//     locks is the version its snapshot saw. Otherwise — held, someone
-//     queued, or the queue changed as it ran — it changes nothing, and
-//     the caller joins the queue (or a TryLock asks the queue, as below),
-//     one more round trip (TestFairTryLockDoesNotPassAQueuedWaiter;
-//     dlocktest's FairWaitersAreGrantedInArrivalOrder).
+//     every grant's (TestFastPathTokenIsAboveEveryEarlierGrant). It reads
+//     the queue and the permits as of the statement's start, and takes
+//     the row lock after; so every transaction that changes the queue or
+//     the permits under the row lock also writes the row, and the fast
+//     path grants only if the row it locks is the version its snapshot
+//     saw (TestFastPathSeesAWaiterQueuedWhileItRan). Otherwise — held,
+//     someone queued, or the queue changed as it ran — it changes
+//     nothing, and the caller joins the queue (or a fair TryLock asks the
+//     queue), one more round trip (TestFairTryLockDoesNotPassAQueuedWaiter).
 //   - A release hands the lock over: in the statement that releases it,
 //     it grants the lock to the first live waiter of the queue (a new
 //     token, the waiter's TTL and metadata), takes it out of the queue and

@@ -2,6 +2,7 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -121,22 +122,22 @@ func TestReleaseRingsOnlyTheNextWaitersBell(t *testing.T) {
 			}
 			const waiters = 4
 			drivers := make([]*pglock.Driver, waiters)
-			granted := make(chan int, waiters)
-			leases := make([]chan *dlock.Lease, waiters)
+			type grant struct {
+				waiter int
+				lease  *dlock.Lease
+				err    error
+			}
+			// Buffered, and no t in the goroutines: a Lock that fails
+			// after the test gave up must not report to it.
+			granted := make(chan grant, waiters)
 			for i := range drivers {
 				// A long waiter TTL: no waiter's heartbeat looks again
 				// while the test runs; only the bell wakes it.
 				drivers[i] = newDriver(t, srv.URL(srv.Addr, ""), pglock.WithWaiterTTL(3*time.Minute))
-				leases[i] = make(chan *dlock.Lease, 1)
 				c := dlock.New(drivers[i], dlock.WithTTL(time.Minute))
 				go func() {
 					lw, err := c.Mutex(name, opts...).Lock(ctx)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					granted <- i
-					leases[i] <- lw
+					granted <- grant{i, lw, err}
 				}()
 				waitersShown(t, holder, name, i+1)
 			}
@@ -153,16 +154,19 @@ func TestReleaseRingsOnlyTheNextWaitersBell(t *testing.T) {
 				if err := last.Unlock(ctx); err != nil {
 					t.Fatal(err)
 				}
-				var got int
+				var g grant
 				select {
-				case got = <-granted:
+				case g = <-granted:
 				case <-time.After(30 * time.Second):
 					t.Fatalf("no waiter was granted the lock after release %d (heard %v since they queued)", want, sub(heard(), start))
 				}
-				if fair && got != want {
-					t.Errorf("release %d granted waiter %d, want %d (arrival order)", want, got, want)
+				if g.err != nil {
+					t.Fatalf("waiter %d: %v", g.waiter, g.err)
 				}
-				next := <-leases[got]
+				if fair && g.waiter != want {
+					t.Errorf("release %d granted waiter %d, want %d (arrival order)", want, g.waiter, want)
+				}
+				next := g.lease
 				if next.Token() <= last.Token() {
 					t.Errorf("token %d after %d", next.Token(), last.Token())
 				}
@@ -189,4 +193,133 @@ func sub(a, b []int64) []int64 {
 		d[i] = a[i] - b[i]
 	}
 	return d
+}
+
+// TestFastPathTokenIsAboveEveryEarlierGrant: the package doc's "the fast
+// path's token is drawn from the sequence under the name's row lock, as
+// every grant's". Readers draw their tokens for the permits table, not
+// the name's row; a writer that then takes the free name by the fast
+// path (Lock and TryLock) has a token above all of theirs.
+func TestFastPathTokenIsAboveEveryEarlierGrant(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	c := newClient(t, srv.URL(srv.Addr, ""))
+	const name = "fastpath/tokens"
+	var last uint64
+	check := func(what string, l *dlock.Lease, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if l.Token() <= last {
+			t.Errorf("%s: token %d, want above %d, the last grant's", what, l.Token(), last)
+		}
+		last = l.Token()
+	}
+	rw := c.RWMutex(name)
+	w, err := rw.Lock(ctx)
+	check("writer", w, err)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var readers []*dlock.Lease
+	for i := range 3 {
+		r, err := rw.RLock(ctx)
+		check(fmt.Sprintf("reader %d", i), r, err)
+		readers = append(readers, r)
+	}
+	for _, r := range readers {
+		if err := r.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err = rw.Lock(ctx)
+	check("writer after the readers", w, err)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx)
+	check("reader", r, err)
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w, err = rw.TryLock(ctx)
+	check("writer's TryLock after a reader", w, err)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFastPathSeesAWaiterQueuedWhileItRan: the package doc's "the fast
+// path grants only if the row it locks is the version its snapshot saw".
+// A transaction queues a live waiter under the name's row lock, and holds
+// it while a fair TryLock of the free name waits for that lock; once the
+// waiter is committed, the TryLock must not pass it, though the
+// statement's snapshot was taken before the waiter was there.
+func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	d := newDriver(t, srv.URL(srv.Addr, ""))
+	c := dlock.New(d)
+	const name = "fastpath/race"
+	m := c.Mutex(name, dlock.WithFair())
+	l, err := m.Lock(ctx) // the tables, and the name's row, free after
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The waiter's LISTEN connection is this one: it holds the advisory
+	// lock its entry names, so the entry is live.
+	const listenKey = 424242
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, listenKey); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// As every transaction of the queue does: the name's row lock first.
+	if _, err := tx.Exec(ctx, pglock.LockNameSQL(d), []byte(name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO dlock_leases_waiters (name, owner, seq, ttl_us, reply, listen_key, expires_at)
+		VALUES ($1, 'waiter', nextval('dlock_leases_token_seq'), 60000000, 'nobody', $2, clock_timestamp() + interval '1 minute')`,
+		[]byte(name), listenKey); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.TryLock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, "the TryLock waiting for the name's row lock", func() error {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return fmt.Errorf("no statement waits")
+		}
+		return nil
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("fair TryLock of a free lock, with a waiter queued while it ran: %v, want ErrNotAcquired", err)
+	}
 }
