@@ -34,10 +34,17 @@
 //     bytes per name ever locked; deleting a free row is safe only while no
 //     client acquires that name.
 //   - Extend and Release are owner-checked (WHERE name = $1 AND owner = $2
-//     AND expires_at > clock_timestamp()); Release also sends pg_notify in
-//     the same statement, delivered when it commits. So does Break, and so
-//     does an acquire that took over an expired lease (waiters then re-arm
+//     AND expires_at > clock_timestamp()); Release also hands the lock to
+//     the next waiter, or sends pg_notify, in the same statement,
+//     delivered when it commits (see Waiting). So does Break, and so does
+//     an acquire that took over an expired lease (waiters then re-arm
 //     their timers on the new holder).
+//   - Cost: a lock that is free and that nobody waits for is taken in one
+//     statement and released in one, plain and fair, Lock and TryLock
+//     alike (TestUncontendedLockIsOneStatementAndUnlockOne; the fast path
+//     below). Contention costs more: each attempt of a queued waiter is one
+//     round trip of four statements (BEGIN, the name's row lock, the
+//     attempt, COMMIT).
 //   - Waiting: a queue in the database, with hand-off on release (see
 //     Waiting below), woken by LISTEN/NOTIFY on one LISTEN connection per
 //     Driver, shared by all its waiters (not one per waiter). Should the
@@ -49,8 +56,8 @@
 // # Waiting
 //
 // Waiting is a FIFO queue, for plain and fair locks alike: a Lock that
-// finds the lock held puts an entry in a third table beside the lease
-// table, named after it with "_waiters" appended (dlock_leases_waiters;
+// does not get the lock at once puts an entry in a third table beside the
+// lease table, named after it with "_waiters" appended (dlock_leases_waiters;
 // made with the permits table), holding its place (drawn from the token
 // sequence as it arrives), the lease it asks for, and a short lease of its
 // own, the waiter TTL (WithWaiterTTL, default 2s). The difference between
@@ -62,18 +69,42 @@
 // order (dlocktest's FairWaitersAreGrantedInArrivalOrder; the whole
 // conformance suite also runs with WithFair, TestConformanceFair).
 //
-//   - A release hands the lock over: in the transaction that releases
-//     it, it grants the lock to the first live waiter of the queue (a new
+//   - The fast path: a Lock or TryLock of a mutex (or a writer's) first
+//     runs one statement, outside the queue, that takes the lock only if
+//     it is free, no reader holds a permit of the name and — unless it is
+//     a plain Lock, which may pass waiters — nobody live is queued. Its
+//     token is drawn from the sequence under the name's row lock, as
+//     every grant's (TestFastPathTokenIsAboveEveryEarlierGrant). It reads
+//     the queue and the permits as of the statement's start, and takes
+//     the row lock after; so every transaction that changes the queue or
+//     the permits under the row lock also writes the row, and the fast
+//     path grants only if the row it locks is the version its snapshot
+//     saw (TestFastPathSeesAWaiterQueuedWhileItRan). Otherwise — held,
+//     someone queued, or the queue changed as it ran — it changes
+//     nothing, and the caller joins the queue (or a fair TryLock asks the
+//     queue), one more round trip (TestFairTryLockDoesNotPassAQueuedWaiter).
+//   - A release hands the lock over: in the statement that releases it,
+//     it grants the lock to the first live waiter of the queue (a new
 //     token, the waiter's TTL and metadata), takes it out of the queue and
 //     tells it by NOTIFY on its driver's own channel — each Driver listens
 //     on the table's channel and on one of its own, on the same LISTEN
 //     connection — with the owner key and the token as payload. The
 //     waiter then holds the lock without a statement of its own
-//     (TestReleaseHandsTheLockToTheNextWaiter). A channel per driver,
-//     rather than one per name with the owner in the payload, sends each
-//     hand-off to the one connection that waits for it, not to every
-//     client that listens on the table: a hand-off sends nothing on the
-//     table's channel (the same test).
+//     (TestReleaseHandsTheLockToTheNextWaiter). The release is one
+//     statement that reads the queue as of its start, under the same rule
+//     as the fast path: if a waiter's attempt changed the name's row
+//     meanwhile, it changes nothing and runs again under the row lock, in
+//     one more round trip.
+//   - The bell: a channel per driver, rather than one per name with the
+//     owner in the payload, sends each hand-off to the one client that
+//     waits for it: with several clients queued, each release is heard on
+//     the LISTEN connection of the next waiter alone, and a hand-off sends
+//     nothing on the table's channel (TestReleaseRingsOnlyTheNextWaitersBell,
+//     TestReleaseHandsTheLockToTheNextWaiter). (The server itself, as of
+//     PostgreSQL 15, still signals every backend that listens in the
+//     database at each NOTIFY, whatever its channels: each listening
+//     client costs every NOTIFY some server time, though only one is
+//     told.)
 //   - A waiter's attempt is one round trip: it grants the lock, or
 //     renews the waiter's place; it runs when the table's channel says
 //     the lock was freed without a hand-off (Break, a release with nobody

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,8 @@ type listener struct {
 	closed  bool
 
 	connectMu sync.Mutex // one connect at a time
+
+	heard atomic.Int64 // notifications received, on either channel
 }
 
 func newListener(cfg *pgx.ConnConfig, timeout time.Duration) *listener {
@@ -184,6 +187,7 @@ func (l *listener) loop(conn *pgx.Conn) {
 			if err != nil {
 				break
 			}
+			l.heard.Add(1)
 			if n.Channel == reply {
 				l.handOff(n.Payload)
 			} else {

@@ -135,7 +135,7 @@ type Driver struct {
 	waiterTTL                                  time.Duration
 	lockNameSQL, queueAcquireSQL, handOffSQL   string
 	leaveSQL, queuePermitSQL, waiterInspectSQL string
-	queueReaderSQL                             string
+	queueReaderSQL, fastAcquireSQL             string
 	waitersOK                                  atomic.Bool // the waiters table exists and this role may use it
 
 	migrateMu sync.Mutex
@@ -492,6 +492,7 @@ func (d *Driver) bindCanonical(r resolved) {
 		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
 		{&d.permitBreakSQL, permitBreakSQL},
 		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.leaveSQL, leaveSQL},
+		{&d.fastAcquireSQL, fastAcquireSQL},
 		{&d.queuePermitSQL, strings.Replace(queueCountedSQL, "{{fits}}", semaphoreFitsSQL, 1)},
 		{&d.queueReaderSQL, strings.Replace(queueCountedSQL, "{{fits}}", readerFitsSQL, 1)},
 		{&d.waiterInspectSQL, waiterInspectSQL},
@@ -677,6 +678,12 @@ type querier interface {
 }
 
 func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, sessionKey *int64) (driver.Grant, time.Duration, error) {
+	return d.tryStatement(ctx, q, d.acquireSQL, req, sessionKey)
+}
+
+// tryStatement runs one attempt of acquireSQL (last: the session key) or
+// fastAcquireSQL (last: barge), which share their parameters and results.
+func (d *Driver) tryStatement(ctx context.Context, q querier, sql string, req driver.Request, last any) (driver.Grant, time.Duration, error) {
 	var (
 		token     *int64
 		recovered *bool
@@ -685,8 +692,9 @@ func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, 
 	k := d.key(req.Name)
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	err := q.QueryRow(octx, d.acquireSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
-		d.channel, payload(k), sessionKey).Scan(&token, &recovered, &leftUS, nil)
+	sent := driver.Now()
+	err := q.QueryRow(octx, sql, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
+		d.channel, payload(k), last).Scan(&token, &recovered, &leftUS, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Held by a row our statement's snapshot did not yet see: the lease
@@ -697,7 +705,7 @@ func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, 
 	case token == nil:
 		return driver.Grant{}, max(time.Duration(leftUS)*time.Microsecond, 0), driver.ErrNotAcquired
 	}
-	return driver.Grant{Token: uint64(*token), Recovered: recovered != nil && *recovered}, 0, nil
+	return driver.Grant{Token: uint64(*token), Recovered: recovered != nil && *recovered, Since: sent}, 0, nil
 }
 
 // Extend implements driver.Driver.

@@ -337,13 +337,57 @@ func quoteLiteral(s string) string {
 const (
 	// lockNameSQL locks the name's row of the lease table, made if the
 	// name has none (free: no owner, expired, token 0, a token no grant
-	// ever returns). The row is locked, not written, when it exists: ON
-	// CONFLICT DO UPDATE locks the conflicting row even when its WHERE is
-	// false. $1 name.
+	// ever returns). The row is written even when nothing in it changes:
+	// its new version tells the one-statement fast paths (fastAcquireSQL,
+	// handOffSQL alone) that the queue or the permits may have changed
+	// since their snapshot (see rowUnchangedSQL). $1 name.
 	lockNameSQL = `
 INSERT INTO {{table}} AS l (name, owner, token, expires_at, acquired_at)
 VALUES ($1, '', 0, '-infinity', clock_timestamp())
-ON CONFLICT (name) DO UPDATE SET owner = l.owner WHERE false`
+ON CONFLICT (name) DO UPDATE SET owner = l.owner`
+
+	// rowUnchangedSQL is true when the version of the name's row l that a
+	// statement writes is the one its snapshot sees: no transaction that
+	// locked the row (each writes it, lockNameSQL) committed between the
+	// statement's start and its taking of the row lock. A statement that
+	// runs alone, outside underNameLock, reads the queue and the permits
+	// as of its start, and waits for the row lock after: what it read is
+	// still so only if this holds; if not, it changes nothing and the
+	// caller goes the way of underNameLock. (xmin is the transaction that
+	// wrote the version; the sub-select reads the version the snapshot
+	// sees, NULL if it sees none.)
+	rowUnchangedSQL = `l.xmin = (SELECT s.xmin FROM {{table}} s WHERE s.name = $1)`
+
+	// fastAcquireSQL is the fast path of a mutex's or a writer's acquire,
+	// one statement without underNameLock: as acquireSQL, it takes a lock
+	// that is free or expired by the server's clock, with a token drawn
+	// under the name's row lock, but only while no reader of a read-write
+	// lock holds a live permit of the name and, unless it barges ($7, a
+	// plain Lock's first attempt), nobody live is queued; and only when the
+	// row is unchanged since the statement began (rowUnchangedSQL), so that
+	// what it read of the queue and the permits is still so. Otherwise it
+	// changes nothing and reports the holder's remaining TTL, 0 when the
+	// lock may be free: the caller then goes to the queue.
+	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 the table's
+	// channel, $6 payload, $7 barge.
+	// Returns token, took_over, remaining µs, notify.
+	fastAcquireSQL = `
+WITH ins AS (
+	INSERT INTO {{table}} AS l (name, owner, token, holder, expires_at, acquired_at)
+	VALUES ($1, $2, nextval({{seqname}}), $3, clock_timestamp() + $4::bigint * interval '1 microsecond', clock_timestamp())
+	ON CONFLICT (name) DO UPDATE
+	SET owner = excluded.owner, token = nextval({{seqname}}), holder = excluded.holder,
+	    expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond', acquired_at = clock_timestamp(),
+	    took_over = l.owner <> '', session_key = NULL
+	WHERE l.expires_at <= clock_timestamp() AND ` + rowUnchangedSQL + `
+	  AND NOT EXISTS (SELECT FROM {{permits}} p WHERE p.name = $1 AND p.expires_at > clock_timestamp())
+	  AND ($7 OR NOT EXISTS (SELECT FROM {{waiters}} w WHERE w.name = $1 AND ` + waiterLiveSQL + `))
+	RETURNING l.token, l.took_over
+)
+SELECT token, took_over, 0::bigint, CASE WHEN took_over THEN pg_notify($5, $6)::text END FROM ins
+UNION ALL
+SELECT NULL, NULL, (extract(epoch FROM greatest(expires_at, clock_timestamp()) - clock_timestamp()) * 1e6)::bigint, NULL
+FROM {{table}} WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
 
 	// waiterLiveSQL is true for an entry w of the queue that may be served:
 	// its lease has not run out and the connection that listens for its
@@ -431,17 +475,27 @@ SELECT 0, cur.token, false,
                                     - clock_timestamp()) * 1e6)::bigint, 0), NULL
 FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM renewed)`
 
-	// handOffSQL releases its owner's live lease, after lockNameSQL, and
-	// hands the lock to the first live waiter of the queue in the same
-	// transaction: a new token, the waiter's TTL and metadata; the waiter
-	// leaves the queue and is told on its reply channel ("owner token"),
-	// when the transaction commits. With nobody live waiting the lock is
+	// handOffSQL releases its owner's live lease and hands the lock to the
+	// first live waiter of the queue in the same statement: a new token,
+	// the waiter's TTL and metadata; the waiter leaves the queue and is
+	// told on its reply channel ("owner token"), when the statement
+	// commits, and nobody else is. With nobody live waiting the lock is
 	// freed, and the table's channel wakes whoever waits without a queue;
 	// so it is when the first live waiter is a reader of a read-write
 	// lock, which is never handed the lease: the channel wakes it and the
 	// readers behind it, and each takes its permit in its own attempt
 	// (readerFitsSQL).
-	// No row when the lease was not the owner's (ErrLeaseLost).
+	//
+	// It runs alone, one round trip, or after lockNameSQL in a
+	// transaction. Alone, it reads the queue as of its start and takes the
+	// row lock after: it acts only if the row is unchanged since
+	// (rowUnchangedSQL; after lockNameSQL in the same transaction it is),
+	// and otherwise changes nothing and returns false: the caller runs it
+	// again after lockNameSQL. (Acting on a stale queue could hand the lock
+	// to a waiter that has just given up.)
+	// Returns true if released, false if the caller must run it again
+	// under the row lock; no row when the lease was not the owner's
+	// (ErrLeaseLost).
 	// $1 name, $2 owner, $3 the table's channel, $4 payload.
 	handOffSQL = `
 WITH mine AS (
@@ -455,9 +509,6 @@ first AS (
 next AS (
 	SELECT * FROM first WHERE NOT first.shared
 ),
-gone AS (
-	DELETE FROM {{waiters}} w USING next WHERE w.name = $1 AND w.owner = next.owner
-),
 r AS (
 	UPDATE {{table}} l
 	SET owner = coalesce(n.owner, ''),
@@ -467,11 +518,16 @@ r AS (
 	                      ELSE clock_timestamp() + n.ttl_us * interval '1 microsecond' END,
 	    acquired_at = clock_timestamp(), took_over = false, session_key = NULL
 	FROM mine LEFT JOIN next n ON true
-	WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > clock_timestamp()
+	WHERE l.name = $1 AND l.owner = $2 AND l.expires_at > clock_timestamp() AND ` + rowUnchangedSQL + `
 	RETURNING l.owner, l.token
+),
+gone AS (
+	DELETE FROM {{waiters}} w USING next WHERE w.name = $1 AND w.owner = next.owner AND EXISTS (SELECT FROM r)
 )
-SELECT CASE WHEN r.owner = '' THEN pg_notify($3, $4)::text ELSE pg_notify(n.reply, r.owner || ' ' || r.token)::text END
-FROM r LEFT JOIN next n ON true`
+SELECT true, CASE WHEN r.owner = '' THEN pg_notify($3, $4)::text ELSE pg_notify(n.reply, r.owner || ' ' || r.token)::text END
+FROM r LEFT JOIN next n ON true
+UNION ALL
+SELECT false, NULL FROM mine WHERE NOT EXISTS (SELECT FROM r)`
 
 	// leaveSQL takes a waiter that gave up out of the queue, after
 	// lockNameSQL; handOffSQL follows it in the same transaction, so that

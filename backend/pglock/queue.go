@@ -28,7 +28,18 @@ type queueReply struct {
 	left      time.Duration // the holder's remaining TTL (a semaphore's: its soonest permit's)
 }
 
-// acquireQueued waits in the name's queue. The first attempt of a plain
+// fastAcquire is the fast path of a mutex's or a writer's acquire
+// (fastAcquireSQL): one statement, which takes a free lock that nobody
+// live waits for (a plain Lock's: any free lock) and changes nothing
+// otherwise. It returns driver.ErrNotAcquired and the holder's remaining
+// TTL when the lock is held; a remaining TTL of 0 means the lock may be
+// free, and only the queue can tell whose it is.
+func (d *Driver) fastAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	return d.tryStatement(ctx, d.pool, d.fastAcquireSQL, req, !req.Fair)
+}
+
+// acquireQueued waits in the name's queue, after the fast path
+// (fastAcquire) for a mutex or a writer. The first attempt of a plain
 // Lock of a mutex takes a free lock whoever waits, as an unfair mutex lets
 // an arriving goroutine do; a fair one never passes a live waiter. Every
 // attempt is one round trip that either grants
@@ -41,6 +52,22 @@ type queueReply struct {
 // trip. When ctx ends, the owner leaves the queue, passing on a lock
 // handed to it meanwhile, before Acquire returns.
 func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if !counted(req) {
+		// Detached from ctx, as an attempt below, so that its outcome is
+		// known.
+		g, _, err := d.fastAcquire(context.WithoutCancel(ctx), req)
+		switch {
+		case err == nil && ctx.Err() != nil:
+			_ = d.releaseQueued(ctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token})
+			return driver.Grant{}, ctx.Err()
+		case err == nil:
+			return g, nil
+		case !errors.Is(err, driver.ErrNotAcquired):
+			return driver.Grant{}, err
+		}
+		// Held, or free with someone queued, or the queue changed as the
+		// statement ran: the queue.
+	}
 	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(req.Name)))
 	if err != nil {
 		return driver.Grant{}, err
@@ -156,6 +183,12 @@ func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, qu
 // tryQueued is a fair TryLock: one attempt that grants a free lock only if
 // nobody live is queued, and does not queue.
 func (d *Driver) tryQueued(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if !counted(req) {
+		g, left, err := d.fastAcquire(ctx, req)
+		if !errors.Is(err, driver.ErrNotAcquired) || left > 0 {
+			return g, left, err
+		}
+	}
 	a, err := d.queueAttempt(ctx, req, false, false)
 	switch {
 	case err != nil:
@@ -192,14 +225,25 @@ func (d *Driver) giveUp(ctx context.Context, req driver.Request) {
 }
 
 // releaseQueued releases a lease and hands the lock to the first live
-// waiter of the queue, in one round trip: lockNameSQL then handOffSQL in
-// one transaction.
+// waiter of the queue: handOffSQL alone, one statement; if the queue
+// changed as it ran (a waiter's attempt held the name's row), again after
+// lockNameSQL in one transaction, which is one more round trip.
 func (d *Driver) releaseQueued(ctx context.Context, h driver.Held) error {
-	err := d.underNameLock(ctx, h.Name, func(b *pgx.Batch) {
+	var done bool
+	octx, cancel := d.bound(ctx)
+	err := d.pool.QueryRow(octx, d.handOffSQL, d.releaseArgs(h)...).Scan(&done, nil)
+	cancel()
+	if err != nil || done {
+		return d.released(ctx, h, err)
+	}
+	err = d.underNameLock(ctx, h.Name, func(b *pgx.Batch) {
 		b.Queue(d.handOffSQL, d.releaseArgs(h)...)
 	}, func(br pgx.BatchResults) error {
-		return br.QueryRow().Scan(nil)
+		return br.QueryRow().Scan(&done, nil)
 	})
+	if err == nil && !done { // cannot be: under the row lock the row is this transaction's
+		err = fmt.Errorf("%w: pglock: the release of %q did not take effect", driver.ErrUnavailable, h.Name)
+	}
 	return d.released(ctx, h, err)
 }
 

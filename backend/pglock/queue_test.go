@@ -347,8 +347,8 @@ func TestSessionLocksRefuseFairWaiting(t *testing.T) {
 // WithFair nobody passes a live waiter; a plain Lock's first attempt
 // takes a free lock whoever waits". The lock is broken while a waiter is
 // queued (and cannot run a statement yet): it is free, and no release
-// handed it over. A fair TryLock finds it taken by the queue; a plain
-// Lock takes it at once.
+// handed it over. A fair TryLock finds it taken by the queue, and a fair
+// Lock queues behind the waiter; a plain Lock takes it at once.
 func TestFairTryLockDoesNotPassAQueuedWaiter(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
@@ -379,6 +379,15 @@ func TestFairTryLockDoesNotPassAQueuedWaiter(t *testing.T) {
 		}
 		t.Errorf("fair TryLock of a free lock with a live waiter queued: %v, want ErrNotAcquired", err)
 	}
+	behind := make(chan error, 1)
+	go func() {
+		l, err := newClient(t, srv.URL(srv.Addr, "")).Mutex(name, dlock.WithFair()).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		behind <- err
+	}()
+	waitersShown(t, holder, name, 2) // the fair Lock queued: it did not take the free lock
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l, err := late.Mutex(name).Lock(lctx)
@@ -391,5 +400,8 @@ func TestFairTryLockDoesNotPassAQueuedWaiter(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("the queued waiter: %v", err)
+	}
+	if err := <-behind; err != nil {
+		t.Fatalf("the fair Lock queued behind it: %v", err)
 	}
 }

@@ -1,0 +1,7 @@
+package pglock
+
+// Heard returns how many notifications d's LISTEN connection has received.
+func Heard(d *Driver) int64 { return d.listen.heard.Load() }
+
+// LockNameSQL returns d's lockNameSQL, bound to its table ($1 name).
+func LockNameSQL(d *Driver) string { return d.lockNameSQL }

@@ -1,0 +1,325 @@
+package pglock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/pglock"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// statementCounter counts the statements a pool sends: each query, and
+// each statement of a batch.
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.n.Add(1)
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestUncontendedLockIsOneStatementAndUnlockOne: the package doc's "a
+// lock that is free and that nobody waits for is taken in one statement,
+// and released in one". Lock and TryLock of a free lock, plain and fair,
+// then Unlock, send two statements between them on the driver's pool.
+func TestUncontendedLockIsOneStatementAndUnlockOne(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	cfg, err := pgxpool.ParseConfig(srv.URL(srv.Addr, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := &statementCounter{}
+	cfg.ConnConfig.Tracer = count
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := pglock.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	c := dlock.New(d, dlock.WithTTL(time.Minute))
+	for _, fair := range []bool{false, true} {
+		for _, try := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fair=%v/try=%v", fair, try), func(t *testing.T) {
+				var opts []dlock.Option
+				if fair {
+					opts = append(opts, dlock.WithFair())
+				}
+				m := c.Mutex(fmt.Sprintf("uncontended/%v/%v", fair, try), opts...)
+				lockUnlock := func() {
+					t.Helper()
+					lock := m.Lock
+					if try {
+						lock = m.TryLock
+					}
+					l, err := lock(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := l.Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				lockUnlock() // the tables, and the name's row
+				const n = 10
+				before := count.n.Load()
+				for range n {
+					lockUnlock()
+				}
+				if got := count.n.Load() - before; got > 2*n {
+					t.Errorf("%d lock+unlock sent %d statements, want at most %d", n, got, 2*n)
+				}
+			})
+		}
+	}
+}
+
+// TestReleaseRingsOnlyTheNextWaitersBell: the package doc's "a release
+// tells the waiter it hands the lock to, and no one else". Four
+// waiters, each a client with a LISTEN connection of its own, queue one
+// after another; each release hands the lock to the next, in arrival
+// order, and the only notification each client's LISTEN connection
+// receives is its own hand-off.
+func TestReleaseRingsOnlyTheNextWaitersBell(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			var opts []dlock.Option
+			if fair {
+				opts = append(opts, dlock.WithFair())
+			}
+			ctx := testenv.Context(t, 60*time.Second)
+			name := fmt.Sprintf("bell/%v", fair)
+			holder := newClient(t, srv.URL(srv.Addr, ""))
+			l, err := holder.Mutex(name, opts...).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const waiters = 4
+			drivers := make([]*pglock.Driver, waiters)
+			type grant struct {
+				waiter int
+				lease  *dlock.Lease
+				err    error
+			}
+			// Buffered, and no t in the goroutines: a Lock that fails
+			// after the test gave up must not report to it.
+			granted := make(chan grant, waiters)
+			for i := range drivers {
+				// A long waiter TTL: no waiter's heartbeat looks again
+				// while the test runs; only the bell wakes it.
+				drivers[i] = newDriver(t, srv.URL(srv.Addr, ""), pglock.WithWaiterTTL(3*time.Minute))
+				c := dlock.New(drivers[i], dlock.WithTTL(time.Minute))
+				go func() {
+					lw, err := c.Mutex(name, opts...).Lock(ctx)
+					granted <- grant{i, lw, err}
+				}()
+				waitersShown(t, holder, name, i+1)
+			}
+			heard := func() []int64 {
+				h := make([]int64, waiters)
+				for i, d := range drivers {
+					h[i] = pglock.Heard(d)
+				}
+				return h
+			}
+			start := heard()
+			last := l
+			for want := range waiters {
+				if err := last.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				var g grant
+				select {
+				case g = <-granted:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("no waiter was granted the lock after release %d (heard %v since they queued)", want, sub(heard(), start))
+				}
+				if g.err != nil {
+					t.Fatalf("waiter %d: %v", g.waiter, g.err)
+				}
+				if fair && g.waiter != want {
+					t.Errorf("release %d granted waiter %d, want %d (arrival order)", want, g.waiter, want)
+				}
+				next := g.lease
+				if next.Token() <= last.Token() {
+					t.Errorf("token %d after %d", next.Token(), last.Token())
+				}
+				last = next
+			}
+			// (The last release hands the lock to nobody: it frees it and
+			// wakes, on the table's channel, whoever waits without the
+			// queue. Not counted.)
+			for i, n := range sub(heard(), start) {
+				if n != 1 {
+					t.Errorf("waiter %d's LISTEN connection received %d notifications, want 1 (its hand-off)", i, n)
+				}
+			}
+			if err := last.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func sub(a, b []int64) []int64 {
+	d := make([]int64, len(a))
+	for i := range a {
+		d[i] = a[i] - b[i]
+	}
+	return d
+}
+
+// TestFastPathTokenIsAboveEveryEarlierGrant: the package doc's "the fast
+// path's token is drawn from the sequence under the name's row lock, as
+// every grant's". Readers draw their tokens for the permits table, not
+// the name's row; a writer that then takes the free name by the fast
+// path (Lock and TryLock) has a token above all of theirs.
+func TestFastPathTokenIsAboveEveryEarlierGrant(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	c := newClient(t, srv.URL(srv.Addr, ""))
+	const name = "fastpath/tokens"
+	var last uint64
+	check := func(what string, l *dlock.Lease, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if l.Token() <= last {
+			t.Errorf("%s: token %d, want above %d, the last grant's", what, l.Token(), last)
+		}
+		last = l.Token()
+	}
+	rw := c.RWMutex(name)
+	w, err := rw.Lock(ctx)
+	check("writer", w, err)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var readers []*dlock.Lease
+	for i := range 3 {
+		r, err := rw.RLock(ctx)
+		check(fmt.Sprintf("reader %d", i), r, err)
+		readers = append(readers, r)
+	}
+	for _, r := range readers {
+		if err := r.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err = rw.Lock(ctx)
+	check("writer after the readers", w, err)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx)
+	check("reader", r, err)
+	if err := r.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w, err = rw.TryLock(ctx)
+	check("writer's TryLock after a reader", w, err)
+	if err := w.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFastPathSeesAWaiterQueuedWhileItRan: the package doc's "the fast
+// path grants only if the row it locks is the version its snapshot saw".
+// A transaction queues a live waiter under the name's row lock, and holds
+// it while a fair TryLock of the free name waits for that lock; once the
+// waiter is committed, the TryLock must not pass it, though the
+// statement's snapshot was taken before the waiter was there.
+func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	d := newDriver(t, srv.URL(srv.Addr, ""))
+	c := dlock.New(d)
+	const name = "fastpath/race"
+	m := c.Mutex(name, dlock.WithFair())
+	l, err := m.Lock(ctx) // the tables, and the name's row, free after
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The waiter's LISTEN connection is this one: it holds the advisory
+	// lock its entry names, so the entry is live.
+	const listenKey = 424242
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, listenKey); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// As every transaction of the queue does: the name's row lock first.
+	if _, err := tx.Exec(ctx, pglock.LockNameSQL(d), []byte(name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO dlock_leases_waiters (name, owner, seq, ttl_us, reply, listen_key, expires_at)
+		VALUES ($1, 'waiter', nextval('dlock_leases_token_seq'), 60000000, 'nobody', $2, clock_timestamp() + interval '1 minute')`,
+		[]byte(name), listenKey); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.TryLock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, "the TryLock waiting for the name's row lock", func() error {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return fmt.Errorf("no statement waits")
+		}
+		return nil
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("fair TryLock of a free lock, with a waiter queued while it ran: %v, want ErrNotAcquired", err)
+	}
+}
