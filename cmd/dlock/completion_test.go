@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -9,10 +11,20 @@ import (
 // TestBashCompletionOffersCommandsAndFlags loads "dlock completion bash"
 // into a real bash and runs its completion function as bash would on TAB,
 // for each command line below (the last word is the one being completed).
+// The script is generated once, and each line's bash loads the same file:
+// every start of the CLI's test binary costs a second or two.
 func TestBashCompletionOffersCommandsAndFlags(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Fatalf("bash: %v", err)
+	}
+	gen := runDlock(t, cleanEnv(), "completion", "bash")
+	if gen.code != 0 {
+		t.Fatalf("dlock completion bash: %s", gen)
+	}
+	script := filepath.Join(t.TempDir(), "dlock.bash")
+	if err := os.WriteFile(script, []byte(gen.stdout), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	var visible []string
 	for _, c := range commands() {
@@ -47,15 +59,15 @@ func TestBashCompletionOffersCommandsAndFlags(t *testing.T) {
 		for i, w := range tc.line {
 			quoted[i] = "'" + w + "'"
 		}
-		script := `source <("$DLOCK" completion bash) || exit 1
+		complete := `source "$SCRIPT" || exit 1
 complete -p dlock >/dev/null || exit 1
 COMP_WORDS=(` + strings.Join(quoted, " ") + `)
 COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
 COMPREPLY=()
 _dlock
 echo "${COMPREPLY[*]}"`
-		cmd := exec.Command(bash, "--norc", "--noprofile", "-c", script)
-		cmd.Env = cleanEnv("DLOCK=" + dlockBin)
+		cmd := exec.Command(bash, "--norc", "--noprofile", "-c", complete)
+		cmd.Env = cleanEnv("SCRIPT=" + script)
 		out, err := cmd.CombinedOutput()
 		if got := strings.TrimSpace(string(out)); err != nil || got != tc.want {
 			t.Errorf("completing %q: %q (%v); want %q", tc.line, got, err, tc.want)
