@@ -166,14 +166,15 @@ func contend(n, workers int, one func(w int)) {
 	wg.Wait()
 }
 
-// BenchmarkRenewal measures a lease renewal as Extend makes it — a sync,
-// which the server answers only once the leader has, then a read of the
-// holder's node — side by side with the plain read of the node that
+// BenchmarkRenewal measures a lease renewal as Extend makes it, one at a
+// time — a sync, which the server answers only once the leader has (the
+// watch that the first renewal set on the holder's node stands in for a
+// read of it) — side by side with the plain read of the node that
 // renewals were before (a follower cut off from the leader answers it from
 // stale state), on the same connection: against a standalone server, and
 // against a 3-server ensemble through a follower, where the sync travels to
 // the leader and back. It reports the renewals/s of each and their ratio
-// (sync+read / read).
+// (sync / read).
 //
 //	go test ./backend/zklock -run '^$' -bench Renewal -benchtime 2000x
 func BenchmarkRenewal(b *testing.B) {
@@ -202,7 +203,7 @@ func benchmarkRenewal(b *testing.B, addr string) {
 	}
 	held := driver.Held{Name: "renewal", Owner: owner, Token: g.Token, Handle: g.Handle}
 	path := g.Handle.(*lockNode).path
-	alternate(b, 50, "sync+read-renewals/s", "read-renewals/s",
+	alternate(b, 50, "sync-renewals/s", "read-renewals/s",
 		func(n int) {
 			for range n {
 				if err := d.Extend(ctx, held, 0); err != nil {
