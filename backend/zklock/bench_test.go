@@ -2,7 +2,9 @@ package zklock
 
 import (
 	"log/slog"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,14 +166,15 @@ func contend(n, workers int, one func(w int)) {
 	wg.Wait()
 }
 
-// BenchmarkRenewal measures a lease renewal as Extend makes it — a sync,
-// which the server answers only once the leader has, then a read of the
-// holder's node — side by side with the plain read of the node that
+// BenchmarkRenewal measures a lease renewal as Extend makes it, one at a
+// time — a sync, which the server answers only once the leader has (the
+// watch that the first renewal set on the holder's node stands in for a
+// read of it) — side by side with the plain read of the node that
 // renewals were before (a follower cut off from the leader answers it from
 // stale state), on the same connection: against a standalone server, and
 // against a 3-server ensemble through a follower, where the sync travels to
 // the leader and back. It reports the renewals/s of each and their ratio
-// (sync+read / read).
+// (sync / read).
 //
 //	go test ./backend/zklock -run '^$' -bench Renewal -benchtime 2000x
 func BenchmarkRenewal(b *testing.B) {
@@ -200,7 +203,7 @@ func benchmarkRenewal(b *testing.B, addr string) {
 	}
 	held := driver.Held{Name: "renewal", Owner: owner, Token: g.Token, Handle: g.Handle}
 	path := g.Handle.(*lockNode).path
-	alternate(b, 50, "sync+read-renewals/s", "read-renewals/s",
+	alternate(b, 50, "sync-renewals/s", "read-renewals/s",
 		func(n int) {
 			for range n {
 				if err := d.Extend(ctx, held, 0); err != nil {
@@ -218,4 +221,83 @@ func benchmarkRenewal(b *testing.B, addr string) {
 	if err := d.Release(ctx, held); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkHeldLocks measures what holding a lock costs the client, as
+// bench/'s "C. Many names" does: 8 workers, each with its own client and
+// connection, lock 10,000 distinct names between them and hold them all;
+// it reports the growth of this process's live heap (after two
+// collections) and of its goroutine count while they are held, per held
+// lock, then unlocks them all.
+//
+//	go test ./backend/zklock -run '^$' -bench HeldLocks -benchtime 1x
+func BenchmarkHeldLocks(b *testing.B) {
+	const workers, names = 8, 10_000
+	addrs := testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{NoSync: true}).Addrs()
+	ctx := testenv.Context(b, 30*time.Minute)
+	clients := make([]*dlock.Client, workers)
+	for i := range clients {
+		d := openURL(b, zkURL(addrs, "/bench-held", ""))
+		clients[i] = dlock.New(d, dlock.WithTTL(10*time.Minute))
+	}
+	var heapSum, goSum float64
+	b.ResetTimer()
+	for range b.N {
+		held := make([][]*dlock.Lease, workers)
+		for w := range held {
+			held[w] = make([]*dlock.Lease, 0, names/workers+1)
+		}
+		heap0, g0 := liveHeap()
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for k := w; k < names; k += workers {
+					l, err := clients[w].Mutex("held-" + strconv.Itoa(k)).Lock(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					held[w] = append(held[w], l)
+				}
+			})
+		}
+		wg.Wait()
+		heap1, g1 := liveHeap()
+		heapSum += float64(int64(heap1)-int64(heap0)) / names
+		goSum += float64(g1-g0) / names
+		for w := range workers {
+			wg.Go(func() {
+				for _, l := range held[w] {
+					if err := l.Unlock(ctx); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(heapSum/float64(b.N), "heap-B/held-lock")
+	b.ReportMetric(goSum/float64(b.N), "goroutines/held-lock")
+}
+
+// liveHeap is the live Go heap after two full collections, and the number
+// of goroutines once it has stopped changing (requests of the previous
+// round wind down in the background).
+func liveHeap() (uint64, int) {
+	g := runtime.NumGoroutine()
+	for range 30 {
+		time.Sleep(100 * time.Millisecond)
+		if n := runtime.NumGoroutine(); n != g {
+			g = n
+			continue
+		}
+		break
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc, runtime.NumGoroutine()
 }

@@ -129,11 +129,23 @@
 // long as its session: the server ends a session that it has not heard from
 // for the session timeout, measured by the server's clock, and deletes the
 // session's nodes. The driver uses one session (its connection) for all its
-// locks; when ZooKeeper expires it, every lease of the driver is lost: the
-// watch each holder keeps on its own node (from the lease's first renewal
-// on; the renewal itself checks the node before that) reports it and
-// Grant.Lost fires (go-zookeeper then opens a new session for later
-// calls).
+// locks; when ZooKeeper expires it, every lease of the driver is lost: when
+// the driver reconnects and go-zookeeper reports the session expired, the
+// Grant.Lost of every lock held in it fires, renewed or not
+// (TestSessionEndLosesEveryHeldLock; go-zookeeper then opens a new session
+// for later calls).
+//
+// A held lock costs the client no goroutine: the driver keeps its held
+// nodes in one table, and the events of its connection — a watch's, and
+// the session's — are dispatched from go-zookeeper's receiving goroutine
+// to the nodes they concern. From its lease's first renewal on, a holder
+// watches its own node (the renewal's read sets the watch, at no extra
+// request), and a deletion (a Break) fires its Grant.Lost at once, and no
+// other lock's (TestHeldLocksCostNoGoroutineAndABreakLosesOnlyItsLock).
+// A driver made by New, over a connection whose events it cannot see, has
+// none of this: each watch's event is passed on by a goroutine of its own,
+// and an expired session is seen by the watches set by then and by the
+// next renewal of each lease.
 //
 // A client cannot see its session expire while it is cut off, so the lease
 // is also bounded in time. Sessions are expired by the leader, when it has
@@ -148,6 +160,18 @@
 // kind: a follower cut off from the leader goes on answering reads from
 // its own state until it gives the leader up, syncLimit ticks later, while
 // the leader may expire the session and grant the lock to someone else.
+//
+// Renewals share their syncs: those that arrive while a sync of the
+// driver is in flight wait for the next one, sent when it returns, so that
+// a driver has at most one sync in flight however many leases it holds,
+// and the sync is sent after each renewal it serves began. Once the holder
+// watches its node, the renewal needs no read of its own: the server sends
+// a watch's event (the node's deletion, or the end of the session) before
+// its answer to any later request, and the driver handles the event as it
+// is received, before the sync's answer is returned; so a node not
+// reported gone when the sync returns was there when it was sent. (A
+// driver made by New, whose connection's events it does not see, reads
+// the node at each renewal.)
 //
 // The lease TTL (Grant.TTL, Lease.TTL) is two thirds of the negotiated
 // session timeout, and dlock's portable deadline runs from the send time of
@@ -168,12 +192,10 @@
 // as long as the client's and the servers' clocks run at nearly the same
 // rate (dlock allows 1%).
 //
-// The sync costs a renewal a second round trip to the server and, through
-// a follower, one between it and the leader; it writes nothing. A lease
-// renews three times per lease TTL, so this is felt only with many leases
-// per driver: BenchmarkRenewal, on loopback, measured about 1,200
-// renewals/s against 2,500 for the plain read on a standalone server, and
-// 670 against 3,000 through a follower of a 3-server ensemble.
+// The sync costs a round trip to the server and, through a follower, one
+// between it and the leader; it writes nothing, and one serves every
+// renewal waiting for it. BenchmarkRenewal measures renewals one at a
+// time (no sharing), on loopback, against the plain read of the node.
 //
 // A disconnection shorter than the lease keeps it: go-zookeeper
 // reconnects (to any server of the ensemble) within the session, the

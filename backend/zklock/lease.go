@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,31 +47,88 @@ func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 // alive at the leader after the send time. A plain read would not: a
 // follower cut off from the leader answers reads from its own stale state
 // (for up to syncLimit ticks, until it gives the leader up), while the
-// leader expires the session and grants the lock to someone else.
+// leader expires the session and grants the lock to someone else. The sync
+// is the session's next (Driver.sync), which the checks of other nodes
+// share.
+//
+// The first check of a held node sets a watch on it with its read (not
+// the grant: that would cost every grant a request, and an uncontended
+// lock is one round trip; until then a renewal's read is what would see
+// a Break). From
+// then on, if the connection's events reach the driver, a check needs no
+// read of its own: the server sends the watch's event (the node's deletion,
+// or the end of its session) before it answers a sync sent after it, and
+// the driver handles the event on receipt, before the sync's answer is
+// returned; so a node that was not reported gone when the sync returns
+// was there when the sync was sent. That holds on one TCP connection to
+// one server: after a reconnection, go-zookeeper sets its watches again
+// with a request that may follow the sync, so the watch and the sync must
+// have gone over the same connection, and a node's first check on a new
+// connection reads it and sets its watch again.
 func (d *Driver) check(ctx context.Context, n *lockNode) error {
+	if n.isVanished() {
+		return d.gone(n) // known lost: no request can renew it
+	}
+	armed := n.armedIn()
+	r, err := d.sync(ctx)
+	if err != nil && d.conn.SessionID() == n.session {
+		return d.fail(ctx, "sync", err)
+	}
+	if err != nil || r.session != n.session {
+		n.vanishWith(driver.ErrSessionLost)
+		return fmt.Errorf("%w: lock node %s went with it", driver.ErrSessionLost, n.path)
+	}
+	if d.events && armed != 0 && armed == r.conn {
+		if n.isVanished() {
+			return d.gone(n)
+		}
+		return nil
+	}
 	type res struct {
 		ok bool
 		st *zk.Stat
 	}
-	r, err := roundTrip(ctx, d, func() (res, error) {
-		if _, err := d.conn.Sync(n.path); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return res{}, err
+	watch := n.claimWatch()
+	rr, err := roundTrip(ctx, d, func() (res, error) {
+		if !watch {
+			ok, st, err := d.conn.Exists(n.path)
+			return res{ok, st}, err
 		}
-		ok, st, err := d.conn.Exists(n.path)
-		return res{ok, st}, err
+		// The read sets the watch that reports a deletion (a Break) at
+		// once from now on; a watch only on a node that exists, since it
+		// is never created again.
+		conn := d.connection.Load()
+		_, st, w, err := d.conn.GetW(n.path)
+		if err != nil {
+			n.unwatch()
+		} else {
+			n.watching(w, conn)
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return res{}, nil
+		}
+		return res{err == nil, st}, err
 	})
 	if err != nil {
 		return d.fail(ctx, "check "+n.path, err)
 	}
-	if !r.ok || r.st.EphemeralOwner != n.session || r.st.Czxid != n.czxid {
-		if cause := d.sessionCause(n.session); cause != nil {
-			n.vanishWith(cause)
-			return fmt.Errorf("%w: lock node %s went with it", cause, n.path)
-		}
-		n.vanish()
-		return fmt.Errorf("%w: lock node %s is gone", driver.ErrLeaseLost, n.path)
+	if !rr.ok || rr.st.EphemeralOwner != n.session || rr.st.Czxid != n.czxid {
+		return d.gone(n)
 	}
 	return nil
+}
+
+// gone ends n, which is gone or no longer ours, and says why.
+func (d *Driver) gone(n *lockNode) error {
+	cause := d.sessionCause(n.session)
+	if cause == nil {
+		cause = n.vanished.Cause() // an event reported it, with its reason
+	}
+	n.vanishWith(cause)
+	if cause != nil {
+		return fmt.Errorf("%w: lock node %s went with it", cause, n.path)
+	}
+	return fmt.Errorf("%w: lock node %s is gone", driver.ErrLeaseLost, n.path)
 }
 
 // Extend checks, after a sync, that the holder's node still exists in its
@@ -89,7 +147,6 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, _ time.Duration) err
 	if !n.confirm(sent) {
 		return fmt.Errorf("%w: %q: the lease ran out before this renewal", driver.ErrLeaseLost, h.Name)
 	}
-	n.watch()
 	return nil
 }
 
@@ -138,33 +195,52 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 // lockNode is one of our nodes in a queue, from its creation until it is
-// gone. Its keeper goroutine watches it and deletes it when it must go.
+// gone. It costs no goroutine: from its grant on, its driver tracks it
+// (Driver.held), a timer minds its lease deadline, and the events of its
+// watch and of the session reach it through the driver (Driver.event).
 type lockNode struct {
-	d                    *Driver
-	parent, name, path   string
-	session, czxid       int64
-	vanishOnce, retireOn sync.Once
-	holdOnce, watchOnce  sync.Once
-	finishOnce           sync.Once
-
-	vanished *driver.Signal // fired when the node is gone or no longer ours (Grant.Lost)
-	retired  chan struct{}  // closed when the node must be deleted
-	held     chan struct{}  // closed when granted: the keeper minds the lease deadline
-	watchNow chan struct{}  // closed when the keeper should watch the node
-	finished chan struct{}  // closed when its owner deleted the node
+	d              *Driver
+	path           string // parent + "/" + name
+	session, czxid int64
+	vanished       *driver.Signal // fired when the node is gone or no longer ours (Grant.Lost)
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the last round trip that proved the lease
 	ttl       time.Duration
-	done      bool // vanished, expired or released: no renewal may succeed
-	releasing bool // deleted by its holder
+	deadline  *time.Timer // from the grant: deletes the node if the lease runs out
+	state     nodeState
+	armed     int64 // the connection (Driver.connection) on which its watch was set; 0: none
 }
 
+// nodeState is a lockNode's progress, a set of flags.
+type nodeState uint8
+
+const (
+	nodeDone      nodeState = 1 << iota // vanished, expired or released: no renewal may succeed
+	nodeReleasing                       // deleted by its holder: its deletion is no loss
+	nodeHeld                            // granted: tracked by the driver until over
+	nodeWatched                         // a watch on the node is being set, or set and has not fired
+	nodeOver                            // gone, deleted or being deleted: nothing left to mind
+)
+
+// parent is the node's queue; name, its name in it.
+func (n *lockNode) parent() string { return n.path[:strings.LastIndexByte(n.path, '/')] }
+func (n *lockNode) name() string   { return n.path[strings.LastIndexByte(n.path, '/')+1:] }
+
+// hold makes n a holder whose lease was proved at since: the driver tracks
+// it, and a timer deletes it if the lease runs out.
 func (n *lockNode) hold(since time.Time, ttl time.Duration) {
 	n.mu.Lock()
 	n.confirmed, n.ttl = since, ttl
+	if n.state&(nodeHeld|nodeOver) == 0 {
+		n.state |= nodeHeld
+		n.deadline = time.AfterFunc(driver.Until(since.Add(ttl)), n.onDeadline)
+		n.d.track(n)
+	}
 	n.mu.Unlock()
-	n.holdOnce.Do(func() { close(n.held) })
+	if n.d.conn.SessionID() != n.session {
+		n.vanishWith(driver.ErrSessionLost) // a session that ended before it was tracked
+	}
 }
 
 // confirm moves the lease deadline to sent+ttl; it fails once the node has
@@ -172,7 +248,7 @@ func (n *lockNode) hold(since time.Time, ttl time.Duration) {
 func (n *lockNode) confirm(sent time.Time) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.done || driver.Now().After(n.confirmed.Add(n.ttl)) {
+	if n.state&nodeDone != 0 || driver.Now().After(n.confirmed.Add(n.ttl)) {
 		return false
 	}
 	if sent.After(n.confirmed) {
@@ -181,23 +257,23 @@ func (n *lockNode) confirm(sent time.Time) bool {
 	return true
 }
 
-// left is the time until the lease deadline.
-func (n *lockNode) left() time.Duration {
+// onDeadline runs when the lease deadline may have passed. If it has,
+// without a confirmed renewal, the holder has been told that it lost the
+// lock and will not release it: the lease ends, and the node is deleted.
+func (n *lockNode) onDeadline() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return driver.Until(n.confirmed.Add(n.ttl))
-}
-
-// expire ends the lease if its deadline has passed, so that no renewal
-// succeeds after it; it reports whether it did.
-func (n *lockNode) expire() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if driver.Now().Before(n.confirmed.Add(n.ttl)) {
-		return false
+	if n.state&nodeOver != 0 || n.d.isClosed() {
+		n.mu.Unlock()
+		return
 	}
-	n.done = true
-	return true
+	if left := driver.Until(n.confirmed.Add(n.ttl)); left > 0 {
+		n.deadline.Reset(left)
+		n.mu.Unlock()
+		return
+	}
+	n.mu.Unlock()
+	n.vanish()
+	n.d.remove(n.path, n.session)
 }
 
 func (n *lockNode) vanish() { n.vanishWith(nil) }
@@ -212,32 +288,43 @@ func (d *Driver) sessionCause(session int64) error {
 	return nil
 }
 
-// vanishWith is vanish with the reason the node is gone, if known
+// vanishWith ends the node as gone, with the reason if known
 // (driver.ErrSessionLost), for Grant.Lost's Cause.
 func (n *lockNode) vanishWith(cause error) {
 	n.mu.Lock()
-	n.done = true
+	n.state |= nodeDone
 	n.mu.Unlock()
-	n.vanishOnce.Do(func() { n.vanished.FireCause(cause) })
+	n.end()
+	n.vanished.FireCause(cause)
+}
+
+// end marks the node as needing no more minding: the driver forgets it and
+// its deadline timer stops. It reports whether it was minded until then.
+func (n *lockNode) end() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state&nodeOver != 0 {
+		return false
+	}
+	n.state |= nodeOver
+	if n.state&nodeHeld != 0 {
+		n.deadline.Stop()
+		n.d.untrack(n)
+	}
+	return true
 }
 
 // release marks the node as being deleted by its holder, whose own watch
 // then does not report the deletion as a loss.
 func (n *lockNode) release() {
 	n.mu.Lock()
-	n.done, n.releasing = true, true
+	n.state |= nodeDone | nodeReleasing
 	n.mu.Unlock()
-}
-
-func (n *lockNode) isReleasing() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.releasing
 }
 
 // drop deletes a node that was not granted (a try-lock that found the lock
 // held) before returning, so that it never blocks anyone; if that fails,
-// the keeper keeps trying.
+// it is deleted in the background.
 func (n *lockNode) drop(ctx context.Context) {
 	n.release()
 	if _, err := roundTrip(ctx, n.d, func() (struct{}, error) { return struct{}{}, n.d.conn.Delete(n.path, -1) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
@@ -247,97 +334,151 @@ func (n *lockNode) drop(ctx context.Context) {
 	n.finish()
 }
 
-// finish tells the keeper that the node is gone and nothing is left to mind.
-func (n *lockNode) finish() { n.finishOnce.Do(func() { close(n.finished) }) }
+// finish records that the node is gone and nothing is left to mind.
+func (n *lockNode) finish() { n.end() }
 
-func (n *lockNode) isVanished() bool {
-	select {
-	case <-n.vanished.Done():
-		return true
-	default:
-		return false
+func (n *lockNode) isVanished() bool { return n.vanished.Fired() }
+
+// retire deletes the node in the background, for as long as its session
+// lives, unless it is already gone.
+func (n *lockNode) retire() {
+	if n.end() {
+		go n.d.remove(n.path, n.session)
 	}
 }
 
-// watch asks the keeper to watch the node, if it does not yet.
-func (n *lockNode) watch() { n.watchOnce.Do(func() { close(n.watchNow) }) }
-
-// retire asks the keeper to delete the node.
-func (n *lockNode) retire() { n.retireOn.Do(func() { close(n.retired) }) }
-
-// keep minds the node until it is gone. From the lease's first renewal on,
-// it watches the node: a deletion (Break) or the end of the session then
-// fires vanished at once. (Until then the renewal, a third of the lease
-// after the grant, is what notices; not watching earlier saves every grant
-// a request — an uncontended lock is one round trip — and a waiter learns
-// that its node went with its session from the watch on its predecessor.)
-// A retirement, or a lease whose deadline passed without a confirmed
-// renewal (its holder has been told it lost the lock, and will not release
-// it), deletes the node.
-func (n *lockNode) keep() {
-	var watch <-chan zk.Event
-	arm := func() bool {
-		_, w, err := n.d.watchNode(context.Background(), n.path)
-		if err != nil {
-			if !n.isReleasing() {
-				n.vanishWith(n.d.sessionCause(n.session))
-				if !errors.Is(err, zk.ErrNoNode) {
-					n.d.remove(n.path, n.session)
-				}
-			}
-			return false
-		}
-		watch = w
-		return true
+// claimWatch reports whether a renewal should set a watch on the node (it
+// is held and tracked, and none was set on the current connection), and if
+// so records the watch as being set: unwatch undoes that if the read that
+// sets it fails.
+func (n *lockNode) claimWatch() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state&(nodeHeld|nodeOver) != nodeHeld {
+		return false
 	}
-	watchNow := n.watchNow
-	var expire <-chan time.Time
-	held := n.held
-	for {
+	if n.state&nodeWatched != 0 && (n.armed == 0 || n.armed == n.d.connection.Load()) {
+		return false // being set, or set on this connection
+	}
+	n.state |= nodeWatched
+	n.armed = 0
+	return true
+}
+
+func (n *lockNode) unwatch() {
+	n.mu.Lock()
+	n.state &^= nodeWatched
+	n.armed = 0
+	n.mu.Unlock()
+}
+
+// armedIn is the connection on which the watch on n was set, if it has not
+// fired; 0 if none.
+func (n *lockNode) armedIn() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.armed
+}
+
+// watching records that a watch on n, w, was set by a read sent on
+// connection conn, and passes its event on to the driver if its
+// connection's events do not reach it.
+func (n *lockNode) watching(w <-chan zk.Event, conn int64) {
+	n.mu.Lock()
+	if n.state&nodeWatched != 0 && n.d.connection.Load() == conn { // not fired, nor reconnected, meanwhile
+		n.armed = conn
+	}
+	n.mu.Unlock()
+	if n.d.events {
+		return
+	}
+	// A connection that the caller made: this watch's event is passed on
+	// by a goroutine of its own.
+	go func() {
 		select {
-		case <-watchNow:
-			watchNow = nil
-			if !arm() {
-				return
-			}
-		case ev := <-watch:
-			if n.isReleasing() {
-				return
-			}
-			if ev.Type == zk.EventNodeDataChanged {
-				// Someone wrote to our node: it is still there; watch again.
-				if !arm() {
-					return
-				}
-				continue
-			}
-			if ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired) {
-				n.vanishWith(driver.ErrSessionLost) // the node went with its session
-				return
-			}
-			n.vanishWith(n.d.sessionCause(n.session))
-			return
-		case <-held:
-			held = nil
-			t := driver.NewTimer(n.left())
-			defer t.Stop()
-			expire = t.C
-		case <-expire:
-			if !n.expire() {
-				expire = driver.NewTimer(n.left()).C
-				continue
-			}
-			n.vanish()
-			n.d.remove(n.path, n.session)
-			return
-		case <-n.retired:
-			n.d.remove(n.path, n.session)
-			return
-		case <-n.finished:
-			return
+		case ev := <-w:
+			n.d.event(ev)
 		case <-n.d.closed:
-			return
 		}
+	}()
+}
+
+// watchFired handles an event of the watch on n: a deletion (a Break) or
+// the end of the session is the end of the lease, unless its holder
+// deleted it; a write to the node leaves it in place, and the next
+// renewal watches it again.
+func (n *lockNode) watchFired(ev zk.Event) {
+	n.mu.Lock()
+	n.state &^= nodeWatched
+	n.armed = 0
+	releasing := n.state&nodeReleasing != 0
+	n.mu.Unlock()
+	switch {
+	case releasing || ev.Type == zk.EventNodeDataChanged:
+	case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
+		n.vanishWith(driver.ErrSessionLost) // the node went with its session
+	case ev.Type == zk.EventNotWatching && n.d.isClosed():
+	default:
+		n.vanishWith(n.d.sessionCause(n.session))
+	}
+}
+
+// track adds a granted node to those whose watch and session events the
+// driver dispatches; untrack removes it. Both are called with n.mu held:
+// the driver's lock comes after a node's.
+func (d *Driver) track(n *lockNode) {
+	d.heldMu.Lock()
+	d.held[n.path] = n
+	d.heldMu.Unlock()
+}
+
+func (d *Driver) untrack(n *lockNode) {
+	d.heldMu.Lock()
+	delete(d.held, n.path)
+	d.heldMu.Unlock()
+}
+
+// event dispatches an event of the connection: an event of a watch on a
+// held node to that node; a change of session state to every held node,
+// which the end of their session ends (go-zookeeper reports it as
+// StateExpired, and goes on in a new session). It runs on go-zookeeper's
+// receiving goroutine, and must not call the connection.
+func (d *Driver) event(ev zk.Event) {
+	if ev.Type == zk.EventSession {
+		if ev.State == zk.StateDisconnected || ev.State == zk.StateExpired {
+			d.connection.Add(1) // the next one is another connection
+		}
+		d.sessionChanged()
+		return
+	}
+	if ev.Path == "" {
+		return
+	}
+	d.heldMu.Lock()
+	n := d.held[ev.Path]
+	d.heldMu.Unlock()
+	if n != nil {
+		n.watchFired(ev)
+	}
+}
+
+// sessionChanged ends the leases of the held nodes whose session is no
+// longer the connection's.
+func (d *Driver) sessionChanged() {
+	var lost []*lockNode
+	d.heldMu.Lock()
+	if len(d.held) > 0 {
+		// d.conn was set before the first node was tracked.
+		current := d.conn.SessionID()
+		for _, n := range d.held {
+			if n.session != current {
+				lost = append(lost, n)
+			}
+		}
+	}
+	d.heldMu.Unlock()
+	for _, n := range lost {
+		n.vanishWith(driver.ErrSessionLost)
 	}
 }
 

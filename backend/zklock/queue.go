@@ -147,10 +147,7 @@ func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lock
 	if err != nil {
 		return nil, nil, err
 	}
-	n := &lockNode{
-		d: d, path: c.path, name: c.path[len(parent)+1:], parent: parent, session: c.session, czxid: c.czxid,
-		vanished: driver.NewSignal(), retired: make(chan struct{}), held: make(chan struct{}), watchNow: make(chan struct{}), finished: make(chan struct{}),
-	}
+	n := &lockNode{d: d, path: c.path, session: c.session, czxid: c.czxid, vanished: driver.NewSignal()}
 	if n.czxid == 0 {
 		// Found after a lost reply: read its zxid and session.
 		type res struct {
@@ -167,9 +164,8 @@ func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lock
 		}
 		n.czxid, n.session = r.st.Czxid, r.st.EphemeralOwner
 	}
-	go n.keep()
 	if c.only {
-		return n, []string{n.name}, nil
+		return n, []string{n.name()}, nil
 	}
 	kids, err := retry(ctx, d, func() ([]string, error) { return d.children(parent) })
 	if err != nil {
@@ -208,9 +204,10 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 		pred  string
 		predW <-chan zk.Event // watch on pred, kept while pred stays ahead
 	)
+	parent, name := n.parent(), n.name()
 	for {
 		q := d.queue(kids)
-		i := slices.IndexFunc(q, func(e queued) bool { return e.name == n.name })
+		i := slices.IndexFunc(q, func(e queued) bool { return e.name == name })
 		switch {
 		case i < 0:
 			n.retire()
@@ -232,20 +229,20 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 		predGone, earlyGone := false, false
 		if predW == nil || pred != q[i-1].name {
 			pred = q[i-1].name
-			if _, predW, err = d.watchNode(ctx, n.parent+"/"+pred); errors.Is(err, zk.ErrNoNode) {
+			if _, predW, err = d.watchNode(ctx, parent+"/"+pred); errors.Is(err, zk.ErrNoNode) {
 				predGone, predW, err = true, nil, nil
 			}
 		}
 		var earlyW <-chan zk.Event
 		if err == nil && !predGone && !alone {
-			if _, earlyW, err = d.watchNode(ctx, n.parent+"/"+q[i-2].name); errors.Is(err, zk.ErrNoNode) {
+			if _, earlyW, err = d.watchNode(ctx, parent+"/"+q[i-2].name); errors.Is(err, zk.ErrNoNode) {
 				earlyGone, err = true, nil
 			}
 		}
 		switch {
 		case err != nil:
 			n.retire()
-			return driver.Grant{}, d.fail(ctx, "watch "+n.parent, err)
+			return driver.Grant{}, d.fail(ctx, "watch "+parent, err)
 		case predGone && shortcut:
 			return d.grant(ctx, n)
 		case predGone || earlyGone:
@@ -264,13 +261,13 @@ func (d *Driver) await(ctx context.Context, n *lockNode, kids []string, wait boo
 			case <-earlyW:
 			}
 		}
-		kids, err = retry(ctx, d, func() ([]string, error) { return d.children(n.parent) })
+		kids, err = retry(ctx, d, func() ([]string, error) { return d.children(parent) })
 		if err != nil {
 			n.retire()
 			if errors.Is(err, zk.ErrNoNode) {
 				return driver.Grant{}, errVanished
 			}
-			return driver.Grant{}, d.fail(ctx, "list "+n.parent, err)
+			return driver.Grant{}, d.fail(ctx, "list "+parent, err)
 		}
 	}
 }

@@ -52,6 +52,72 @@ func roundTrip[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, e
 	return v, err
 }
 
+// syncRound is one sync of the session that the checks waiting for it share.
+type syncRound struct {
+	done    chan struct{} // closed when answered or failed
+	session int64         // the session it was answered in
+	conn    int64         // the connection (Driver.connection) it went over; 0 if it changed meanwhile
+	err     error
+}
+
+// sync returns once a sync sent after the call was answered; it confirms
+// the session alive (see roundTrip). The checks of all the driver's nodes
+// share syncs: those that arrive while one is in flight wait for the next,
+// which goes out when the one in flight returns. A renewal thus costs no
+// request of its own, and the driver no more than one sync in flight,
+// whatever the number of leases.
+func (d *Driver) sync(ctx context.Context) (*syncRound, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d.syncMu.Lock()
+	r := d.nextSync
+	if r == nil {
+		r = &syncRound{done: make(chan struct{})}
+		d.nextSync = r
+		if !d.syncing {
+			d.syncing = true
+			go d.syncLoop()
+		}
+	}
+	d.syncMu.Unlock()
+	select {
+	case <-r.done:
+		return r, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// syncLoop sends the syncs that checks wait for, one at a time, until none
+// waits.
+func (d *Driver) syncLoop() {
+	for {
+		d.syncMu.Lock()
+		r := d.nextSync
+		d.nextSync = nil
+		if r == nil {
+			d.syncing = false
+			d.syncMu.Unlock()
+			return
+		}
+		d.syncMu.Unlock()
+		session, conn, sent := d.conn.SessionID(), d.connection.Load(), driver.Now()
+		_, err := d.conn.Sync("/")
+		if err == nil || answered(err) {
+			d.confirm(sent)
+		}
+		if d.connection.Load() != conn {
+			conn = 0
+		}
+		if err == nil && d.conn.SessionID() != session {
+			session = d.conn.SessionID() // answered in a new session
+		}
+		r.session, r.conn, r.err = session, conn, err
+		close(r.done)
+	}
+}
+
 // retry is call for idempotent requests: it tries again while the
 // connection is down, for up to a session timeout (by then the session is
 // gone too), or until ctx ends. Its answers confirm no lease (see

@@ -56,12 +56,13 @@ func (h *holderData) of(ctx context.Context, name string) ([]byte, error) {
 // the nodes ahead is read only when n could hold (a semaphore's node within
 // its limit), and once each.
 func (d *Driver) awaitPermit(ctx context.Context, n *lockNode, kids []string, req driver.Request, wait bool) (driver.Grant, error) {
-	data := &holderData{d: d, parent: n.parent, known: map[string][]byte{n.name: req.Holder}}
+	parent, name := n.parent(), n.name()
+	data := &holderData{d: d, parent: parent, known: map[string][]byte{name: req.Holder}}
 	limit := max(req.Limit, 1)
 	var changed <-chan zk.Event // the watch on the parent's children, set with the listing in kids
 	for {
 		q := d.queue(kids)
-		i := slices.IndexFunc(q, func(e queued) bool { return e.name == n.name })
+		i := slices.IndexFunc(q, func(e queued) bool { return e.name == name })
 		if i < 0 {
 			n.retire()
 			return driver.Grant{}, errVanished
@@ -73,7 +74,7 @@ func (d *Driver) awaitPermit(ctx context.Context, n *lockNode, kids []string, re
 				return d.grant(ctx, n)
 			case err != nil && !errors.Is(err, zk.ErrNoNode): // a node ahead gone: list again
 				n.retire()
-				return driver.Grant{}, d.fail(ctx, "read "+n.parent, err)
+				return driver.Grant{}, d.fail(ctx, "read "+parent, err)
 			}
 		}
 		if !wait {
@@ -91,13 +92,13 @@ func (d *Driver) awaitPermit(ctx context.Context, n *lockNode, kids []string, re
 			}
 		}
 		var err error
-		kids, changed, err = d.watchChildren(ctx, n.parent)
+		kids, changed, err = d.watchChildren(ctx, parent)
 		if err != nil {
 			n.retire()
 			if errors.Is(err, zk.ErrNoNode) {
 				return driver.Grant{}, errVanished
 			}
-			return driver.Grant{}, d.fail(ctx, "list "+n.parent, err)
+			return driver.Grant{}, d.fail(ctx, "list "+parent, err)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 		return nil, err
 	}
 	d := newDriver()
-	d.ownConn = true
+	d.ownConn, d.events = true, true
 	d.root, d.compat = cfg.root, cfg.compat
 	d.sessionTimeout.Store(int64(cfg.sessionTimeout)) // until the server's handshake reply says
 	if cfg.user != "" {
@@ -62,6 +62,7 @@ func Open(ctx context.Context, u *url.URL) (*Driver, error) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 				upOnce.Do(func() { close(up) })
 			}
+			d.event(ev)
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("%w: zookeeper %s: %w", driver.ErrUnavailable, strings.Join(cfg.hosts, ","), err)

@@ -26,6 +26,21 @@ type Driver struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
+	// The granted nodes, by path, whose watch and session events the
+	// driver dispatches (see Driver.event). events: the connection's
+	// events reach the driver (Open made it); a driver over the caller's
+	// connection passes on each watch's event with a goroutine instead.
+	events bool
+	// connection counts the connections of the session, from 1: a
+	// disconnection (an event the driver sees only if events) moves it on.
+	connection atomic.Int64
+	heldMu     sync.Mutex
+	held       map[string]*lockNode
+
+	syncMu   sync.Mutex
+	nextSync *syncRound // the sync that checks arriving now wait for, not yet sent
+	syncing  bool       // syncLoop runs
+
 	aliveMu sync.Mutex
 	alive   struct {
 		sent    time.Time // send time of the last request the server answered
@@ -57,7 +72,9 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 }
 
 func newDriver() *Driver {
-	return &Driver{root: DefaultRoot, acl: zk.WorldACL(zk.PermAll), closed: make(chan struct{})}
+	d := &Driver{root: DefaultRoot, acl: zk.WorldACL(zk.PermAll), closed: make(chan struct{}), held: map[string]*lockNode{}}
+	d.connection.Store(1)
+	return d
 }
 
 // session is the negotiated session timeout.
@@ -82,6 +99,15 @@ func (d *Driver) Conn() *zk.Conn { return d.conn }
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.closed)
+		d.heldMu.Lock()
+		held := make([]*lockNode, 0, len(d.held))
+		for _, n := range d.held {
+			held = append(held, n)
+		}
+		d.heldMu.Unlock()
+		for _, n := range held {
+			n.end() // nothing to mind any more: stop its timer
+		}
 		if d.ownConn {
 			d.conn.Close()
 		}
