@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/memlock"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // BenchmarkUncontendedLockUnlock is the portable layer's own cost of a
@@ -50,7 +51,7 @@ func BenchmarkHeldLeases(b *testing.B) {
 	ctx := context.Background()
 	for b.Loop() {
 		c := dlock.New(memlock.New(memlock.NewServer()))
-		heap0, g0 := heapNow()
+		heap0, g0 := testenv.LiveHeap()
 		held := make([]*dlock.Lease, 0, n)
 		for i := range n {
 			l, err := c.Mutex(fmt.Sprintf("held/%d", i)).Lock(ctx)
@@ -59,19 +60,10 @@ func BenchmarkHeldLeases(b *testing.B) {
 			}
 			held = append(held, l)
 		}
-		heap1, g1 := heapNow()
+		heap1, g1 := testenv.LiveHeap()
 		b.ReportMetric(float64(heap1-heap0)/n, "B/held-lease")
 		b.ReportMetric(float64(g1-g0)/n, "goroutines/held-lease")
 		runtime.KeepAlive(held)
 		c.Close()
 	}
-}
-
-// heapNow is the live heap after two collections, and the goroutines.
-func heapNow() (int64, int) {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapAlloc), runtime.NumGoroutine()
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // quantile returns the q-quantile (0..1) of ds, sorting ds in place.
@@ -245,7 +247,7 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 		}
 		unlocks[i] = make([]func(), 0, len(names[i]))
 	}
-	heap0, g0 := heapNow()
+	heap0, g0 := testenv.LiveHeap()
 	mem0 := memAvailable()
 	var errs atomic.Int64
 	var done atomic.Int64
@@ -303,7 +305,7 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 	wg.Wait()
 	close(stop)
 	m.lockTime = time.Since(start)
-	heap1, g1 := heapNow()
+	heap1, g1 := testenv.LiveHeap()
 	mem1 := memAvailable()
 	if why, ok := stopped.Load().(string); ok {
 		m.stopped = why
@@ -314,7 +316,7 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 	held := float64(max(done.Load(), 1))
 	m.machinePerLock = float64(int64(mem0)-int64(mem1)) / held
 	m.held, m.workers = int(done.Load()), len(ws)
-	m.heapPerLock = float64(int64(heap1)-int64(heap0)) / held
+	m.heapPerLock = float64(heap1-heap0) / held
 	m.goroutinesPerLock = float64(g1-g0) / held
 	start = time.Now()
 	for i := range ws {
@@ -331,23 +333,3 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 
 func (m *manyKeys) lockPerSec() float64 { return float64(m.held) / m.lockTime.Seconds() }
 func (m *manyKeys) freePerSec() float64 { return float64(m.held) / m.freeTime.Seconds() }
-
-// heapNow is the live Go heap after a full collection, and the number of
-// goroutines once it has stopped changing (the clients of the previous run
-// wind down in the background).
-func heapNow() (uint64, int) {
-	g := runtime.NumGoroutine()
-	for range 30 {
-		time.Sleep(100 * time.Millisecond)
-		if n := runtime.NumGoroutine(); n != g {
-			g = n
-			continue
-		}
-		break
-	}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc, runtime.NumGoroutine()
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -272,7 +271,7 @@ func BenchmarkHeldLocks(b *testing.B) {
 	round := 0
 	for b.Loop() {
 		round++
-		heap0, g0 := heapAndGoroutines()
+		heap0, g0 := testenv.LiveHeap()
 		held := make([][]*dlock.Lease, len(clients))
 		var wg sync.WaitGroup
 		errs := make(chan error, len(clients))
@@ -293,8 +292,8 @@ func BenchmarkHeldLocks(b *testing.B) {
 		if err := <-errs; err != nil {
 			b.Fatal(err)
 		}
-		heap1, g1 := heapAndGoroutines()
-		b.ReportMetric(float64(int64(heap1)-int64(heap0))/names, "heap-B/held-lock")
+		heap1, g1 := testenv.LiveHeap()
+		b.ReportMetric(float64(heap1-heap0)/names, "heap-B/held-lock")
 		b.ReportMetric(float64(g1-g0)/names, "goroutines/held-lock")
 		for i := range held {
 			wg.Go(func() {
@@ -305,25 +304,4 @@ func BenchmarkHeldLocks(b *testing.B) {
 		}
 		wg.Wait()
 	}
-}
-
-// heapAndGoroutines returns the live Go heap after two full collections
-// and the number of goroutines once it has stopped changing for 300 ms
-// (watches start a little after a grant), or after 5 s, as make bench
-// measures them.
-func heapAndGoroutines() (uint64, int) {
-	g := runtime.NumGoroutine()
-	for i, stable := 0, 0; stable < 3 && i < 50; i++ {
-		time.Sleep(100 * time.Millisecond)
-		if n := runtime.NumGoroutine(); n != g {
-			g, stable = n, 0
-			continue
-		}
-		stable++
-	}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc, runtime.NumGoroutine()
 }

@@ -3,7 +3,6 @@ package etcdlock_test
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -13,22 +12,6 @@ import (
 	"github.com/dlock/dlock/backend/etcdlock"
 	"github.com/dlock/dlock/internal/testenv"
 )
-
-// settledGoroutines returns the number of goroutines once it has stopped
-// changing for half a second (the watches of held keys start a little
-// after their grant), or after 20 s.
-func settledGoroutines() int {
-	g := runtime.NumGoroutine()
-	for i, stable := 0, 0; stable < 5 && i < 200; i++ {
-		time.Sleep(100 * time.Millisecond)
-		if n := runtime.NumGoroutine(); n != g {
-			g, stable = n, 0
-			continue
-		}
-		stable++
-	}
-	return g
-}
 
 // TestHeldLocksAreWatchedWithoutAGoroutineEach: a client's held locks are
 // watched for a Break on one stream of its own, read by one goroutine, not
@@ -59,11 +42,11 @@ func TestHeldLocksAreWatchedWithoutAGoroutineEach(t *testing.T) {
 		held[i] = l
 	}
 	lock(0)
-	one := settledGoroutines()
+	one := testenv.SettledGoroutines()
 	for i := 1; i < n; i++ {
 		lock(i)
 	}
-	if all := settledGoroutines(); all-one >= 10 {
+	if all := testenv.SettledGoroutines(); all-one >= 10 {
 		t.Fatalf("holding %d locks takes %d goroutines more than holding one", n, all-one)
 	}
 
@@ -120,7 +103,7 @@ func TestDeletionWhileTheWatchIsDownIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settledGoroutines() // the watches have begun
+	testenv.SettledGoroutines() // the watches have begun
 
 	proxy.Refuse()
 	raw := newClient(t, srv.Endpoints())

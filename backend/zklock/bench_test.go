@@ -2,7 +2,6 @@ package zklock
 
 import (
 	"log/slog"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,7 +246,7 @@ func BenchmarkHeldLocks(b *testing.B) {
 		for w := range held {
 			held[w] = make([]*dlock.Lease, 0, names/workers+1)
 		}
-		heap0, g0 := liveHeap()
+		heap0, g0 := testenv.LiveHeap()
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Go(func() {
@@ -262,8 +261,8 @@ func BenchmarkHeldLocks(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		heap1, g1 := liveHeap()
-		heapSum += float64(int64(heap1)-int64(heap0)) / names
+		heap1, g1 := testenv.LiveHeap()
+		heapSum += float64(heap1-heap0) / names
 		goSum += float64(g1-g0) / names
 		for w := range workers {
 			wg.Go(func() {
@@ -280,24 +279,4 @@ func BenchmarkHeldLocks(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(heapSum/float64(b.N), "heap-B/held-lock")
 	b.ReportMetric(goSum/float64(b.N), "goroutines/held-lock")
-}
-
-// liveHeap is the live Go heap after two full collections, and the number
-// of goroutines once it has stopped changing (requests of the previous
-// round wind down in the background).
-func liveHeap() (uint64, int) {
-	g := runtime.NumGoroutine()
-	for range 30 {
-		time.Sleep(100 * time.Millisecond)
-		if n := runtime.NumGoroutine(); n != g {
-			g = n
-			continue
-		}
-		break
-	}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc, runtime.NumGoroutine()
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,21 +16,6 @@ import (
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
-
-// settledGoroutines is the number of goroutines once it has stopped
-// changing for a moment (requests in flight wind down).
-func settledGoroutines() int {
-	g := runtime.NumGoroutine()
-	for range 50 {
-		time.Sleep(100 * time.Millisecond)
-		if n := runtime.NumGoroutine(); n != g {
-			g = n
-			continue
-		}
-		break
-	}
-	return g
-}
 
 // TestHeldLocksCostNoGoroutineAndABreakLosesOnlyItsLock holds 500 locks
 // through one client: holding them, and watching each for a Break once
@@ -51,13 +35,13 @@ func TestHeldLocksCostNoGoroutineAndABreakLosesOnlyItsLock(t *testing.T) {
 	for i := range names {
 		names[i] = "held-" + strconv.Itoa(i)
 	}
-	base := settledGoroutines()
+	base := testenv.SettledGoroutines()
 	leases[0] = mustLock(t, c, names[0])
-	one := settledGoroutines()
+	one := testenv.SettledGoroutines()
 	for i := 1; i < held; i++ {
 		leases[i] = mustLock(t, c, names[i])
 	}
-	all := settledGoroutines()
+	all := testenv.SettledGoroutines()
 	t.Logf("goroutines: %d before, %d holding 1 lock, %d holding %d", base, one, all, held)
 	if all-one >= 10 {
 		t.Errorf("holding %d locks takes %d goroutines more than holding 1: a goroutine per lock", held, all-one)
@@ -68,7 +52,7 @@ func TestHeldLocksCostNoGoroutineAndABreakLosesOnlyItsLock(t *testing.T) {
 	for _, l := range leases {
 		waitRenewed(t, l, taken, 2*l.TTL()+30*time.Second, "the locks were taken")
 	}
-	watched := settledGoroutines()
+	watched := testenv.SettledGoroutines()
 	t.Logf("goroutines: %d holding %d locks, each renewed (and watched)", watched, held)
 	if watched-one >= 10 {
 		t.Errorf("holding %d renewed locks takes %d goroutines more than holding 1: a goroutine per watch", held, watched-one)
