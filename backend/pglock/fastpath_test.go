@@ -323,3 +323,67 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 		t.Errorf("fair TryLock of a free lock, with a waiter queued while it ran: %v, want ErrNotAcquired", err)
 	}
 }
+
+// TestLockCancelledWhileItsFastPathRanLeavesTheLockFree: a Lock whose
+// context ends while its one statement waits for the name's row lock
+// returns the context's error, and the lock that statement granted is
+// released before Lock returns (within a bound of its own, since the
+// caller's context has ended), not left held for its TTL.
+func TestLockCancelledWhileItsFastPathRanLeavesTheLockFree(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	c := dlock.New(newDriver(t, srv.URL(srv.Addr, "")), dlock.WithTTL(time.Minute))
+	const name = "fastpath/cancelled"
+	m := c.Mutex(name)
+	l, err := m.Lock(ctx) // the tables, and the name's row, free after
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	// Locks the name's row without writing it: the fast path waits, then
+	// grants, since the row it sees is unchanged.
+	if _, err := tx.Exec(ctx, `SELECT FROM dlock_leases WHERE name = $1 FOR UPDATE`, []byte(name)); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(lctx)
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, "the Lock waiting for the name's row lock", func() error {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return fmt.Errorf("no statement waits")
+		}
+		return nil
+	})
+	cancel()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock cancelled while its statement waited: %v, want context.Canceled", err)
+	}
+	other := dlock.New(newDriver(t, srv.URL(srv.Addr, "")))
+	l2, err := other.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the cancelled Lock returned: %v; the grant its statement made was not released", err)
+	}
+	_ = l2.Unlock(ctx)
+}

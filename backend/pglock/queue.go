@@ -58,7 +58,11 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		g, _, err := d.fastAcquire(context.WithoutCancel(ctx), req)
 		switch {
 		case err == nil && ctx.Err() != nil:
-			_ = d.releaseQueued(ctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token})
+			// ctx has ended: release within a bound of its own, or the
+			// lock would stay held for its TTL.
+			rctx, cancel := driver.CleanupContext(ctx)
+			_ = d.releaseQueued(rctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token})
+			cancel()
 			return driver.Grant{}, ctx.Err()
 		case err == nil:
 			return g, nil
