@@ -101,7 +101,9 @@ func (w *lossWatch) remove(hd *holding) {
 	hd.wid = ended
 	w.mu.Unlock()
 	if id > 0 {
-		w.cancel(st, id)
+		// In the background: a send on the stream can wait for its flow
+		// control, and Release must not wait on it without a bound.
+		go w.cancel(st, id)
 	}
 }
 
