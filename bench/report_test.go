@@ -390,7 +390,7 @@ func (r *report) writeGoals(p func(string, ...any)) {
 	}
 	cur = append(cur, fairGoals("postgres", 0.7, true)...)
 	cur = append(cur, timesCeiling("postgres", "dlock-plain", 8, 0.5))
-	cur = append(cur, fairGoals("mariadb", 0.7, true)...)
+	cur = append(cur, fairGoals("mariadb", 0.5, true)...)
 	for _, l := range libsOf(r.backend("mariadb"), ours) {
 		if l.name == "dlock-fair" {
 			continue
