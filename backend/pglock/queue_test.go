@@ -90,13 +90,16 @@ func TestReleaseHandsTheLockToTheNextWaiter(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stopBystander()
-			got := make(chan *dlock.Lease, 1)
+			// The waiter's outcome comes back on a buffered channel, not
+			// through t: its Lock may outlive a test that has failed.
+			type outcome struct {
+				lease *dlock.Lease
+				err   error
+			}
+			got := make(chan outcome, 1)
 			go func() {
 				lw, err := waiter.Mutex(name, opts...).Lock(ctx)
-				if err != nil {
-					t.Error(err)
-				}
-				got <- lw
+				got <- outcome{lw, err}
 			}()
 			waitersShown(t, holder, name, 1)
 			giveBack := starve()
@@ -105,13 +108,15 @@ func TestReleaseHandsTheLockToTheNextWaiter(t *testing.T) {
 			}
 			var lw *dlock.Lease
 			select {
-			case lw = <-got:
+			case o := <-got:
+				giveBack()
+				if o.err != nil {
+					t.Fatal(o.err)
+				}
+				lw = o.lease
 			case <-time.After(20 * time.Second):
+				giveBack()
 				t.Fatal("the waiter, which could run no statement, was not handed the lock at the release")
-			}
-			giveBack()
-			if lw == nil {
-				return
 			}
 			select {
 			case <-bystander:
