@@ -32,6 +32,10 @@ const (
 	// notQueued is the seq of a request that has no entry: every live
 	// entry is ahead of it.
 	notQueued = math.MaxInt64
+	// fairPendingPoll is the first waiter's pause before it looks again
+	// when the holder's bell is not taken yet (pendingPoll for plain
+	// waiters, who are many).
+	fairPendingPoll = 200 * time.Microsecond
 )
 
 // queueTable is the queue table's name: the lease table's name followed by
@@ -343,8 +347,12 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 			}
 			t.Stop()
 		case waitPending:
+			// The new holder's bell connection takes its bell one round
+			// trip after the grant: look again at once, as the lock is
+			// held for less than pendingPoll in many uses, and a waiter
+			// that sleeps through the next release is woken late.
 			pending++
-			delay := pendingPoll
+			delay := fairPendingPoll
 			if pending > pendingPolls {
 				delay = heldPoll.Delay(pending - pendingPolls)
 			}
