@@ -222,3 +222,49 @@ func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 		t.Errorf("the third waiter was woken %d times by a predecessor leaving, though the second still waits", n)
 	}
 }
+
+// testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
+// Lock returns, its entry is gone — Inspect shows no waiter — and the next
+// release hands the lock to the waiter behind it, with the next token.
+func (s server) testFairCancelledWaiterLeavesBeforeLockReturns(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	holder := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	quitter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qctx, qcancel := context.WithCancel(ctx)
+	qerr := make(chan error, 1)
+	go func() { _, err := quitter.Mutex(name).Lock(qctx); qerr <- err }()
+	waitForWaiters(t, holder, name, 1)
+	qcancel()
+	if err := <-qerr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v, want context.Canceled", err)
+	}
+	if n := waiters(t, holder, name); n != 0 {
+		t.Fatalf("%d waiters queued after the cancelled Lock returned, want 0", n)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- lw
+	}()
+	waitForWaiters(t, holder, name, 1)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lw := <-got
+	if lw == nil {
+		return
+	}
+	defer lw.Unlock(ctx)
+	if lw.Token() != l.Token()+1 {
+		t.Errorf("the waiter got token %d after the holder's %d: the lock was handed to the cancelled waiter first", lw.Token(), l.Token())
+	}
+}

@@ -106,6 +106,7 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("FairTryLockDoesNotPassAQueuedWaiter", s.testFairTryLockDoesNotPassAQueuedWaiter)
 	t.Run("FairQueueSkipsAWaiterThatLeft", s.testFairQueueSkipsAWaiterThatLeft)
 	t.Run("FairReleaseWakesOnlyTheNextWaiter", s.testFairReleaseWakesOnlyTheNextWaiter)
+	t.Run("FairCancelledWaiterLeavesBeforeLockReturns", s.testFairCancelledWaiterLeavesBeforeLockReturns)
 	t.Run("HostileNamesAreStoredAndMatchedExactly", s.testHostileNames)
 	t.Run("TableNameIsQuoted", s.testTableName)
 	t.Run("UserWithoutCreateGetsGrantAdvice", s.testNoCreatePrivilege)
