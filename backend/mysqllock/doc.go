@@ -115,8 +115,8 @@
 //     on it — the user lock "dlock:q" followed by driver.NameHash of its
 //     owner key — and inserts its entry in the same statement.
 //   - Live: an entry counts while its expiry, by the server's clock, is
-//     ahead — the waiter renews it every second; it lives for the
-//     request's TTL, but at least 3 s — and while the session recorded in
+//     ahead — it lives for the request's TTL, but at least 3 s, and the
+//     waiter renews it every third of that — and while the session recorded in
 //     it holds its queue lock. A waiter whose process or connection dies
 //     stops counting as soon as the server drops its session's user locks;
 //     a stalled one, when its entry expires
@@ -143,13 +143,14 @@
 //     wait — seven (more when the second waiter finds the new holder's
 //     bell not taken yet and looks again 2 ms later), of which the first
 //     three are between the release and the new holder knowing it holds
-//     the lock. The other waiters send
-//     nothing but their heartbeat, once a second.
+//     the lock. The other waiters send only their wait again when it
+//     runs out (each second) and their entry's renewal.
 //   - Cancellation: a cancelled Lock ends its blocked statement with KILL
 //     QUERY, deletes its entry and ends its session before it returns, and
 //     then releases (handing on) a lease a release handed to it meanwhile:
 //     once its entry is gone nothing can be handed to it
-//     (dlocktest's FairQueueSkipsWaiterThatGaveUp and
+//     (TestFairCancelledWaiterLeavesBeforeLockReturns; dlocktest's
+//     FairQueueSkipsWaiterThatGaveUp and
 //     CancelledLockLeavesNothingBehind, run with WithFair).
 //   - Plain requests do not look at the queue: a plain Lock or TryLock of
 //     the same name may take a free lock that fair waiters wait for. Use
