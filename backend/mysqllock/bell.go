@@ -90,7 +90,7 @@ type bells struct {
 	delay time.Duration // bellDelay (tests lengthen it)
 
 	mu   sync.Mutex
-	want map[string]map[string]claim // bell -> owner -> that lease's claim
+	want map[string][]claim // bell -> the claims of the leases that want it
 	// The keeper's timer, its due time, and the earliest time a claim
 	// added since the keeper's last round wants a round (zero: none), so
 	// that a claim made while a round runs is not missed when the round
@@ -116,14 +116,19 @@ type bells struct {
 	gaveUp map[string]bool // bells another session kept past bellTake: not retried for this lease
 }
 
-// claim is a lease's claim on its bell.
+// claim is a lease's claim on its bell. A bell has one claim nearly always
+// (a semaphore's driver may hold several permits' leases under one bell
+// only by hash collision; a mutex's next lease may claim it before the
+// last one's drop): a slice, not a map per bell, keeps a held lock's heap
+// small.
 type claim struct {
+	owner    string
 	deadline time.Time // the lease's local deadline: the bell is not held past it
 	from     time.Time // the bell is taken from then on
 }
 
 func newBells(db *sql.DB) *bells {
-	return &bells{db: db, delay: bellDelay, want: map[string]map[string]claim{},
+	return &bells{db: db, delay: bellDelay, want: map[string][]claim{},
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
 		have: map[string]bool{}, gaveUp: map[string]bool{}}
 }
@@ -173,10 +178,12 @@ func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
 		from = from.Add(b.delay)
 	}
 	b.mu.Lock()
-	if b.want[bell] == nil {
-		b.want[bell] = map[string]claim{}
+	c := claim{owner: owner, deadline: deadline, from: from}
+	if i := claimOf(b.want[bell], owner); i >= 0 {
+		b.want[bell][i] = c
+	} else {
+		b.want[bell] = append(b.want[bell], c)
 	}
-	b.want[bell][owner] = claim{deadline: deadline, from: from}
 	if !waited && b.timer != nil {
 		if b.early.IsZero() || from.Before(b.early) {
 			b.early = from
@@ -197,18 +204,24 @@ func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
 func (b *bells) extend(bell, owner string, deadline time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if c, ok := b.want[bell][owner]; ok && deadline.After(c.deadline) {
-		c.deadline = deadline
-		b.want[bell][owner] = c
+	if i := claimOf(b.want[bell], owner); i >= 0 && deadline.After(b.want[bell][i].deadline) {
+		b.want[bell][i].deadline = deadline
 	}
 }
 
 // drop ends owner's claim on bell.
 func (b *bells) drop(bell, owner string) {
 	b.mu.Lock()
-	c, ok := b.want[bell][owner]
-	delete(b.want[bell], owner)
-	if len(b.want[bell]) == 0 {
+	cs := b.want[bell]
+	i := claimOf(cs, owner)
+	ok := i >= 0
+	var c claim
+	if ok {
+		c = cs[i]
+		cs = append(cs[:i], cs[i+1:]...)
+		b.want[bell] = cs
+	}
+	if len(cs) == 0 {
 		delete(b.want, bell)
 	}
 	b.mu.Unlock()
@@ -216,6 +229,16 @@ func (b *bells) drop(bell, owner string) {
 		return // its bell was not taken for it: nothing to drop
 	}
 	b.signal()
+}
+
+// claimOf is the index of owner's claim in cs, -1 if none.
+func claimOf(cs []claim, owner string) int {
+	for i := range cs {
+		if cs[i].owner == owner {
+			return i
+		}
+	}
+	return -1
 }
 
 func (b *bells) signal() {
@@ -330,18 +353,21 @@ func (b *bells) sync() time.Duration {
 	b.mu.Lock()
 	for bell, owners := range b.want {
 		taken := false
-		for owner, c := range owners {
+		kept := owners[:0]
+		for _, c := range owners {
 			switch {
 			case !c.deadline.After(now):
-				delete(owners, owner) // the lease ran out by our clock
-				continue
+				continue // the lease ran out by our clock
 			case c.from.After(now): // not yet: nobody waited at the grant
 				next = minTime(next, c.from)
 			default:
 				taken = true
 			}
 			next = minTime(next, c.deadline)
+			kept = append(kept, c)
 		}
+		owners = kept
+		b.want[bell] = owners
 		if len(owners) == 0 {
 			delete(b.want, bell)
 		} else if taken {

@@ -48,8 +48,9 @@
 // 2 ms until it is. A waiting Lock uses no connection until an attempt has
 // found the lock held; then it waits on a session of its own (sessions are
 // reused while clean). Waiters of a lock that their own Driver holds wait
-// in-process: that Driver's Release wakes them directly. A release wakes
-// every waiter of the lock (each tries once, one wins): about three
+// in-process: that Driver's Release wakes them directly. Without
+// WithFair, a release wakes every waiter of the lock (each tries once, one
+// wins; with WithFair, see Fair waiting): about three
 // statements per waiter per hand-off, however long the lock was held,
 // where polling costs grow with the hold.
 //
@@ -93,6 +94,76 @@
 // lock name (38 characters; the limit is 64), so any name of up to 1024
 // bytes maps to a bell; a collision would cost only a spurious wake-up,
 // never exclusion.
+//
+// # Fair waiting
+//
+// With dlock.WithFair (Capabilities.Fair), waiters are granted in arrival
+// order and nobody — Lock or TryLock — passes a live queued waiter
+// (dlocktest's FairWaitersAreGrantedInArrivalOrder; the whole conformance
+// suite also runs with WithFair, ConformanceFair). A third table, the
+// queue, keeps one entry per waiting Lock: the lease table's name followed
+// by "_waiters" (shortened with a hash as the permit table's name is),
+// created with the others; fair waiting needs DELETE on it, which a
+// waiter uses to remove its own entry.
+//
+//   - Acquire: a fair grant is the plain acquire statement with one more
+//     condition, evaluated once in the same statement: no live entry is
+//     queued ahead (for a request not queued: none at all). One round
+//     trip; a fair TryLock never queues
+//     (TestFairTryLockDoesNotPassAQueuedWaiter). A Lock whose first
+//     attempt is refused takes a session of its own, takes its queue lock
+//     on it — the user lock "dlock:q" followed by driver.NameHash of its
+//     owner key — and inserts its entry in the same statement.
+//   - Live: an entry counts while its expiry, by the server's clock, is
+//     ahead — it lives for the request's TTL, but at least 3 s, and the
+//     waiter renews it every third of that — and while the session recorded in
+//     it holds its queue lock. A waiter whose process or connection dies
+//     stops counting as soon as the server drops its session's user locks;
+//     a stalled one, when its entry expires
+//     (TestFairQueueSkipsAWaiterThatLeft, Crashed and Stalled: the next live
+//     waiter is granted the very next token).
+//   - Hand-off: a fair lease's release is one multi-table UPDATE that frees
+//     the lease and, in the same statement, grants it to the queue's first
+//     live entry — a new token, the waiter's TTL from now by the server's
+//     clock, its holder metadata and its driver's bell connection — and
+//     ends that entry. With nobody live queued it frees the lock as a
+//     plain release does.
+//   - Wake-up: each queued waiter blocks in GET_LOCK on one user lock
+//     only: the first live waiter on the holder's bell, every other one on
+//     the queue lock of the live waiter just ahead of it, as ZooKeeper's
+//     lock recipe watches only its predecessor. A hand-off rings the
+//     holder's bell, which only the first waiter hears; it reads the lease
+//     row, finds the lock its own, and gives up its queue lock, which wakes
+//     the second, which then waits on the new holder's bell
+//     (TestFairReleaseWakesOnlyTheNextWaiter counts each waiter's
+//     wake-ups). Statements per hand-off: the release; the holder's bell
+//     dropped on its bell connection; the woken waiter's look at the row;
+//     its queue lock given back and its entry deleted (two, in the
+//     background); the new holder's bell taken; the second waiter's new
+//     wait — seven (more when the second waiter finds the new holder's
+//     bell not taken yet and looks again 2 ms later), of which the first
+//     three are between the release and the new holder knowing it holds
+//     the lock. The other waiters send only their wait again when it
+//     runs out (each second) and their entry's renewal.
+//   - Cancellation: a cancelled Lock ends its blocked statement with KILL
+//     QUERY, deletes its entry and ends its session before it returns, and
+//     then releases (handing on) a lease a release handed to it meanwhile:
+//     once its entry is gone nothing can be handed to it
+//     (TestFairCancelledWaiterLeavesBeforeLockReturns; dlocktest's
+//     FairQueueSkipsWaiterThatGaveUp and
+//     CancelledLockLeavesNothingBehind, run with WithFair).
+//   - Plain requests do not look at the queue: a plain Lock or TryLock of
+//     the same name may take a free lock that fair waiters wait for. Use
+//     WithFair for every client of a name that should be fair.
+//   - Semaphores with WithFair queue in the same table and are granted a
+//     permit only while the live permits and the live waiters queued ahead
+//     of them are fewer than their limit; nothing is handed off: a queued
+//     waiter tries again when a permit's bell rings, this driver releases
+//     a permit, or every second (the conformance suite's semaphore tests,
+//     run with WithFair). Read-write locks: not offered
+//     (Capabilities.RWMutex is false).
+//   - Entries of waiters that crashed are ended by the clock but stay in
+//     the table as rows; a waiter deletes only its own.
 //
 // # Semaphores
 //
@@ -143,6 +214,15 @@
 //     as any committed row (innodb_flush_log_at_trx_commit=1, the default),
 //     and strictly increases across release, expiry, Break and restarts. Do
 //     not delete rows from the table: that restarts a name's counter.
+//   - Fair waiting (WithFair): grants in arrival order among fair
+//     requests, and no fair Lock or TryLock passes a live queued waiter
+//     (FairWaitersAreGrantedInArrivalOrder,
+//     TestFairTryLockDoesNotPassAQueuedWaiter). A queued waiter whose
+//     session ended is skipped at once, one that stopped renewing its
+//     entry once the entry expires: within the request's TTL, but at least
+//     3 s (TestFairQueueSkipsAWaiterThatLeft). A waiter that stalls while
+//     it is first may be handed the lock, which then runs out after that
+//     waiter's TTL, as a crashed holder's does.
 //   - Crash of a holder: its lease runs out after the TTL (no session ties a
 //     lease to a connection); its waiters are woken at once by the bell and
 //     acquire at expiry.
@@ -181,6 +261,11 @@
 //     the session time zone nor daylight saving time matters.
 //   - LAST_INSERT_ID(expr) is reported in the OK packet on both, for a
 //     table without AUTO_INCREMENT too.
+//   - The fair release reads the queue's head in a derived table with
+//     LIMIT, which both servers materialize, so the multi-table UPDATE may
+//     also write the queue table (MySQL's error 1093 concerns subqueries
+//     it merges). The fair acquire evaluates its queue condition once into
+//     a user variable, which MySQL 8 accepts with a deprecation warning.
 //
 // # URL
 //
@@ -208,7 +293,9 @@
 //
 // # Privileges
 //
-// SELECT, INSERT and UPDATE on the tables (nothing is ever deleted);
+// SELECT, INSERT and UPDATE on the tables (nothing is ever deleted from
+// the lease and permit tables), and DELETE on the queue table for fair
+// waiting;
 // CREATE on the database to create them on first use (or have an
 // administrator run Migrate, or the statements in the error message,
 // once). Without CREATE, the first operation fails

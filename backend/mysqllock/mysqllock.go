@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -79,6 +80,10 @@ type Driver struct {
 	idle    []*waitSession
 	closing bool
 	slotWG  sync.WaitGroup // giveSlotBack's goroutines
+
+	// fairWaits counts the outcomes of this driver's waitFair statements,
+	// by outcome (the tests count wake-ups with it).
+	fairWaits [9]atomic.Int64
 }
 
 var (
@@ -104,7 +109,7 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 		}
 	}
 	quote := func(id string) string { return "`" + strings.ReplaceAll(id, "`", "``") + "`" }
-	d.q = newQueries(quote(d.table), quote(permitTable(d.table)))
+	d.q = newQueries(quote(d.table), quote(permitTable(d.table)), quote(queueTable(d.table)))
 	d.bells = newBells(db)
 	return d, nil
 }
@@ -207,6 +212,9 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	if err == nil {
 		_, err = d.db.ExecContext(octx, d.q.createPermits)
 	}
+	if err == nil {
+		_, err = d.db.ExecContext(octx, d.q.createQueue)
+	}
 	if err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044) {
@@ -218,10 +226,10 @@ func (d *Driver) Migrate(ctx context.Context) error {
 					user = "'" + u + "'@'" + h + "'"
 				}
 			}
-			return fmt.Errorf("%w: mysqllock: %s lacks the CREATE privilege to create the lease table %s and its permit table %s (%w): "+
-				"GRANT CREATE, SELECT, INSERT, UPDATE ON %s.* TO %s; "+
-				"or have an administrator create them once (Migrate, or these statements):\n%s;\n%s",
-				driver.ErrUnavailable, user, d.table, permitTable(d.table), err, db, user, d.q.createTable, d.q.createPermits)
+			return fmt.Errorf("%w: mysqllock: %s lacks the CREATE privilege to create the lease table %s, its permit table %s and its queue table %s (%w): "+
+				"GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON %s.* TO %s; "+
+				"or have an administrator create them once (Migrate, or these statements):\n%s;\n%s;\n%s",
+				driver.ErrUnavailable, user, d.table, permitTable(d.table), queueTable(d.table), err, db, user, d.q.createTable, d.q.createPermits, d.q.createQueue)
 		}
 		return fmt.Errorf("mysqllock: create the lease table %s: %w", d.table, d.fail(ctx, err))
 	}
@@ -315,6 +323,15 @@ func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 // Acquire implements driver.Driver with driver.AcquireByRetry: one attempt
 // per wake-up of the bell (see the package doc).
 func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	switch {
+	case req.Fair && req.Limit > 1 && req.Wait:
+		return d.lockFairPermit(ctx, req)
+	case req.Fair && req.Limit <= 1 && req.Wait:
+		return d.lockFair(ctx, req)
+	case req.Fair && req.Limit <= 1:
+		g, _, err := d.tryFair(ctx, req, notQueued)
+		return g, err
+	}
 	if req.Wait && req.Limit <= 1 {
 		if err := d.yield(ctx, req.Name); err != nil {
 			return driver.Grant{}, err
@@ -331,6 +348,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 // TryAcquire implements driver.Retrier: one INSERT … ON DUPLICATE KEY
 // UPDATE, one round trip; for a semaphore (Limit > 1), tryPermit.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if req.Fair && req.Limit <= 1 {
+		return d.tryFair(ctx, req, notQueued)
+	}
 	if req.Limit > 1 {
 		return d.tryPermit(ctx, req)
 	}
@@ -393,6 +413,13 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	if _, ok := h.Handle.(permit); ok {
 		return d.releasePermit(ctx, h)
 	}
+	if _, ok := h.Handle.(fairLease); ok {
+		held, err := d.releaseFair(ctx, h.Name, h.Owner)
+		if err == nil && !held {
+			err = fmt.Errorf("%w: mysqllock: %q was no longer held by this owner", driver.ErrLeaseLost, h.Name)
+		}
+		return err
+	}
 	args := appendSlots(make([]any, 0, 2+waitSlots), d.table, h.Name)
 	r, err := exec(ctx, d, d.q.release, append(args, []byte(h.Name), h.Owner)...)
 	if err != nil {
@@ -425,13 +452,16 @@ func (d *Driver) Inspect(ctx context.Context, name string) (driver.Info, error) 
 	defer cancel()
 	err = s.QueryRowContext(octx, []byte(name)).Scan(&in.Token, &in.Holder, &left)
 	if errors.Is(err, sql.ErrNoRows) {
-		return d.inspectPermits(ctx, name)
-	}
-	if err != nil {
+		in, err = d.inspectPermits(ctx, name)
+	} else if err != nil {
 		return driver.Info{}, d.fail(ctx, err)
+	} else {
+		in.Held, in.ExpiresIn = true, time.Duration(left)*time.Microsecond
 	}
-	in.Held, in.ExpiresIn = true, time.Duration(left)*time.Microsecond
-	return in, nil
+	if err == nil && in.Permits == nil {
+		in.Waiters, err = d.queueWaiters(ctx, name)
+	}
+	return in, err
 }
 
 // List implements driver.Driver: the held locks whose names start with
@@ -490,7 +520,7 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{DurableFencing: true, LockDelay: true, Semaphore: true, MinTTL: 10 * time.Millisecond}
+	return driver.Capabilities{Fair: true, DurableFencing: true, LockDelay: true, Semaphore: true, MinTTL: 10 * time.Millisecond}
 }
 
 // Close implements driver.Driver: it drops the bells (waking the waiters of

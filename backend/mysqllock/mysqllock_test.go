@@ -68,6 +68,26 @@ func (s server) sqlDB(t testing.TB) *sql.DB {
 	return db
 }
 
+// harness runs the conformance suite against s with the URL query query.
+func (s server) harness(query string) dlocktest.Harness {
+	return dlocktest.Harness{
+		Open: func(ctx context.Context, addrs []string) (driver.Driver, error) {
+			addr := s.Addr
+			if addrs != nil {
+				addr = addrs[0]
+			}
+			u, err := url.Parse(s.url(addr) + query)
+			if err != nil {
+				return nil, err
+			}
+			return openURL(ctx, u)
+		},
+		Endpoints: []string{s.Addr},
+		URL:       s.url(s.Addr) + query,
+		Restart:   s.Restart,
+	}
+}
+
 // TestOnMariaDBServer starts one server and runs every test against it: starting
 // MariaDB takes seconds, and the restart tests need it to themselves.
 func TestOnMariaDBServer(t *testing.T) {
@@ -75,24 +95,18 @@ func TestOnMariaDBServer(t *testing.T) {
 	// client verifies only if it checks the host it was given.
 	s := server{testenv.StartMariaDBTLS(t, "localhost")}
 
-	t.Run("Conformance", func(t *testing.T) {
-		dlocktest.Run(t, dlocktest.Harness{
-			Open: func(ctx context.Context, addrs []string) (driver.Driver, error) {
-				addr := s.Addr
-				if addrs != nil {
-					addr = addrs[0]
-				}
-				u, err := url.Parse(s.url(addr))
-				if err != nil {
-					return nil, err
-				}
-				return openURL(ctx, u)
-			},
-			Endpoints: []string{s.Addr},
-			URL:       s.url(s.Addr),
-			Restart:   s.Restart,
-		})
+	t.Run("Conformance", func(t *testing.T) { dlocktest.Run(t, s.harness("")) })
+	// The whole suite again with fair waiting (dlock.WithFair): every Lock
+	// queues and never passes a live waiter.
+	t.Run("ConformanceFair", func(t *testing.T) {
+		h := s.harness("?table=fair_leases")
+		h.Fair = true
+		dlocktest.Run(t, h)
 	})
+	t.Run("FairTryLockDoesNotPassAQueuedWaiter", s.testFairTryLockDoesNotPassAQueuedWaiter)
+	t.Run("FairQueueSkipsAWaiterThatLeft", s.testFairQueueSkipsAWaiterThatLeft)
+	t.Run("FairReleaseWakesOnlyTheNextWaiter", s.testFairReleaseWakesOnlyTheNextWaiter)
+	t.Run("FairCancelledWaiterLeavesBeforeLockReturns", s.testFairCancelledWaiterLeavesBeforeLockReturns)
 	t.Run("HostileNamesAreStoredAndMatchedExactly", s.testHostileNames)
 	t.Run("TableNameIsQuoted", s.testTableName)
 	t.Run("UserWithoutCreateGetsGrantAdvice", s.testNoCreatePrivilege)
@@ -238,7 +252,7 @@ func (s server) testNoCreatePrivilege(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	c := dlock.New(d)
 	_, err = c.Mutex("x").TryLock(testenv.Context(t, 30*time.Second))
-	if err == nil || !strings.Contains(err.Error(), "GRANT CREATE, SELECT, INSERT, UPDATE ON `dlock`.* TO 'dlock_limited'") || !strings.Contains(err.Error(), "CREATE TABLE") {
+	if err == nil || !strings.Contains(err.Error(), "GRANT CREATE, SELECT, INSERT, UPDATE, DELETE ON `dlock`.* TO 'dlock_limited'") || !strings.Contains(err.Error(), "CREATE TABLE") {
 		t.Fatalf("TryLock without CREATE privilege: %v; want advice to GRANT CREATE or run the CREATE TABLE", err)
 	}
 	// The driver's own error is classified, and names the table and the

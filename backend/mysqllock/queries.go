@@ -291,10 +291,13 @@ type queries struct {
 
 	createPermits, permitCounter, permitCount, permitReuse, permitGrant, permitExtend,
 	permitRelease, permitBreak, permitInspect, permitList, permitWait string
+
+	createQueue, acquireFair, releaseFair, enqueue, heartbeat, dequeue, queueAhead, queueWaiters, waitFair string
 }
 
-func newQueries(quotedTable, quotedPermits string) queries {
-	r := strings.NewReplacer("{t}", quotedTable, "{p}", quotedPermits, "{waiting}", waitingSlots, "{takeSlot}", takeSlot)
+func newQueries(quotedTable, quotedPermits, quotedQueue string) queries {
+	r := strings.NewReplacer("{t}", quotedTable, "{p}", quotedPermits, "{q}", quotedQueue, "{live}", queueLive,
+		"{waiting}", waitingSlots, "{takeSlot}", takeSlot)
 	return queries{
 		createTable: r.Replace(createTable),
 		acquire:     r.Replace(acquire),
@@ -316,5 +319,144 @@ func newQueries(quotedTable, quotedPermits string) queries {
 		permitInspect: r.Replace(permitInspect),
 		permitList:    r.Replace(permitList),
 		permitWait:    r.Replace(permitWait),
+
+		createQueue:  r.Replace(createQueue),
+		acquireFair:  r.Replace(acquireFair),
+		releaseFair:  r.Replace(releaseFair),
+		enqueue:      r.Replace(enqueue),
+		heartbeat:    r.Replace(heartbeat),
+		dequeue:      r.Replace(dequeue),
+		queueAhead:   r.Replace(queueAhead),
+		queueWaiters: r.Replace(queueWaiters),
+		waitFair:     r.Replace(waitFair),
 	}
 }
+
+// Fair waiting (driver.Request.Fair; see the package doc and fair.go). {q}
+// is the quoted queue table (queueTable). A fair waiter holds a queue lock
+// — the user lock "dlock:q" followed by driver.NameHash of its owner key —
+// on its own session for as long as it waits, and its queue entry records
+// that session's id: an entry is live while its expires_at (by the
+// server's clock) is ahead and its queue lock is held by that session
+// ({live}), so the entry of a waiter whose session ended counts no more at
+// once, and that of a stalled one when its heartbeat stops.
+
+// createQueue is the queue table: one row per waiting fair Lock, in
+// arrival order (seq). bell is the waiter's driver's bell connection, ttl_us
+// the lease it asked for: a release that hands the lock to the entry
+// writes both into the lease row. An entry that a release handed the lock
+// to, or that ended, has expires_at at the sentinel; its waiter deletes it.
+const createQueue = `CREATE TABLE IF NOT EXISTS {q} (
+	seq        BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+	name       VARBINARY(1024) NOT NULL,
+	owner      VARBINARY(64) NOT NULL,
+	holder     BLOB NULL,
+	bell       BIGINT UNSIGNED NULL,
+	session    BIGINT UNSIGNED NOT NULL,
+	ttl_us     BIGINT UNSIGNED NOT NULL,
+	expires_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (seq),
+	KEY by_name (name, seq)
+) ENGINE=InnoDB`
+
+// queueLive is true for a live entry w (see above).
+const queueLive = `w.expires_at > UTC_TIMESTAMP(6) AND IS_USED_LOCK(CONCAT('dlock:q', LEFT(SHA2(w.owner, 256), 32))) <=> w.session`
+
+// acquireFair is acquire for a fair request: the lock is free for it only
+// if no live entry is queued ahead of it (seq below the parameter; a
+// request not queued passes the largest seq). The condition is evaluated
+// once, into @dlock_free, by the first assignment, and the later ones read
+// it: the queue is another table, read once. waited (bit 2) is 1 when some
+// other live entry is queued, so that the new holder takes its bell at
+// once.
+//
+// Parameters: name, owner, holder, bell, ttl_us, then name, seq, name, seq
+// (the queue), then owner, holder, bell, ttl_us.
+const acquireFair = `INSERT INTO {t} (name, owner, token, holder, bell, expires_at)
+VALUES (?, ?, LAST_INSERT_ID(9) >> 3, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+	token = IF(@dlock_free := (expires_at <= UTC_TIMESTAMP(6) AND NOT EXISTS (
+			SELECT 1 FROM {q} AS w WHERE w.name = ? AND w.seq < ? AND {live})),
+		LAST_INSERT_ID((token + 1) << 3 | EXISTS (
+			SELECT 1 FROM {q} AS w WHERE w.name = ? AND w.seq <> ? AND {live}) << 2 | (owner IS NOT NULL) << 1 | 1) >> 3,
+		token + (LAST_INSERT_ID(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) << 1) & 0)),
+	owner = IF(@dlock_free, ?, owner),
+	holder = IF(@dlock_free, ?, holder),
+	bell = IF(@dlock_free, ?, bell),
+	expires_at = IF(@dlock_free, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at)`
+
+// releaseFair frees a live lease of owner and, in the same statement,
+// hands it to the first live entry of the queue, if there is one: a new
+// token, the entry's owner, holder, bell connection and TTL from now by
+// the server's clock; the entry ends (expires_at at the sentinel). The
+// head is read in a derived table with LIMIT, which the server
+// materializes before it updates, so the queue table may be both read and
+// written (MySQL's error 1093 concerns merged subqueries only). A release
+// that hands off changes two rows, one that frees the lock one; none: the
+// lease was not this owner's. Parameters: name, name, owner.
+const releaseFair = `UPDATE {t} AS l
+LEFT JOIN (SELECT w.seq FROM {q} AS w WHERE w.name = ? AND {live} ORDER BY w.seq LIMIT 1) AS h ON 1
+LEFT JOIN {q} AS n ON n.seq = h.seq
+SET l.token = l.token + (n.seq IS NOT NULL), l.owner = n.owner, l.holder = n.holder, l.bell = n.bell,
+	l.expires_at = IF(n.seq IS NULL, '1000-01-01 00:00:00', UTC_TIMESTAMP(6) + INTERVAL n.ttl_us MICROSECOND),
+	n.expires_at = '1000-01-01 00:00:00'
+WHERE l.name = ? AND l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6)`
+
+// enqueue adds a fair waiter's entry, on the waiter's session, if that
+// session takes the waiter's queue lock (the last parameter): one round
+// trip. Parameters: name, owner, holder, bell, ttl_us, entry ttl_us, queue
+// lock.
+const enqueue = `INSERT INTO {q} (name, owner, holder, bell, session, ttl_us, expires_at)
+SELECT ?, ?, ?, ?, CONNECTION_ID(), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND FROM DUAL WHERE GET_LOCK(?, 0) = 1`
+
+// heartbeat renews a live entry, and records where its driver's bell is
+// now. Parameters: entry ttl_us, bell, seq.
+const heartbeat = `UPDATE {q} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, bell = ?
+WHERE seq = ? AND expires_at > UTC_TIMESTAMP(6)`
+
+// dequeue deletes an entry. Parameter: seq.
+const dequeue = `DELETE FROM {q} WHERE seq = ?`
+
+// queueAhead counts the live entries of a name queued ahead of seq: a fair
+// semaphore's grant, in its transaction, counts them with the live
+// permits. Parameters: name, seq.
+const queueAhead = `SELECT COUNT(*) FROM {q} AS w WHERE w.name = ? AND w.seq < ? AND {live}`
+
+// queueWaiters reads the holders of the live entries of a name, in order.
+// Parameter: name.
+const queueWaiters = `SELECT w.holder FROM {q} AS w WHERE w.name = ? AND {live} ORDER BY w.seq`
+
+// waitFair is a queued fair waiter's server-side wait, on its own session.
+// It waits for one event only, so that a hand-off wakes one waiter:
+//
+//	6  the lock was handed to this waiter (its owner holds it): the token
+//	   is in the second column
+//	8  it waited on its predecessor's queue lock, and the predecessor left
+//	   the queue or its session ended; 7: the wait ran out
+//	1  nobody live is ahead and the lock is free or expired: try now
+//	4  nobody live is ahead and this driver holds the lock: wait in-process
+//	2, 3 nobody live is ahead: it waited on the holder's bell (3: it rang)
+//	5  nobody live is ahead, the holder's bell is not taken yet: look again soon
+//	0  nobody live is ahead, the holder has no bell: poll until its expiry
+//
+// The third column is the holder's remaining lease in microseconds.
+// Waits are bounded by the cap, by the predecessor entry's expiry and by
+// the lease's. Parameters: owner, cap_seconds, own bell connection id,
+// bell, bell, cap_seconds, bell, bell, name, name, seq.
+const waitFair = `SELECT CASE
+	WHEN l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6) THEN 6
+	WHEN p.q IS NOT NULL THEN 7 + COALESCE(
+		GET_LOCK(p.q, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), p.expires_at) / 1000000)))
+		AND RELEASE_LOCK(p.q), 1)
+	WHEN l.owner IS NULL OR l.expires_at <= UTC_TIMESTAMP(6) THEN 1
+	WHEN l.bell = ? THEN 4
+	WHEN IS_USED_LOCK(?) = l.bell THEN 2 + COALESCE(
+		GET_LOCK(?, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) / 1000000)))
+		AND RELEASE_LOCK(?), 0)
+	WHEN l.bell IS NOT NULL THEN 5
+	ELSE 0 END,
+	COALESCE(l.token, 0), COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at), 0)
+FROM (SELECT 1) AS one
+LEFT JOIN {t} AS l ON l.name = ?
+LEFT JOIN (SELECT CONCAT('dlock:q', LEFT(SHA2(w.owner, 256), 32)) AS q, w.expires_at FROM {q} AS w
+	WHERE w.name = ? AND w.seq < ? AND {live} ORDER BY w.seq DESC LIMIT 1) AS p ON 1`

@@ -25,18 +25,21 @@ type permit struct{}
 // permitSuffix names the permit table after the lease table.
 const permitSuffix = "_permits"
 
-// permitTable is the permit table's name: the lease table's name with
-// "_permits" appended, if that fits MySQL's 64-character limit on
-// identifiers; otherwise the first 47 characters of the lease table's name,
-// "_", 8 hex digits of a hash of the whole name, and "_permits" (64
+// permitTable is the permit table's name (sideTable).
+func permitTable(table string) string { return sideTable(table, permitSuffix) }
+
+// sideTable names a table kept beside the lease table: the lease table's
+// name with suffix appended, if that fits MySQL's 64-character limit on
+// identifiers; otherwise the first characters of the lease table's name,
+// "_", 8 hex digits of a hash of the whole name, and suffix (64
 // characters), so that two long lease-table names that share a beginning
-// still get permit tables of their own.
-func permitTable(table string) string {
+// still get side tables of their own.
+func sideTable(table, suffix string) string {
 	r := []rune(table)
-	if len(r)+len(permitSuffix) <= 64 {
-		return table + permitSuffix
+	if len(r)+len(suffix) <= 64 {
+		return table + suffix
 	}
-	return string(r[:64-len(permitSuffix)-9]) + "_" + driver.NameHash(table)[:8] + permitSuffix
+	return string(r[:64-len(suffix)-9]) + "_" + driver.NameHash(table)[:8] + suffix
 }
 
 // permitBellPrefix is what permitBell hashes before the token: the table, a
@@ -57,8 +60,19 @@ func permitBell(table, name string, token uint64) string {
 // tryPermit is TryAcquire for a semaphore: one transaction (see
 // queries.go), run again if InnoDB picks it as a deadlock victim.
 func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
-	var st [4]*sql.Stmt
-	for i, q := range []string{d.q.permitCounter, d.q.permitCount, d.q.permitReuse, d.q.permitGrant} {
+	return d.tryPermitQueued(ctx, req, notQueued)
+}
+
+// tryPermitQueued is tryPermit; a fair request (Request.Fair) is granted
+// only while the live permits and the live waiters queued ahead of seq
+// (notQueued: all of them) are fewer than its limit.
+func (d *Driver) tryPermitQueued(ctx context.Context, req driver.Request, seq int64) (driver.Grant, time.Duration, error) {
+	var st [5]*sql.Stmt
+	queries := []string{d.q.permitCounter, d.q.permitCount, d.q.permitReuse, d.q.permitGrant}
+	if req.Fair {
+		queries = append(queries, d.q.queueAhead)
+	}
+	for i, q := range queries {
 		s, err := d.stmt(ctx, q) // creates the tables if needed
 		if err != nil {
 			return driver.Grant{}, 0, err
@@ -70,7 +84,7 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 	defer cancel()
 	for try := 1; ; try++ {
 		sent := driver.Now()
-		g, left, err := d.permitTx(octx, st, req, bellArg)
+		g, left, err := d.permitTx(octx, st, req, bellArg, seq)
 		var me *mysql.MySQLError
 		if try < 5 && errors.As(err, &me) && me.Number == 1213 {
 			continue
@@ -90,7 +104,7 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 
 // permitTx runs one grant transaction. A refusal is a zero Grant and the
 // time left on the live permit that expires first.
-func (d *Driver) permitTx(ctx context.Context, st [4]*sql.Stmt, req driver.Request, bellArg any) (g driver.Grant, left time.Duration, err error) {
+func (d *Driver) permitTx(ctx context.Context, st [5]*sql.Stmt, req driver.Request, bellArg any, seq int64) (g driver.Grant, left time.Duration, err error) {
 	name := []byte(req.Name)
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -116,6 +130,15 @@ func (d *Driver) permitTx(ctx context.Context, st [4]*sql.Stmt, req driver.Reque
 	}
 	if live >= int64(req.Limit) {
 		return g, time.Duration(leftUS) * time.Microsecond, nil
+	}
+	if req.Fair {
+		var ahead int64
+		if err := tx.StmtContext(ctx, st[4]).QueryRowContext(ctx, name, seq).Scan(&ahead); err != nil {
+			return g, 0, err
+		}
+		if live+ahead >= int64(req.Limit) {
+			return g, 0, nil
+		}
 	}
 	if ended > 0 {
 		r, err = tx.StmtContext(ctx, st[2]).ExecContext(ctx, uint64(token), req.Owner, req.Holder, bellArg, micros(req.TTL), name)

@@ -36,7 +36,19 @@ type waitSession struct {
 	conn  *sql.Conn
 	id    uint64
 	stmt  *sql.Stmt
-	pstmt *sql.Stmt // permitWait, prepared on first use
+	pstmt *sql.Stmt            // permitWait, prepared on first use
+	fair  map[string]*sql.Stmt // a fair waiter's statements (fair.go), prepared on first use
+}
+
+// closeStmts closes the statements prepared on s.
+func (s *waitSession) closeStmts() {
+	s.stmt.Close()
+	if s.pstmt != nil {
+		s.pstmt.Close()
+	}
+	for _, st := range s.fair {
+		st.Close()
+	}
 }
 
 const maxIdleSessions = 4
@@ -153,10 +165,7 @@ func (d *Driver) putSession(s *waitSession, clean bool) {
 		}
 		d.lmu.Unlock()
 	}
-	s.stmt.Close()
-	if s.pstmt != nil {
-		s.pstmt.Close()
-	}
+	s.closeStmts()
 	if clean {
 		s.conn.Close()
 	} else {
@@ -171,10 +180,7 @@ func (d *Driver) closeSessions() {
 	d.idle = nil
 	d.lmu.Unlock()
 	for _, s := range idle {
-		s.stmt.Close()
-		if s.pstmt != nil {
-			s.pstmt.Close()
-		}
+		s.closeStmts()
 		s.conn.Close()
 	}
 }

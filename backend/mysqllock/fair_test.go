@@ -1,0 +1,270 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// Fair waiting (fair.go). The conformance suite runs whole with WithFair
+// (ConformanceFair); these tests pin down what it cannot see: queue
+// entries of waiters in other processes that crashed or stalled, and
+// which waiters a hand-off wakes.
+
+const fairTable = "?table=fair_queue"
+
+// queuedWaiter is a waiter of another process, made with the driver's own
+// enqueue statement on a session of its own: its entry is live while the
+// session holds its queue lock and its entry's TTL runs.
+type queuedWaiter struct {
+	conn *sql.Conn
+}
+
+func (s server) queuedWaiter(t *testing.T, d *Driver, name string, entryTTL time.Duration) *queuedWaiter {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	c, err := s.sqlDB(t).Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { discard(c) })
+	owner := driver.NewNonce()
+	r, err := c.ExecContext(ctx, d.q.enqueue, []byte(name), owner, []byte(`{"note":"other process"}`), nil,
+		micros(10*time.Second), micros(entryTTL), queueLock(owner))
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	if n, _ := r.RowsAffected(); n != 1 {
+		t.Fatalf("enqueue wrote %d rows", n)
+	}
+	return &queuedWaiter{conn: c}
+}
+
+// crash ends the waiter's session, as the death of its process does.
+func (w *queuedWaiter) crash() { discard(w.conn) }
+
+// waiters is how many live waiters Inspect shows.
+func waiters(t *testing.T, c *dlock.Client, name string) int {
+	t.Helper()
+	in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	return len(in.Waiters)
+}
+
+func waitForWaiters(t *testing.T, c *dlock.Client, name string, n int) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d live waiters", n), func() error {
+		if got := waiters(t, c, name); got != n {
+			return fmt.Errorf("%d waiters", got)
+		}
+		return nil
+	})
+}
+
+// testFairTryLockDoesNotPassAQueuedWaiter: a free lock with a live waiter
+// queued is not taken by a fair TryLock (a plain one may take it); once
+// that waiter's session ends, it is.
+func (s server) testFairTryLockDoesNotPassAQueuedWaiter(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	d := s.open(t, s.Addr, fairTable)
+	fair := dlock.New(d, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	plain := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := fair.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := s.queuedWaiter(t, d, name, time.Minute)
+	waitForWaiters(t, plain, name, 1)
+	if l, err := fair.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("fair TryLock of a free lock with a live waiter queued: %v (lease %v); want ErrNotAcquired", err, l)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if l, err := fair.Mutex(name).Lock(lctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("fair Lock behind a live waiter: %v (lease %v); want to wait", err, l)
+	}
+	cancel()
+	waitForWaiters(t, plain, name, 1) // the cancelled Lock left the queue
+	// The plain mode keeps its semantics: an arrival may take a free lock.
+	pl, err := plain.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("plain TryLock of a free lock: %v", err)
+	}
+	if err := pl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.crash()
+	testenv.Eventually(t, 30*time.Second, "a fair TryLock once the waiter's session ended", func() error {
+		l, err := fair.Mutex(name).TryLock(ctx)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	})
+}
+
+// testFairQueueSkipsAWaiterThatLeft: the release hands the lock past a
+// queued waiter that is no longer live — its session ended (crashed), or
+// it stopped renewing its entry (stalled) — to the next live one, which
+// gets the very next token: the dead entry was never granted.
+func (s server) testFairQueueSkipsAWaiterThatLeft(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		entryTTL time.Duration
+		leave    func(*queuedWaiter)
+	}{
+		{"Crashed", time.Minute, (*queuedWaiter).crash},
+		{"Stalled", 1500 * time.Millisecond, func(*queuedWaiter) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testenv.Context(t, 60*time.Second)
+			d := s.open(t, s.Addr, fairTable)
+			holder := dlock.New(d, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+			waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+			name := "fair/" + t.Name()
+			l, err := holder.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := s.queuedWaiter(t, d, name, tc.entryTTL)
+			got := make(chan *dlock.Lease, 1)
+			go func() {
+				lw, err := waiter.Mutex(name).Lock(ctx)
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("waiter: %v", err)
+				}
+				got <- lw
+			}()
+			waitForWaiters(t, holder, name, 2)
+			tc.leave(w)
+			waitForWaiters(t, holder, name, 1)
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lw := <-got
+			if lw == nil {
+				return
+			}
+			defer lw.Unlock(ctx)
+			if lw.Token() != l.Token()+1 {
+				t.Errorf("the live waiter got token %d after the holder's %d: the lock was handed to the dead entry first", lw.Token(), l.Token())
+			}
+		})
+	}
+}
+
+// testFairReleaseWakesOnlyTheNextWaiter: with three waiters queued, a
+// release wakes the first (the holder's bell), and the first's leaving
+// the queue wakes the second (its queue lock); the third, waiting on the
+// second, is not woken, and no one but the first hears the bell.
+func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	holder := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*Driver
+	got := make(chan int, 3)
+	for i := range 3 {
+		d := s.open(t, s.Addr, fairTable)
+		ds = append(ds, d)
+		c := dlock.New(d, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+		go func() {
+			lw, err := c.Mutex(name).Lock(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("waiter %d: %v", i, err)
+				}
+				got <- -1
+				return
+			}
+			got <- i
+			<-ctx.Done()
+			_ = lw.Unlock(context.Background())
+		}()
+		waitForWaiters(t, holder, name, i+1)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if first := <-got; first != 0 {
+		t.Fatalf("waiter %d was granted first, want 0", first)
+	}
+	testenv.Eventually(t, 30*time.Second, "the second waiter to hear the first leave", func() error {
+		if n := ds[1].fairWaits[waitPredecessorL].Load(); n == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if n := ds[0].fairWaits[waitHandedOff].Load(); n != 1 {
+		t.Errorf("the first waiter learnt of its hand-off %d times, want 1", n)
+	}
+	for i, d := range ds[1:] {
+		if n := d.fairWaits[waitRang].Load(); n != 0 {
+			t.Errorf("waiter %d heard the holder's bell %d times: the release woke more than the next waiter", i+1, n)
+		}
+	}
+	if n := ds[2].fairWaits[waitPredecessorL].Load(); n != 0 {
+		t.Errorf("the third waiter was woken %d times by a predecessor leaving, though the second still waits", n)
+	}
+}
+
+// testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
+// Lock returns, its entry is gone — Inspect shows no waiter — and the next
+// release hands the lock to the waiter behind it, with the next token.
+func (s server) testFairCancelledWaiterLeavesBeforeLockReturns(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	holder := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	quitter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qctx, qcancel := context.WithCancel(ctx)
+	qerr := make(chan error, 1)
+	go func() { _, err := quitter.Mutex(name).Lock(qctx); qerr <- err }()
+	waitForWaiters(t, holder, name, 1)
+	qcancel()
+	if err := <-qerr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: %v, want context.Canceled", err)
+	}
+	if n := waiters(t, holder, name); n != 0 {
+		t.Fatalf("%d waiters queued after the cancelled Lock returned, want 0", n)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- lw
+	}()
+	waitForWaiters(t, holder, name, 1)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lw := <-got
+	if lw == nil {
+		return
+	}
+	defer lw.Unlock(ctx)
+	if lw.Token() != l.Token()+1 {
+		t.Errorf("the waiter got token %d after the holder's %d: the lock was handed to the cancelled waiter first", lw.Token(), l.Token())
+	}
+}
