@@ -54,14 +54,29 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// handedOff turns a hand-off into a grant. confirmed says the server
 	// reported it in an attempt's reply (the attempt saw the lock as this
 	// owner's); a hand-off learnt from a message is checked first.
+	//
+	// The hand-off came after the last attempt that found the lock held
+	// (that attempt would have reported it otherwise), so the lease runs
+	// at least until that attempt's send time plus the TTL, on the
+	// server's clock: it is counted from there.
 	handedOff := func(token uint64, confirmed bool) (driver.Grant, bool) {
-		if confirmed && driver.Since(notGrantedAt) < req.TTL/2 {
+		recent := driver.Since(notGrantedAt) < req.TTL/2
+		if confirmed && recent {
 			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
 		}
 		// A message may have been delayed, and the lock broken and granted
-		// to another since; or this waiter was held up (frozen, or cut off
-		// with its connection open) long enough for most of the lease to
-		// be gone. An owner-checked renewal settles both, and starts the
+		// to another since: one GET shows whether the lock still holds
+		// this owner's grant, with this token.
+		if recent {
+			ok, err := k.HeldBy(ctx, d.rdb, req.Owner, token)
+			if err != nil || !ok {
+				return driver.Grant{}, false
+			}
+			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
+		}
+		// This waiter was held up (frozen, or cut off with its connection
+		// open) long enough for most of the lease to be gone. An
+		// owner-checked renewal settles both questions, and starts the
 		// lease afresh.
 		sent := driver.Now()
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {

@@ -269,6 +269,31 @@ func (k Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl 
 	return n == 1, err
 }
 
+// HeldBy reads the lock, with a plain GET (no script), and reports whether
+// it holds owner's grant with token: the check a waiter makes of a
+// hand-off it learnt from a message (see fair.go in redislock).
+func (k *Keys) HeldBy(ctx context.Context, rdb redis.Cmdable, owner string, token uint64) (bool, error) {
+	v, err := rdb.Get(ctx, k.Lock).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return holds(v, owner, token), nil
+}
+
+// holds reports whether lock value v is owner's grant with token: it
+// begins "<owner><sep><token> " (see value.lua), sep " " or "+".
+func holds(v, owner string, token uint64) bool {
+	if len(v) <= len(owner) || v[:len(owner)] != owner || (v[len(owner)] != ' ' && v[len(owner)] != '+') {
+		return false
+	}
+	var buf [24]byte
+	t := strconv.AppendUint(buf[:0], token, 10)
+	rest := v[len(owner)+1:]
+	return len(rest) > len(t) && rest[:len(t)] == string(t) && rest[len(t)] == ' '
+}
+
 // Release frees owner's lock and serves the next waiter; false means the
 // lock is not owner's.
 func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) (bool, error) {
