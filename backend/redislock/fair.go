@@ -163,6 +163,9 @@ func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Re
 // client's own read and write timeouts bound it already (go-redis's
 // default: 5s).
 func (d *Driver) attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil && d.boundedIO {
+		return ctx, func() {} // nothing to detach from
+	}
 	if d.boundedIO {
 		return context.WithoutCancel(ctx), func() {}
 	}
