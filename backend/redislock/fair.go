@@ -62,7 +62,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	handedOff := func(token uint64, confirmed bool) (driver.Grant, bool) {
 		recent := driver.Since(notGrantedAt) < req.TTL/2
 		if confirmed && recent {
-			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
+			return driver.Grant{Token: token, Since: notGrantedAt}, true
 		}
 		// A message may have been delayed, and the lock broken and granted
 		// to another since: one GET shows whether the lock still holds
@@ -72,7 +72,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			if err != nil || !ok {
 				return driver.Grant{}, false
 			}
-			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
+			return driver.Grant{Token: token, Since: notGrantedAt}, true
 		}
 		// This waiter was held up (frozen, or cut off with its connection
 		// open) long enough for most of the lease to be gone. An
@@ -82,7 +82,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
 		}
-		return driver.Grant{Token: token, Since: sent, Handle: k}, true
+		return driver.Grant{Token: token, Since: sent}, true
 	}
 	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
@@ -104,7 +104,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
 		case a.outcome == redisscript.Granted:
-			return driver.Grant{Token: uint64(a.n), Since: a.sent, Handle: k}, nil
+			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
 		case a.outcome == redisscript.HandedOff:
 			if g, ok := handedOff(uint64(a.n), true); ok {
 				return g, nil
@@ -153,7 +153,7 @@ func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Re
 		_, _ = k.Release(actx, d.rdb, req.Owner, d.wake)
 		return driver.Grant{}, ctx.Err()
 	case granted:
-		return driver.Grant{Token: uint64(n), Since: sent, Handle: k}, nil
+		return driver.Grant{Token: uint64(n), Since: sent}, nil
 	}
 	return driver.Grant{}, driver.ErrNotAcquired
 }
