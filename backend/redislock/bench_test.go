@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	mrand "math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -172,5 +175,54 @@ func reportContention(b *testing.B, r testenv.Contention, calls int64) {
 	b.ReportMetric(float64(r.WaitQuantile(0.99).Microseconds()), "p99-wait-µs")
 	if r.Errors > 0 {
 		b.Errorf("%d lock calls failed", r.Errors)
+	}
+}
+
+// The client's heap per held lock, as the bench's scenario C measures it:
+// 10,000 names locked and held at once, each with its Mutex kept, after
+// GC. With DLOCK_HEAP_PROFILE=file, a heap profile is written while the
+// locks are held (go tool pprof -sample_index=inuse_space file).
+func BenchmarkHeldLocksHeap(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	c := dlock.New(newDriver(b, rdb), dlock.WithTTL(time.Minute))
+	defer c.Close()
+	ctx := context.Background()
+	const n = 10000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "held/" + strconv.Itoa(i)
+	}
+	for range b.N {
+		mutexes := make([]*dlock.Mutex, 0, n)
+		leases := make([]*dlock.Lease, 0, n)
+		heap0, _ := testenv.LiveHeap()
+		for _, name := range names {
+			m := c.Mutex(name)
+			l, err := m.Lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			mutexes, leases = append(mutexes, m), append(leases, l)
+		}
+		heap1, _ := testenv.LiveHeap()
+		b.ReportMetric(float64(heap1-heap0)/n, "heap-B/lock")
+		if f := os.Getenv("DLOCK_HEAP_PROFILE"); f != "" {
+			w, err := os.Create(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("heap").WriteTo(w, 0); err != nil {
+				b.Fatal(err)
+			}
+			_ = w.Close()
+		}
+		for _, l := range leases {
+			if err := l.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = mutexes
 	}
 }

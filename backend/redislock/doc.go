@@ -53,12 +53,17 @@
 // next waiter — a killed waiter never holds up the queue. The waiter does
 // not take the message's word for it: a message can arrive late, after
 // the lock was broken and granted to another client, so the waiter first
-// renews the lease with the owner-checked extend script, and its lease is
-// counted from that renewal's send time. A contended lock thus changes
-// hands in two round trips (the release, the new holder's renewal) but
-// without the new holder having to ask and retry; the check costs one
-// round trip per hand-off and closes the window in which a late message
-// made a second holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
+// reads the lock (a plain GET) and accepts only a value that holds its own
+// owner key and the token of the message. Its lease is counted from the
+// send time of its last attempt that found the lock held (the hand-off
+// came after it, or that attempt would have reported it); if that was
+// more than half a TTL ago, the waiter renews the lease with the
+// owner-checked extend script instead, and counts from that renewal's
+// send time. A contended lock thus changes hands in two round trips (the
+// release, the new holder's check) but without the new holder having to
+// ask and retry; the check costs one round trip and one command per
+// hand-off and closes the window in which a late message made a second
+// holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
 // that is frozen (SIGSTOP) or cut off while its connection stays open can
 // be handed the lock; the lock then stays taken, unrenewed, for one TTL, as
 // a frozen holder's would. On Redis Cluster, where PUBLISH counts one

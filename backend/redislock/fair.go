@@ -54,20 +54,35 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	// handedOff turns a hand-off into a grant. confirmed says the server
 	// reported it in an attempt's reply (the attempt saw the lock as this
 	// owner's); a hand-off learnt from a message is checked first.
+	//
+	// The hand-off came after the last attempt that found the lock held
+	// (that attempt would have reported it otherwise), so the lease runs
+	// at least until that attempt's send time plus the TTL, on the
+	// server's clock: it is counted from there.
 	handedOff := func(token uint64, confirmed bool) (driver.Grant, bool) {
-		if confirmed && driver.Since(notGrantedAt) < req.TTL/2 {
-			return driver.Grant{Token: token, Since: notGrantedAt, Handle: k}, true
+		recent := driver.Since(notGrantedAt) < req.TTL/2
+		if confirmed && recent {
+			return driver.Grant{Token: token, Since: notGrantedAt}, true
 		}
 		// A message may have been delayed, and the lock broken and granted
-		// to another since; or this waiter was held up (frozen, or cut off
-		// with its connection open) long enough for most of the lease to
-		// be gone. An owner-checked renewal settles both, and starts the
+		// to another since: one GET shows whether the lock still holds
+		// this owner's grant, with this token.
+		if recent {
+			ok, err := k.HeldBy(ctx, d.rdb, req.Owner, token)
+			if err != nil || !ok {
+				return driver.Grant{}, false
+			}
+			return driver.Grant{Token: token, Since: notGrantedAt}, true
+		}
+		// This waiter was held up (frozen, or cut off with its connection
+		// open) long enough for most of the lease to be gone. An
+		// owner-checked renewal settles both questions, and starts the
 		// lease afresh.
 		sent := driver.Now()
 		if ok, err := k.Extend(ctx, d.rdb, req.Owner, req.TTL); err != nil || !ok {
 			return driver.Grant{}, false
 		}
-		return driver.Grant{Token: token, Since: sent, Handle: k}, true
+		return driver.Grant{Token: token, Since: sent}, true
 	}
 	barge := !req.Fair // a plain Lock's first attempt takes a free lock whoever waits
 	for {
@@ -89,7 +104,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			d.giveUp(ctx, k, req.Owner)
 			return driver.Grant{}, d.unavailable(ctx, a.err)
 		case a.outcome == redisscript.Granted:
-			return driver.Grant{Token: uint64(a.n), Since: a.sent, Handle: k}, nil
+			return driver.Grant{Token: uint64(a.n), Since: a.sent}, nil
 		case a.outcome == redisscript.HandedOff:
 			if g, ok := handedOff(uint64(a.n), true); ok {
 				return g, nil
@@ -138,7 +153,7 @@ func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Re
 		_, _ = k.Release(actx, d.rdb, req.Owner, d.wake)
 		return driver.Grant{}, ctx.Err()
 	case granted:
-		return driver.Grant{Token: uint64(n), Since: sent, Handle: k}, nil
+		return driver.Grant{Token: uint64(n), Since: sent}, nil
 	}
 	return driver.Grant{}, driver.ErrNotAcquired
 }
@@ -148,6 +163,9 @@ func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Re
 // client's own read and write timeouts bound it already (go-redis's
 // default: 5s).
 func (d *Driver) attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil && d.boundedIO {
+		return ctx, func() {} // nothing to detach from
+	}
 	if d.boundedIO {
 		return context.WithoutCancel(ctx), func() {}
 	}

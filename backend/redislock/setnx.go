@@ -33,7 +33,7 @@ func (s setnx) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant
 	case err != nil:
 		return driver.Grant{}, 0, s.unavailable(ctx, err)
 	case granted:
-		return driver.Grant{Token: uint64(n), Handle: k}, 0, nil
+		return driver.Grant{Token: uint64(n)}, 0, nil
 	}
 	return driver.Grant{}, time.Duration(max(n, 0)) * time.Millisecond, driver.ErrNotAcquired
 }

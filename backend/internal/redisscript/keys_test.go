@@ -44,3 +44,27 @@ func TestReadersMarkIsTheSameInGoAndLua(t *testing.T) {
 		t.Errorf("value.lua does not define %q", want)
 	}
 }
+
+// A hand-off is accepted only from the lock value of this owner with this
+// token: another owner, a longer owner key that begins with this one, or
+// another grant of the same owner is refused.
+func TestHoldsMatchesOwnerAndToken(t *testing.T) {
+	for _, c := range []struct {
+		v     string
+		token uint64
+		want  bool
+	}{
+		{"abc 12 1 n", 12, true},
+		{"abc+12 1 n{}", 12, true},
+		{"abc 13 1 n", 12, false},
+		{"abc 123 1 n", 12, false},
+		{"abcd 12 1 n", 12, false},
+		{"xbc 12 1 n", 12, false},
+		{"abc", 12, false},
+		{"abc 12", 12, false},
+	} {
+		if got := holds(c.v, "abc", c.token); got != c.want {
+			t.Errorf("holds(%q, abc, %d) = %v, want %v", c.v, c.token, got, c.want)
+		}
+	}
+}

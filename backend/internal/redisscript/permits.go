@@ -37,7 +37,7 @@ var (
 
 const permitsMark = "--@permits\n"
 
-func permitScript(src string) *redis.Script {
+func permitScript(src string) *luaScript {
 	return script(strings.Replace(src, permitsMark, permitsLib, 1))
 }
 
@@ -52,20 +52,20 @@ var (
 // permitKeys are the keys the semaphore scripts take, in their KEYS
 // order: permits, holders, fence, queue, waiters, channel; and, for a
 // reader, the lock key.
-func (k Keys) permitKeys(reader bool) []string {
+func (k *Keys) permitKeys(reader bool) []string {
 	return readerKey([]string{k.Permits, k.Holders, k.Fence, k.Queue, k.Waiters, k.Channel}, k, reader)
 }
 
 // permitKeysNoFence are the keys of the scripts that grant nothing:
 // permits, holders, queue, waiters, channel; and, for a reader, the lock
 // key.
-func (k Keys) permitKeysNoFence(reader bool) []string {
+func (k *Keys) permitKeysNoFence(reader bool) []string {
 	return readerKey([]string{k.Permits, k.Holders, k.Queue, k.Waiters, k.Channel}, k, reader)
 }
 
 // readerKey appends the lock key to a permit script's keys for a reader
 // of a read-write lock: its presence is what tells the script so.
-func readerKey(keys []string, k Keys, reader bool) []string {
+func readerKey(keys []string, k *Keys, reader bool) []string {
 	if reader {
 		return append(keys, k.Lock)
 	}
@@ -79,7 +79,7 @@ func readerKey(keys []string, k Keys, reader bool) []string {
 // renews its place) for that long; with 0 it leaves the queue alone. When
 // granted, n is the token; otherwise the time in ms until the first
 // permit held expires (-1 if none is held).
-func (k Keys) AcquirePermit(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, limit int, reader bool, holder []byte, barge bool, waiterTTL time.Duration) (granted bool, n int64, err error) {
+func (k *Keys) AcquirePermit(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, limit int, reader bool, holder []byte, barge bool, waiterTTL time.Duration) (granted bool, n int64, err error) {
 	wttl := int64(0)
 	if waiterTTL > 0 {
 		wttl = ms(waiterTTL)
@@ -99,7 +99,7 @@ func (k Keys) AcquirePermit(ctx context.Context, rdb redis.Scripter, owner strin
 
 // ExtendPermit renews owner's permit (a reader's lease, with reader) for
 // ttl; false means it is not owner's any more.
-func (k Keys) ExtendPermit(ctx context.Context, rdb redis.Scripter, owner string, reader bool, ttl time.Duration) (bool, error) {
+func (k *Keys) ExtendPermit(ctx context.Context, rdb redis.Scripter, owner string, reader bool, ttl time.Duration) (bool, error) {
 	n, err := permitExtend.Run(ctx, rdb, readerKey([]string{k.Permits, k.Holders}, k, reader), owner, ms(ttl)).Int64()
 	return n == 1, err
 }
@@ -107,14 +107,14 @@ func (k Keys) ExtendPermit(ctx context.Context, rdb redis.Scripter, owner string
 // ReleasePermit gives back owner's permit (a reader's lease, with reader)
 // and wakes the first waiter if it may be granted; false means the permit
 // is not owner's any more.
-func (k Keys) ReleasePermit(ctx context.Context, rdb redis.Scripter, owner string, reader bool) (bool, error) {
+func (k *Keys) ReleasePermit(ctx context.Context, rdb redis.Scripter, owner string, reader bool) (bool, error) {
 	n, err := permitRelease.Run(ctx, rdb, k.permitKeysNoFence(reader), owner).Int64()
 	return n == 1, err
 }
 
 // BreakPermits frees every permit of the semaphore; false means none was
 // held.
-func (k Keys) BreakPermits(ctx context.Context, rdb redis.Scripter) (bool, error) {
+func (k *Keys) BreakPermits(ctx context.Context, rdb redis.Scripter) (bool, error) {
 	n, err := permitBreak.Run(ctx, rdb, k.permitKeysNoFence(false)).Int64()
 	return n == 1, err
 }
@@ -122,7 +122,7 @@ func (k Keys) BreakPermits(ctx context.Context, rdb redis.Scripter) (bool, error
 // LeavePermitQueue takes a semaphore's or a reader's waiter that gives up
 // out of the queue, gives back a permit granted to it meanwhile, and wakes
 // the next waiter if it may be granted one.
-func (k Keys) LeavePermitQueue(ctx context.Context, rdb redis.Scripter, owner string, reader bool) error {
+func (k *Keys) LeavePermitQueue(ctx context.Context, rdb redis.Scripter, owner string, reader bool) error {
 	return permitLeaveQueue.Run(ctx, rdb, k.permitKeysNoFence(reader), owner).Err()
 }
 

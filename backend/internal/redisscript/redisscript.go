@@ -53,8 +53,8 @@ var (
 
 const queueMark = "--@queue\n"
 
-func script(src string) *redis.Script {
-	return redis.NewScript(valueLib + strings.Replace(src, queueMark, queueLib, 1))
+func script(src string) *luaScript {
+	return newLuaScript(valueLib + strings.Replace(src, queueMark, queueLib, 1))
 }
 
 // DefaultPrefix begins every key dlock writes, unless configured otherwise.
@@ -75,7 +75,6 @@ type Keys struct {
 	// Permits and Holders are a semaphore's (see permits.lua); "" in a
 	// layout without semaphores.
 	Permits, Holders string
-	all              []string // the mutex's five, in the scripts' KEYS order
 }
 
 // KeysFor returns the keys of lock name under prefix.
@@ -86,7 +85,6 @@ func KeysFor(prefix, name string) Keys {
 		Waiters: base + "waiters", Channel: base + "wake",
 		Permits: base + "permits", Holders: base + "holders",
 	}
-	k.all = []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel}
 	return k
 }
 
@@ -137,13 +135,13 @@ const (
 // ms (-1 if it has none, -2 if the lock is free but a waiter is first in
 // line: Fair). wake says how a Fair attempt that finds the lock free and a
 // waiter first wakes it.
-func (k Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
+func (k *Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
 	var cmd *redis.Cmd
 	switch tail := k.tail(holder); mode {
 	case Incr: // the default: no mode argument, and two keys, the lock and the fence
-		cmd = acquire.Run(ctx, rdb, k.queueKeys()[:2], owner, ms(ttl), tail)
+		cmd = acquire.run(ctx, rdb, []*string{&k.Lock, &k.Fence}, owner, msArg(ttl), tail)
 	default:
-		cmd = acquire.Run(ctx, rdb, k.queueKeys(), owner, ms(ttl), tail, string(mode), string(wake))
+		cmd = acquire.run(ctx, rdb, k.queueKeyPtrs(), owner, msArg(ttl), tail, mode.arg(), wake.arg())
 	}
 	n, err = cmd.Int64()
 	if err != nil {
@@ -169,7 +167,7 @@ type RoundOne struct {
 // nodes), and report, read in the same step, the node's fence counter and
 // the value of stateKey, which says whether the node's counters can be
 // trusted (see package redlock).
-func (k Keys) AcquireRead(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, stateKey string) (RoundOne, error) {
+func (k *Keys) AcquireRead(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, stateKey string) (RoundOne, error) {
 	v, err := acquire.Run(ctx, rdb, []string{k.Lock, k.Fence, stateKey}, owner, ms(ttl), k.tail(holder), "read").Slice()
 	if err != nil {
 		return RoundOne{}, err
@@ -187,7 +185,7 @@ func (k Keys) AcquireRead(ctx context.Context, rdb redis.Scripter, owner string,
 
 // tail is what follows the token in a lock value: " <len(name)> <name><holder>"
 // (see value.lua).
-func (k Keys) tail(holder []byte) []byte {
+func (k *Keys) tail(holder []byte) []byte {
 	b := make([]byte, 0, len(k.Name)+len(holder)+8)
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(len(k.Name)), 10)
@@ -227,9 +225,9 @@ const (
 // release that this attempt makes wakes the next waiter. When granted
 // (Granted or HandedOff), n is the token; otherwise the holder's PTTL in
 // ms.
-func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, waiterTTL time.Duration, proc string, wake Wake, barge bool) (outcome int, n int64, err error) {
-	v, err := fairAcquire.Run(ctx, rdb, k.queueKeys(),
-		owner, ms(ttl), k.Name, holder, ms(waiterTTL), cmp.Or(proc, "-"), string(wake), flag(barge)).Slice()
+func (k *Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, waiterTTL time.Duration, proc string, wake Wake, barge bool) (outcome int, n int64, err error) {
+	v, err := fairAcquire.run(ctx, rdb, k.queueKeyPtrs(),
+		owner, msArg(ttl), k.Name, holder, msArg(waiterTTL), cmp.Or(proc, "-"), wake.arg(), flag(barge)).Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -242,15 +240,17 @@ func (k Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string,
 }
 
 // queueKeys are the keys the scripts take, in their KEYS order: lock,
-// fence, queue, waiters, channel. The slice is shared: never modify it.
-func (k Keys) queueKeys() []string {
-	if k.all != nil {
-		return k.all
-	}
+// fence, queue, waiters, channel.
+func (k *Keys) queueKeys() []string {
 	return []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel}
 }
 
-func flag(b bool) string {
+// queueKeyPtrs are queueKeys, as run takes them.
+func (k *Keys) queueKeyPtrs() []*string {
+	return []*string{&k.Lock, &k.Fence, &k.Queue, &k.Waiters, &k.Channel}
+}
+
+func flag(b bool) any {
 	if b {
 		return "1"
 	}
@@ -259,38 +259,63 @@ func flag(b bool) string {
 
 // LeaveQueue removes a fair waiter that gives up, and passes on a lock
 // handed to it meanwhile; the next waiter is served if the lock is free.
-func (k Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) error {
-	return leaveQueue.Run(ctx, rdb, k.queueKeys(), owner, k.Name, string(wake)).Err()
+func (k *Keys) LeaveQueue(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) error {
+	return leaveQueue.run(ctx, rdb, k.queueKeyPtrs(), owner, k.Name, wake.arg()).Err()
 }
 
 // Extend renews owner's lease for ttl; false means the lock is not owner's.
-func (k Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration) (bool, error) {
-	n, err := extend.Run(ctx, rdb, []string{k.Lock}, owner, ms(ttl)).Int64()
+func (k *Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration) (bool, error) {
+	n, err := extend.run(ctx, rdb, []*string{&k.Lock}, owner, msArg(ttl)).Int64()
 	return n == 1, err
+}
+
+// HeldBy reads the lock, with a plain GET (no script), and reports whether
+// it holds owner's grant with token: the check a waiter makes of a
+// hand-off it learnt from a message (see fair.go in redislock).
+func (k *Keys) HeldBy(ctx context.Context, rdb redis.Cmdable, owner string, token uint64) (bool, error) {
+	v, err := rdb.Get(ctx, k.Lock).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	return holds(v, owner, token), nil
+}
+
+// holds reports whether lock value v is owner's grant with token: it
+// begins "<owner><sep><token> " (see value.lua), sep " " or "+".
+func holds(v, owner string, token uint64) bool {
+	if len(v) <= len(owner) || v[:len(owner)] != owner || (v[len(owner)] != ' ' && v[len(owner)] != '+') {
+		return false
+	}
+	var buf [24]byte
+	t := strconv.AppendUint(buf[:0], token, 10)
+	rest := v[len(owner)+1:]
+	return len(rest) > len(t) && rest[:len(t)] == string(t) && rest[len(t)] == ' '
 }
 
 // Release frees owner's lock and serves the next waiter; false means the
 // lock is not owner's.
-func (k Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) (bool, error) {
-	n, err := release.Run(ctx, rdb, k.queueKeys(), owner, string(wake)).Int64()
+func (k *Keys) Release(ctx context.Context, rdb redis.Scripter, owner string, wake Wake) (bool, error) {
+	n, err := release.run(ctx, rdb, k.queueKeyPtrs(), owner, wake.arg()).Int64()
 	return n == 1, err
 }
 
 // Break frees the lock whoever holds it — its writer, or every reader of
 // a read-write lock — and serves the next waiter; false means it was free.
-func (k Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, error) {
+func (k *Keys) Break(ctx context.Context, rdb redis.Scripter, wake Wake) (bool, error) {
 	keys := k.queueKeys()
 	if k.Permits != "" {
-		keys = append(keys[:len(keys):len(keys)], k.Permits, k.Holders)
+		keys = append(keys, k.Permits, k.Holders)
 	}
-	n, err := breakLock.Run(ctx, rdb, keys, k.Name, string(wake)).Int64()
+	n, err := breakLock.Run(ctx, rdb, keys, k.Name, wake.arg()).Int64()
 	return n == 1, err
 }
 
 // SetToken raises the fence counter to token, and stores token in owner's
 // lock; false means the lock is not owner's (the counter is raised all the
 // same).
-func (k Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, token uint64) (bool, error) {
+func (k *Keys) SetToken(ctx context.Context, rdb redis.Scripter, owner string, token uint64) (bool, error) {
 	n, err := setToken.Run(ctx, rdb, k.queueKeys()[:2], owner, token).Int64()
 	return n == 1, err
 }
@@ -350,7 +375,7 @@ type State struct {
 }
 
 // Read reports the state of the lock, in one round trip.
-func (k Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
+func (k *Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
 	var queue *redis.StringSliceCmd

@@ -53,7 +53,6 @@ func (l Layout) Keys(prefix, name string) Keys {
 		Name: name, Lock: name, Fence: base + "fence:" + name, Queue: base + "queue:" + name,
 		Waiters: base + "waiters:" + name, Channel: base + "wake:" + name,
 	}
-	k.all = []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Channel}
 	return k
 }
 
@@ -97,7 +96,7 @@ func (l Layout) CheckName(prefix, name string) error {
 // holder's (redis-py's random token, redsync's, …): the lock is held, by
 // an owner of unknown identity, with no token; Value.Owner is then the
 // whole value, by which Redlock's nodes agree on one holder.
-func (k Keys) ReadSetNX(ctx context.Context, rdb redis.Cmdable) (State, error) {
+func (k *Keys) ReadSetNX(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

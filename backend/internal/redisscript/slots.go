@@ -32,7 +32,7 @@ var (
 
 const slotsMark = "--@slots\n"
 
-func slotScript(src string) *redis.Script {
+func slotScript(src string) *luaScript {
 	return permitScript(strings.Replace(src, slotsMark, slotsLib, 1))
 }
 
@@ -51,7 +51,7 @@ var (
 // same step (as AcquireRead does for a mutex). When granted, Slot is the
 // slot taken; otherwise PTTL is the time in ms left on the permit that
 // expires first (-1 if none is held).
-func (k Keys) AcquireSlot(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, limit, pref int, holder []byte, stateKey string) (RoundOne, error) {
+func (k *Keys) AcquireSlot(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, limit, pref int, holder []byte, stateKey string) (RoundOne, error) {
 	v, err := slotAcquire.Run(ctx, rdb, []string{k.Permits, k.Holders, k.Fence, stateKey},
 		owner, ms(ttl), limit, pref, k.Name, holder).Slice()
 	if err != nil {
@@ -77,7 +77,7 @@ func (k Keys) AcquireSlot(ctx context.Context, rdb redis.Scripter, owner string,
 // token for this grant if the fence counter is below it (raising the
 // counter to it), and store it in owner's permit if owner holds slot.
 // state is the value of stateKey, read in the same step.
-func (k Keys) SlotToken(ctx context.Context, rdb redis.Scripter, owner string, slot int, token uint64, stateKey string) (claimed, held bool, state string, err error) {
+func (k *Keys) SlotToken(ctx context.Context, rdb redis.Scripter, owner string, slot int, token uint64, stateKey string) (claimed, held bool, state string, err error) {
 	v, err := slotToken.Run(ctx, rdb, []string{k.Permits, k.Holders, k.Fence, stateKey}, owner, token, slot).Slice()
 	if err != nil {
 		return false, false, "", err
@@ -93,7 +93,7 @@ func (k Keys) SlotToken(ctx context.Context, rdb redis.Scripter, owner string, s
 
 // ExtendSlot renews owner's permit for ttl if owner holds slot; false
 // means it does not.
-func (k Keys) ExtendSlot(ctx context.Context, rdb redis.Scripter, owner string, slot int, ttl time.Duration) (bool, error) {
+func (k *Keys) ExtendSlot(ctx context.Context, rdb redis.Scripter, owner string, slot int, ttl time.Duration) (bool, error) {
 	n, err := slotExtend.Run(ctx, rdb, []string{k.Permits, k.Holders}, owner, ms(ttl), slot).Int64()
 	return n == 1, err
 }
@@ -101,14 +101,14 @@ func (k Keys) ExtendSlot(ctx context.Context, rdb redis.Scripter, owner string, 
 // ReleaseSlot gives back owner's permit, whichever slot it holds, and
 // wakes the waiters; false means owner did not hold slot (slot -1: an
 // attempt given up, whose answer does not matter).
-func (k Keys) ReleaseSlot(ctx context.Context, rdb redis.Scripter, owner string, slot int) (bool, error) {
+func (k *Keys) ReleaseSlot(ctx context.Context, rdb redis.Scripter, owner string, slot int) (bool, error) {
 	n, err := slotRelease.Run(ctx, rdb, []string{k.Permits, k.Holders, k.Channel}, owner, slot).Int64()
 	return n == 1, err
 }
 
 // BreakSlots frees every permit of a Redlock semaphore and wakes the
 // waiters; false means none was held.
-func (k Keys) BreakSlots(ctx context.Context, rdb redis.Scripter) (bool, error) {
+func (k *Keys) BreakSlots(ctx context.Context, rdb redis.Scripter) (bool, error) {
 	n, err := slotBreak.Run(ctx, rdb, []string{k.Permits, k.Holders, k.Channel}).Int64()
 	return n == 1, err
 }
