@@ -291,7 +291,7 @@ func etcdLibs(endpoint string) []*lib {
 			close: func() { _ = cli.Close() },
 		}
 	}
-	return []*lib{dl, cm, fl, etcdHandoff(client)}
+	return []*lib{dl, cm, fl, etcdHandoff(client, false), etcdHandoff(client, true)}
 }
 
 // etcdHandoff is the least a queue lock on etcd does per hand-off, in raw
@@ -304,9 +304,19 @@ func etcdLibs(endpoint string) []*lib {
 // own key. It takes a deleted key ahead for a release, which is right only
 // while no waiter gives up: in B none does before the run's end, and a
 // waiter woken after it gives up too.
-func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client) *lib {
+//
+// With check, the woken waiter reads once more before it holds: a
+// serializable read of the keys up to its own, which finds nothing ahead
+// of it and its own key there. A lock whose waiters may give up (or lose
+// their key) cannot do with less; the difference between the two rows is
+// what that read costs a hand-off.
+func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client, check bool) *lib {
 	ho := &lib{backend: "etcd", name: "reference: raw hand-off", role: handoff,
 		how: "not a library: Txn(get newest key, put own key with lease), watch the key ahead; its delete event grants; release = Delete"}
+	if check {
+		ho.name = "reference: raw hand-off + read"
+		ho.how = "as the raw hand-off, and after the delete event one serializable read of the keys up to its own (nothing ahead, its own key there)"
+	}
 	ho.open = func(t testing.TB, ttl time.Duration) worker {
 		cli := client(t, ho)
 		ctx, stop := context.WithCancel(context.Background())
@@ -339,6 +349,17 @@ func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client) *lib {
 				if err := awaitDelete(ctx, cli, string(ahead[0].Key), ahead[0].CreateRevision, resp.Header.Revision); err != nil {
 					unlock()
 					return nil, err
+				}
+				if check {
+					g, err := cli.Get(ctx, pfx, clientv3.WithSerializable(), clientv3.WithMaxCreateRev(resp.Header.Revision),
+						clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2), clientv3.WithKeysOnly())
+					if err == nil && (len(g.Kvs) != 1 || string(g.Kvs[0].Key) != me) {
+						err = fmt.Errorf("raw hand-off + read: %d keys up to ours after the delete ahead", len(g.Kvs))
+					}
+					if err != nil {
+						unlock()
+						return nil, err
+					}
 				}
 				return unlock, nil
 			},

@@ -435,7 +435,7 @@ func (r *report) writeGoals(p func(string, ...any)) {
 	// measures that chain, and dlock is measured against it too.
 	for _, n := range []int{8, 64} {
 		what := fmt.Sprintf("etcd contended (%d workers), dlock holder changes/s ÷ the raw hand-off reference's (delete → watch event → next holder) ≥ 0.9", n)
-		ref := libsOf(r.backend("etcd"), handoff)
+		ref := libsOf(r.backend("etcd"), handoff) // the raw hand-off first, then the one with a read
 		if len(ref) == 0 {
 			cur = append(cur, missed(what, "–", "this run has no raw hand-off reference"))
 			continue
