@@ -346,13 +346,21 @@ func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client, check bool) *li
 				if len(ahead) == 0 {
 					return unlock, nil
 				}
-				if err := awaitDelete(ctx, cli, string(ahead[0].Key), ahead[0].CreateRevision, resp.Header.Revision); err != nil {
+				deleted, err := awaitDelete(ctx, cli, string(ahead[0].Key), ahead[0].CreateRevision, resp.Header.Revision)
+				if err != nil {
 					unlock()
 					return nil, err
 				}
 				if check {
-					g, err := cli.Get(ctx, pfx, clientv3.WithSerializable(), clientv3.WithMaxCreateRev(resp.Header.Revision),
-						clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2), clientv3.WithKeysOnly())
+					// etcd sends a watch event before a read can see its
+					// write: a serializable read older than the deletion
+					// is done again, linearizable.
+					opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(resp.Header.Revision),
+						clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2), clientv3.WithKeysOnly()}
+					g, err := cli.Get(ctx, pfx, append(opts, clientv3.WithSerializable())...)
+					if err == nil && g.Header.Revision < deleted {
+						g, err = cli.Get(ctx, pfx, opts...)
+					}
 					if err == nil && (len(g.Kvs) != 1 || string(g.Kvs[0].Key) != me) {
 						err = fmt.Errorf("raw hand-off + read: %d keys up to ours after the delete ahead", len(g.Kvs))
 					}
@@ -370,37 +378,37 @@ func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client, check bool) *li
 }
 
 // awaitDelete returns when key, created at revision created and seen at
-// revision seen, is deleted. Its watch
+// revision seen, is deleted, with a revision at which it was gone. Its watch
 // starts at the server's current revision, so that the server pushes the
 // delete as it commits (a watch from an older revision waits for etcd's
 // 100 ms catch-up loop); a read covers the gap between seen and the
 // watch's start.
-func awaitDelete(ctx context.Context, cli *clientv3.Client, key string, created, seen int64) error {
+func awaitDelete(ctx context.Context, cli *clientv3.Client, key string, created, seen int64) (int64, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		if wr.Created && wr.Header.Revision != seen {
 			g, err := cli.Get(ctx, key, clientv3.WithSerializable(), clientv3.WithKeysOnly())
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != created {
-				return ctx.Err()
+				return g.Header.Revision, ctx.Err()
 			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypeDelete {
 				// A waiter ahead that gave up also deletes its key: after
 				// the run's end, when every waiter gives up.
-				return ctx.Err()
+				return ev.Kv.ModRevision, ctx.Err()
 			}
 		}
 	}
-	return errors.Join(ctx.Err(), errors.New("raw hand-off: the watch ended"))
+	return 0, errors.Join(ctx.Err(), errors.New("raw hand-off: the watch ended"))
 }
 
 // quietLogger drops go-zookeeper's log lines.
