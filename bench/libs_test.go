@@ -332,6 +332,10 @@ func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client, check bool) *li
 			for range ka {
 			}
 		}()
+		// A watch that stays open keeps the client's watch stream up:
+		// etcd's client closes the stream when its last watch ends, and
+		// would set one up again for every wait.
+		cli.Watch(ctx, "/handoff/\x00")
 		return worker{
 			lock: func(ctx context.Context, key string) (func(), error) {
 				pfx := "/handoff/" + key + "/"
