@@ -42,6 +42,7 @@ const (
 	incumbent             // a peer library
 	floor                 // raw round trips, no lock at all
 	reference             // the least a lock with the same guarantees must do (scenario A only)
+	handoff               // the least a contended hand-off must do (scenario B only)
 )
 
 // locker takes the lock named key and returns the function that releases it.
@@ -290,7 +291,128 @@ func etcdLibs(endpoint string) []*lib {
 			close: func() { _ = cli.Close() },
 		}
 	}
-	return []*lib{dl, cm, fl}
+	return []*lib{dl, cm, fl, etcdHandoff(client, false), etcdHandoff(client, true)}
+}
+
+// etcdHandoff is the least a queue lock on etcd does per hand-off, in raw
+// client calls: a waiter queues (a Txn that reads the newest key under the
+// name and puts its own after it, attached to its lease) and watches the
+// key ahead while it waits, so that when the holder deletes its key, the
+// delete's watch event alone grants the lock to the next waiter, which
+// holds by create-revision order without another request. No metadata,
+// no renewal per grant (one keep-alive stream per worker), no check of its
+// own key. It takes a deleted key ahead for a release, which is right only
+// while no waiter gives up: in B none does before the run's end, and a
+// waiter woken after it gives up too.
+//
+// With check, the woken waiter reads once more before it holds: a
+// serializable read of the keys up to its own, which finds nothing ahead
+// of it and its own key there. A lock whose waiters may give up (or lose
+// their key) cannot do with less; the difference between the two rows is
+// what that read costs a hand-off.
+func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client, check bool) *lib {
+	ho := &lib{backend: "etcd", name: "reference: raw hand-off", role: handoff,
+		how: "not a library: Txn(get newest key, put own key with lease), watch the key ahead; its delete event grants; release = Delete"}
+	if check {
+		ho.name = "reference: raw hand-off + read"
+		ho.how = "as the raw hand-off, and after the delete event one serializable read of the keys up to its own (nothing ahead, its own key there)"
+	}
+	ho.open = func(t testing.TB, ttl time.Duration) worker {
+		cli := client(t, ho)
+		ctx, stop := context.WithCancel(context.Background())
+		gr, err := cli.Grant(ctx, max(int64(ttl/time.Second), 1))
+		if err != nil {
+			t.Fatalf("etcd lease: %v", err)
+		}
+		ka, err := cli.KeepAlive(ctx, gr.ID)
+		if err != nil {
+			t.Fatalf("etcd keep-alive: %v", err)
+		}
+		go func() {
+			for range ka {
+			}
+		}()
+		// A watch that stays open keeps the client's watch stream up:
+		// etcd's client closes the stream when its last watch ends, and
+		// would set one up again for every wait.
+		cli.Watch(ctx, "/handoff/\x00")
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				pfx := "/handoff/" + key + "/"
+				me := fmt.Sprintf("%s%x", pfx, int64(gr.ID))
+				unlock := func() { _, _ = cli.Delete(context.Background(), me) }
+				resp, err := cli.Txn(ctx).Then(clientv3.OpGet(pfx, clientv3.WithLastCreate()...),
+					clientv3.OpPut(me, "", clientv3.WithLease(gr.ID))).Commit()
+				if err != nil {
+					return nil, err
+				}
+				ahead := resp.Responses[0].GetResponseRange().Kvs
+				if len(ahead) == 0 {
+					return unlock, nil
+				}
+				deleted, err := awaitDelete(ctx, cli, string(ahead[0].Key), ahead[0].CreateRevision, resp.Header.Revision)
+				if err != nil {
+					unlock()
+					return nil, err
+				}
+				if check {
+					// etcd sends a watch event before a read can see its
+					// write: a serializable read older than the deletion
+					// is done again, linearizable.
+					opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMaxCreateRev(resp.Header.Revision),
+						clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2), clientv3.WithKeysOnly()}
+					g, err := cli.Get(ctx, pfx, append(opts, clientv3.WithSerializable())...)
+					if err == nil && g.Header.Revision < deleted {
+						g, err = cli.Get(ctx, pfx, opts...)
+					}
+					if err == nil && (len(g.Kvs) != 1 || string(g.Kvs[0].Key) != me) {
+						err = fmt.Errorf("raw hand-off + read: %d keys up to ours after the delete ahead", len(g.Kvs))
+					}
+					if err != nil {
+						unlock()
+						return nil, err
+					}
+				}
+				return unlock, nil
+			},
+			close: func() { stop(); _, _ = cli.Revoke(context.Background(), gr.ID); _ = cli.Close() },
+		}
+	}
+	return ho
+}
+
+// awaitDelete returns when key, created at revision created and seen at
+// revision seen, is deleted, with a revision at which it was gone. Its watch
+// starts at the server's current revision, so that the server pushes the
+// delete as it commits (a watch from an older revision waits for etcd's
+// 100 ms catch-up loop); a read covers the gap between seen and the
+// watch's start.
+func awaitDelete(ctx context.Context, cli *clientv3.Client, key string, created, seen int64) (int64, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return 0, err
+		}
+		if wr.Created && wr.Header.Revision != seen {
+			g, err := cli.Get(ctx, key, clientv3.WithSerializable(), clientv3.WithKeysOnly())
+			if err != nil {
+				return 0, err
+			}
+			if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != created {
+				return g.Header.Revision, ctx.Err()
+			}
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				// A waiter ahead that gave up also deletes its key: after
+				// the run's end, when every waiter gives up.
+				return ev.Kv.ModRevision, ctx.Err()
+			}
+		}
+	}
+	return 0, errors.Join(ctx.Err(), errors.New("raw hand-off: the watch ended"))
 }
 
 // quietLogger drops go-zookeeper's log lines.

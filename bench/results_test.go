@@ -155,7 +155,31 @@ func (b *backend) floor() *lib {
 func (b *backend) lockLibs() []*lib {
 	var ls []*lib
 	for _, l := range b.libs {
+		if l.role != floor && l.role != reference && l.role != handoff {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// contendedLibs are the libraries of B's rounds: the locks and the
+// hand-off references.
+func (b *backend) contendedLibs() []*lib {
+	var ls []*lib
+	for _, l := range b.libs {
 		if l.role != floor && l.role != reference {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// serialLibs are the libraries of A and D: all but the hand-off
+// references.
+func (b *backend) serialLibs() []*lib {
+	var ls []*lib
+	for _, l := range b.libs {
+		if l.role != handoff {
 			ls = append(ls, l)
 		}
 	}
@@ -257,12 +281,13 @@ func closeWorkers(ws []worker) {
 // interleaved one by one, then a short pass per library alone that counts
 // its allocations.
 func (r *report) scenarioA(t *testing.T, b *backend) {
-	r.progress("A/D uncontended, %s: %d rounds of %v, the libraries interleaved call by call", b.name, roundsA, scaled(eachA)*time.Duration(len(b.libs)))
-	ws := make([]worker, len(b.libs))
-	ss := make([]*serial, len(b.libs))
-	sent := make([]*atomic.Int64, len(b.libs))
-	keys := make([]string, len(b.libs))
-	for i, l := range b.libs {
+	libs := b.serialLibs()
+	r.progress("A/D uncontended, %s: %d rounds of %v, the libraries interleaved call by call", b.name, roundsA, scaled(eachA)*time.Duration(len(libs)))
+	ws := make([]worker, len(libs))
+	ss := make([]*serial, len(libs))
+	sent := make([]*atomic.Int64, len(libs))
+	keys := make([]string, len(libs))
+	for i, l := range libs {
 		ws[i] = l.open(t, ttl)
 		defer ws[i].close()
 		ss[i], sent[i], keys[i] = r.serial(l), &l.sent, l.name+"/a"
@@ -270,19 +295,20 @@ func (r *report) scenarioA(t *testing.T, b *backend) {
 		warm.countAllocs(ws[i], keys[i], scaled(warmUp)/5) // create what the first lock creates
 	}
 	for round := range roundsA {
-		interleaved(ws, ss, sent, keys, scaled(eachA)*time.Duration(len(b.libs)))
-		for i, l := range b.libs {
+		interleaved(ws, ss, sent, keys, scaled(eachA)*time.Duration(len(libs)))
+		for i, l := range libs {
 			r.progress("  round %d %-22s %8.0f ops/s", round+1, l.name, ss[i].opsPerSec())
 		}
 	}
-	for i := range b.libs {
+	for i := range libs {
 		ss[i].countAllocs(ws[i], keys[i], scaled(eachA)/4)
 	}
 }
 
-// scenarioB runs B (contended, 8 and 64 workers) and the curves.
+// scenarioB runs B (contended, 8 and 64 workers) and the curves (without
+// the hand-off references).
 func (r *report) scenarioB(t *testing.T, b *backend) {
-	ls := b.lockLibs()
+	ls := b.contendedLibs()
 	ws := make([][]worker, len(ls))
 	r.progress("B contended, %s: connecting %d workers per library", b.name, b.maxB())
 	for i, l := range ls {
@@ -325,6 +351,9 @@ func (r *report) scenarioB(t *testing.T, b *backend) {
 			continue
 		}
 		for i, l := range ls {
+			if l.role == handoff {
+				continue
+			}
 			var c contention
 			run(i, n, "cw"+strconv.Itoa(n), hold, scaled(eachPoint), &c)
 			r.curvePoint(b.name, "workers", l.name, xi, len(curveWorkers), &c)
@@ -339,6 +368,9 @@ func (r *report) scenarioB(t *testing.T, b *backend) {
 			continue // the 8-worker point above
 		}
 		for i, l := range ls {
+			if l.role == handoff {
+				continue
+			}
 			var c contention
 			run(i, 8, "ch"+strconv.Itoa(int(h/time.Millisecond)), h, scaled(eachPoint), &c)
 			r.curvePoint(b.name, "hold", l.name, xi, len(curveHolds), &c)

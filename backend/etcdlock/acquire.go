@@ -56,13 +56,15 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(put, clientv3.OpGet(pfx, queueRead(req)...))
 	} else if req.Wait {
-		// Queue up and learn the holder in one round trip. The key is
-		// put only if it does not exist, so that its create revision is
-		// this transaction's: a pooled lease has no keys, but should one
-		// have been left under the name, a put would keep its older
-		// create revision, and this acquire would queue behind itself.
+		// Queue up and learn the key just ahead in one round trip: the
+		// newest key before our put is the one our key follows, and
+		// none means the lock is ours. The key is put only if it does
+		// not exist, so that its create revision is this transaction's:
+		// a pooled lease has no keys, but should one have been left
+		// under the name, a put would keep its older create revision,
+		// and this acquire would queue behind itself.
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(put, clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
+			Then(clientv3.OpGet(pfx, clientv3.WithLastCreate()...), put)
 	} else {
 		// Put only into an empty queue, so that a failed TryLock leaves
 		// nothing to clean up.
@@ -96,22 +98,27 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 	// revision with 0; TryLock's, the whole queue's), so the revision of
 	// the transaction is its create revision.
 	rev := resp.Header.Revision
-	hd := &holding{key: key, rev: rev, sec: sec, lease: l}
-	d.loss.add(hd)
-	if counted(req) && !holdsAt(resp.Responses[1].GetResponseRange().Kvs, rev) {
-		err := driver.ErrNotAcquired
-		if req.Wait {
-			err = d.waitPermit(ctx, pfx, hd)
+	hd := &holding{key: key, rev: rev, sec: sec, lease: l, gone: driver.NewSignal()}
+	if req.Wait && !counted(req) {
+		// A mutex waiter's key is watched from its grant on, not while it
+		// waits: the read after each deletion ahead checks that the key
+		// is still there, and a watch while waiting would cost every
+		// grant after a long wait a watch of its own.
+		if last := resp.Responses[0].GetResponseRange().Kvs; len(last) > 0 {
+			if err := d.wait(ctx, pfx, hd, last[0]); err != nil {
+				d.abandon(key, l, sec)
+				return driver.Grant{}, err
+			}
 		}
-		if err != nil {
-			d.loss.remove(hd)
-			d.abandon(key, l, sec)
-			return driver.Grant{}, err
-		}
-	} else if req.Wait && !counted(req) {
-		first := resp.Responses[1].GetResponseRange().Kvs
-		if len(first) > 0 && first[0].CreateRevision != rev {
-			if err := d.wait(ctx, pfx, hd); err != nil {
+		d.loss.add(hd)
+	} else {
+		d.loss.add(hd)
+		if counted(req) && !holdsAt(resp.Responses[1].GetResponseRange().Kvs, rev) {
+			err := driver.ErrNotAcquired
+			if req.Wait {
+				err = d.waitPermit(ctx, pfx, hd)
+			}
+			if err != nil {
 				d.loss.remove(hd)
 				d.abandon(key, l, sec)
 				return driver.Grant{}, err
@@ -129,28 +136,34 @@ func (d *Driver) acquire(ctx context.Context, req driver.Request, sec int64) (dr
 
 // wait returns when hd's key is the oldest in the queue pfx, or with an
 // error when ctx ends or the key or its lease is lost. It is the loop of
-// etcd's waitDeletes: find the key just ahead of ours (the newest create
-// revision below ours), wait for its deletion, and look again, until no
-// key is ahead. Each waiter watches only the key just ahead of it, so a
-// release wakes one waiter, not the whole queue; a waiter that gives up
-// wakes the one behind it, which then finds the next key ahead.
+// etcd's waitDeletes: wait for the deletion of the key just ahead of ours
+// (the newest create revision below ours; first, the one the acquire's
+// transaction found), look again, and so on until no key is ahead. Each
+// waiter watches only the key just ahead of it, so a release wakes one
+// waiter, not the whole queue; a waiter that gives up wakes the one behind
+// it, which then finds the next key ahead.
 //
 // While it waits, keepQueued renews the lease that keeps our key alive.
-func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
+func (d *Driver) wait(ctx context.Context, pfx string, hd *holding, ahead *mvccpb.KeyValue) error {
 	kctx, stopKeep := context.WithCancel(ctx)
 	defer stopKeep()
 	leaseErr := d.keepQueued(kctx, hd.lease)
 
 	atLeast := hd.rev // any state since our key exists answers "who is ahead?"
+	readRev := hd.rev // the acquire's transaction saw ahead at our key's revision
 	for failures := 0; ; {
-		ahead, readRev, err := d.ahead(ctx, pfx, hd, atLeast)
-		if err == nil && ahead == nil {
-			return nil // nothing ahead: the lock is ours
+		var err error
+		if ahead == nil {
+			ahead, readRev, err = d.ahead(ctx, pfx, hd, atLeast)
+			if err == nil && ahead == nil {
+				return nil // nothing ahead: the lock is ours
+			}
 		}
 		var w *syncedWatch
 		if err == nil {
 			w, err = d.watchDeletion(ctx, string(ahead.Key), ahead.CreateRevision, readRev)
 		}
+		ahead = nil // look again after the deletion, or after a failure
 		if errors.Is(err, errEntryLost) {
 			return err
 		}
@@ -164,7 +177,7 @@ func (d *Driver) wait(ctx context.Context, pfx string, hd *holding) error {
 			continue
 		}
 		failures = 0
-		deletedAt, err := d.awaitDeletion(ctx, w, hd, leaseErr)
+		deletedAt, err := d.awaitDeletion(ctx, w, leaseErr)
 		if err != nil {
 			return err
 		}
@@ -212,7 +225,7 @@ func (d *Driver) ahead(ctx context.Context, pfx string, hd *holding, atLeast int
 // awaitDeletion waits for the deletion of w's key and returns its
 // revision, or 0 if the watch broke (no leader, compaction) and the queue
 // must be read again. It ends w.
-func (d *Driver) awaitDeletion(ctx context.Context, w *syncedWatch, hd *holding, leaseErr <-chan error) (int64, error) {
+func (d *Driver) awaitDeletion(ctx context.Context, w *syncedWatch, leaseErr <-chan error) (int64, error) {
 	defer w.cancel()
 	if w.gone {
 		return w.goneAt, nil // deleted between our read and the watch
@@ -225,8 +238,6 @@ func (d *Driver) awaitDeletion(ctx context.Context, w *syncedWatch, hd *holding,
 			}
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-hd.gone.Done():
-			return 0, errEntryLost
 		case err := <-leaseErr:
 			return 0, err
 		}

@@ -10,19 +10,24 @@
 //
 // It is the algorithm of etcd's own concurrency.Mutex, with one lease per
 // grant. Acquire grants a lease of the requested TTL (rounded up to whole
-// seconds) and, in one transaction, puts a key under the lock's prefix
-// attached to that lease and reads the lowest key. The key with the lowest
-// create revision holds the lock; the others wait in the order they
-// arrived, so waiting is always fair (FIFO). A waiter watches only the key
-// directly ahead of it, so a release reaches one waiter, not the whole
-// queue (TestWaitersWatchOnlyTheKeyAhead); that waiter then reads its local
-// member (no raft round trip) to find nothing left ahead and its own key
-// still there (TestWaiterWhoseEntryWasDeletedIsNotGranted). The watches
-// start at the server's current revision, so etcd pushes the event the
-// moment the release commits (see watch.go for why concurrency.Mutex is
-// slower there), and all waiters' watches of a driver share one gRPC stream. A
-// hand-off therefore costs the release's commit, one watch event and one
-// local read. A waiter keeps its lease alive while it waits
+// seconds) and, in one transaction, reads the newest key under the lock's
+// prefix and puts its own key after it, attached to that lease. The key
+// with the lowest create revision holds the lock; the others wait in the
+// order they arrived, so waiting is always fair (FIFO). The key the
+// transaction read is the one just ahead (none: the lock is ours), and a
+// waiter watches only that key, so a release reaches one waiter, not the
+// whole queue (TestWaitersWatchOnlyTheKeyAhead); that waiter then reads its
+// local member (no raft round trip) to find nothing left ahead and its own
+// key still there (TestWaiterWhoseEntryWasDeletedIsNotGranted). The
+// watches start at the server's current revision, so etcd pushes the event
+// the moment the release commits (see watch.go for why concurrency.Mutex
+// is slower there), and all waiters' watches of a driver share one gRPC
+// stream. A contended grant therefore costs its client one transaction,
+// one watch and one read (and one more read when a write lands between
+// the transaction and the watch's start, to see whether the key ahead went
+// meanwhile), and its release one delete
+// (TestContendedGrantCostsATxnAWatchAndOneRead); a hand-off waits for the
+// release's commit, one watch event and one local read. A waiter keeps its lease alive while it waits
 // (TestWaiterKeepsItsPlaceLongerThanItsTTL), and a waiter that gives up
 // (its context ends) deletes its key (TestQueueHoldsOnlyLiveEntries),
 // which wakes the waiter behind it to watch the next key ahead.
@@ -35,8 +40,10 @@
 // Break deletes the holder's key; the holder learns from a watch on its own
 // key (Grant.Lost) before its next renewal
 // (TestBreakIsNoticedByTheHolderAtOnce), and at the latest at that renewal.
-// The watch of a lock held longer than 50 ms starts from the key's
-// creation, so it misses nothing, even a deletion while the client's
+// The watch of a lock held longer than 50 ms (from its grant: a waiter's
+// own key is not watched while it waits, the read after each deletion
+// ahead checks it; TestWaiterWatchesItsOwnKeyFromItsGrantOn) starts from
+// the key's creation, so it misses nothing, even a deletion while the client's
 // connection is down that a compaction has erased from etcd's history
 // before it comes back: the key is then read instead
 // (TestDeletionWhileTheWatchIsDownIsReported). A client watches all its

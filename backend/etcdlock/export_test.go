@@ -12,3 +12,6 @@ func WatchedKeys(d *Driver) int {
 	}
 	return n
 }
+
+// KeyWatchDelay is how long a granted key lives before its watch begins.
+const KeyWatchDelay = keyWatchDelay

@@ -25,10 +25,11 @@ import (
 // prefix is: a single watch over the prefix would have pushed every
 // release of every client to every client holding a lock.
 //
-// A key's watch starts keyWatchDelay after the key was created, at the
-// revision after its creation, so it misses nothing, and a lock held for
-// less than that (the common case under contention) costs no watch at
-// all. Starting in the past, a watch may wait for etcd's 100 ms catch-up
+// A key's watch starts keyWatchDelay after its grant (for a semaphore's
+// or a reader's key, after its creation), at the revision after the key's
+// creation, so it misses nothing, and a lock held for less than that (the
+// common case under contention) costs no watch at all, however long it
+// waited. Starting in the past, a watch may wait for etcd's 100 ms catch-up
 // loop before it is live, so a Break is reported within about 150 ms; and
 // Extend checks the key too. When the stream ends (a member without a
 // leader, a restart, a lost connection), every watch is created again on a
@@ -66,10 +67,9 @@ type dueKey struct {
 	at time.Time
 }
 
-// add watches hd's key, created now at revision hd.rev, from
+// add watches hd's key, created at revision hd.rev and granted now, from
 // keyWatchDelay on, until remove or its deletion, which fires hd.gone.
 func (w *lossWatch) add(hd *holding) {
-	hd.gone = driver.NewSignal()
 	hd.from = hd.rev + 1
 	at := driver.Now().Add(keyWatchDelay)
 	w.mu.Lock()
