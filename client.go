@@ -17,7 +17,7 @@ type Client struct {
 	leases map[*Lease]struct{}
 	closed bool
 
-	sched scheduler // renewals and expiry checks of the leases
+	sched driver.Alarms[*scheduled] // renewals and expiry checks of the leases
 }
 
 // New returns a Client over a backend driver (for example

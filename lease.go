@@ -45,20 +45,17 @@ type Lease struct {
 	renewing bool
 	// expiring: the deadline is watched (from the first renewal on).
 	expiring bool
-	// slot is the lease's place in its scheduler's heap (-1: not
-	// scheduled), under the scheduler's lock.
-	slot     int32
 	failures int32 // renewals failed in a row
 	// lostWhileReleasing is a loss reported while a release was in flight;
 	// it ends the lease if that release fails.
 	lostWhileReleasing error
 
 	// renewAt is when the next renewal is due, as a time after acquired
-	// (0: none, as while one is in flight or after Unlock). at is when the
-	// next of the lease's events (renewal or deadline) is due, as its
-	// scheduler counts, under the scheduler's lock.
+	// (0: none, as while one is in flight or after Unlock). alarm is the
+	// lease's entry in its client's scheduler, set for the next of its
+	// events (the renewal or the deadline).
 	renewAt time.Duration
-	at      int64
+	alarm   driver.Alarm
 
 	stopWatch func() bool // unregisters the wait for the backend's loss signal
 }
@@ -75,7 +72,6 @@ func newLease(c *Client, o options, req driver.Request, g driver.Grant) *Lease {
 		c: c, hooks: o.hooks, logger: o.logger, name: req.Name, owner: req.Owner, token: g.Token, handle: g.Handle,
 		ttl: g.TTL, acquired: g.Since,
 		deadline: g.TTL - driftMargin(g.TTL),
-		slot:     -1,
 	}
 }
 
@@ -317,7 +313,7 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 // is held.
 func (l *Lease) stopTimers() {
 	l.renewAt, l.expiring = 0, false
-	l.c.sched.remove(l)
+	l.c.sched.Stop((*scheduled)(l))
 }
 
 // schedule tells the client's scheduler when the lease's next event is
@@ -329,10 +325,10 @@ func (l *Lease) schedule() {
 		at = l.deadline
 	}
 	if at == 0 {
-		l.c.sched.remove(l)
+		l.c.sched.Stop((*scheduled)(l))
 		return
 	}
-	l.c.sched.set(l, l.acquired.Add(at))
+	l.c.sched.Set((*scheduled)(l), l.acquired.Add(at))
 }
 
 // due runs when the scheduler finds the lease's next event due: past the
