@@ -16,6 +16,8 @@ type Client struct {
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
 	closed bool
+
+	sched driver.Alarms[*scheduled] // renewals and expiry checks of the leases
 }
 
 // New returns a Client over a backend driver (for example

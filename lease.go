@@ -27,11 +27,14 @@ type Lease struct {
 
 	over driver.Signal // fires when the lease ends, with Err as its cause
 
-	mu        sync.Mutex
-	deadline  time.Time // monotonic: after it, holding can no longer be proven
-	unlocked  bool      // Unlock was called: renewal has stopped for good
-	releasing bool      // an Unlock's release is in flight
-	ended     bool      // Done is closed or closing
+	mu sync.Mutex
+	// The deadline, after which holding can no longer be proven, as a
+	// time after acquired (on the monotonic clock): a lease's times are
+	// kept as offsets, which keeps a held lease small.
+	deadline  time.Duration
+	unlocked  bool // Unlock was called: renewal has stopped for good
+	releasing bool // an Unlock's release is in flight
+	ended     bool // Done is closed or closing
 	// unanswered: the last request for this lease (a renewal or the
 	// release) got no answer: a loss at the deadline is then the
 	// backend's unreachability, not the holder's lateness.
@@ -40,13 +43,21 @@ type Lease struct {
 	// unanswered at the deadline, it is unreachability too, even if the
 	// backend's client has not given it up yet.
 	renewing bool
-	failures int // renewals failed in a row
+	// expiring: the deadline is watched (from the first renewal on).
+	expiring bool
+	failures int32 // renewals failed in a row
 	// lostWhileReleasing is a loss reported while a release was in flight;
 	// it ends the lease if that release fails.
 	lostWhileReleasing error
 
-	renewTimer, expireTimer *time.Timer
-	stopWatch               func() bool // unregisters the wait for the backend's loss signal
+	// renewAt is when the next renewal is due, as a time after acquired
+	// (0: none, as while one is in flight or after Unlock). alarm is the
+	// lease's entry in its client's scheduler, set for the next of its
+	// events (the renewal or the deadline).
+	renewAt time.Duration
+	alarm   driver.Alarm
+
+	stopWatch func() bool // unregisters the wait for the backend's loss signal
 }
 
 // Drift bounds the rate difference between this client's clock and the
@@ -60,7 +71,7 @@ func newLease(c *Client, o options, req driver.Request, g driver.Grant) *Lease {
 	return &Lease{
 		c: c, hooks: o.hooks, logger: o.logger, name: req.Name, owner: req.Owner, token: g.Token, handle: g.Handle,
 		ttl: g.TTL, acquired: g.Since,
-		deadline: g.Since.Add(g.TTL - driftMargin(g.TTL)),
+		deadline: g.TTL - driftMargin(g.TTL),
 	}
 }
 
@@ -82,8 +93,15 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 func (l *Lease) Expires() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.deadlineTime()
 }
+
+// deadlineTime is the deadline as a time. l.mu is held.
+func (l *Lease) deadlineTime() time.Time { return l.acquired.Add(l.deadline) }
+
+// after is t as a time after acquired, for deadline and renewAt: at
+// least 1ns, since a renewAt of 0 means none.
+func (l *Lease) after(t time.Time) time.Duration { return max(t.Sub(l.acquired), 1) }
 
 // Done returns a channel that is closed when the lease ends: when it is lost
 // (Err wraps ErrLeaseLost) or released (Err is ErrNotHeld).
@@ -174,18 +192,15 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	// The release failed: the lock is still ours on the backend until its
 	// TTL runs out, and ours to use until the deadline, when the expiry
-	// timer ends the lease. Renewal stays stopped. The client keeps track
+	// check ends the lease. Renewal stays stopped. The client keeps track
 	// of the lease until it ends, so that Close retries the release.
 	l.mu.Lock()
 	l.releasing = false
 	l.unanswered = true
 	lost := l.lostWhileReleasing
 	if lost == nil && !l.ended {
-		if l.expireTimer == nil {
-			l.expireTimer = driver.AfterFunc(driver.Until(l.deadline), l.expired)
-		} else {
-			driver.ResetTimer(l.expireTimer, driver.Until(l.deadline))
-		}
+		l.expiring = true
+		l.schedule()
 	}
 	l.mu.Unlock()
 	if lost != nil {
@@ -259,25 +274,28 @@ func (l *Lease) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// startRenewal arms the renewal timer; backendLost, if not nil, is the
-// backend's own loss signal. Renewal runs on timers rather than a goroutine
-// per lease: a held lease costs no goroutine and no wake-up until a renewal
-// is due, which keeps an uncontended Lock+Unlock close to the backend's
-// round trips.
+// startRenewal schedules the first renewal; backendLost, if not nil, is
+// the backend's own loss signal. Renewals and expiry checks are events of
+// the client's scheduler rather than a goroutine or timers per lease: a
+// held lease costs no goroutine and no wake-up until a renewal is due, and
+// a few dozen bytes of the scheduler's, which keeps an uncontended
+// Lock+Unlock close to the backend's round trips and many held locks cheap.
 //
 // The lease is declared lost when the backend says so (ErrLeaseLost, or
 // backendLost closing) or when the deadline — the send time of the last
 // confirmed renewal plus TTL minus the drift margin — passes without a newer
-// confirmation, whether or not a renewal is still in flight. The expiry
-// timer that watches the deadline is armed by the first renewal: until the
-// renewal timer fires, TTL/3 after the grant, the deadline is at least a
-// third of the TTL further away, and a lease released before that (the
-// common case) never needs one.
+// confirmation, whether or not a renewal is still in flight. The deadline
+// is watched from the first renewal on: until that is due, TTL/3 after the
+// grant, the deadline is at least a third of the TTL further away, and a
+// lease released before that (the common case) never needs it watched.
 func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	l.mu.Lock()
 	// Renew TTL/3 after the grant's TTL began (a queued grant's may have
 	// begun a while ago), then TTL/3 after each confirmed renewal.
-	l.renewTimer = driver.AfterFunc(max(driver.Until(l.acquired.Add(l.ttl/3)), 0), l.renew)
+	if !l.unlocked && !l.ended {
+		l.renewAt = l.ttl / 3
+		l.schedule()
+	}
 	l.mu.Unlock()
 	if backendLost != nil {
 		stop := backendLost.AfterFire(func() {
@@ -290,22 +308,63 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 	}
 }
 
-// stopTimers stops the renewal and expiry timers; a renewal already
-// running sees l.unlocked or l.ended and does nothing more. l.mu is held.
+// stopTimers cancels the lease's renewal and expiry check; a renewal
+// already running sees l.unlocked or l.ended and does nothing more. l.mu
+// is held.
 func (l *Lease) stopTimers() {
-	if l.renewTimer != nil {
-		l.renewTimer.Stop()
+	l.renewAt, l.expiring = 0, false
+	l.c.sched.Stop((*scheduled)(l))
+}
+
+// schedule tells the client's scheduler when the lease's next event is
+// due: the next renewal, or the deadline if it is watched and comes
+// first. l.mu is held.
+func (l *Lease) schedule() {
+	at := l.renewAt
+	if l.expiring && (at == 0 || l.deadline < at) {
+		at = l.deadline
 	}
-	if l.expireTimer != nil {
-		l.expireTimer.Stop()
+	if at == 0 {
+		l.c.sched.Stop((*scheduled)(l))
+		return
 	}
+	l.c.sched.Set((*scheduled)(l), l.acquired.Add(at))
+}
+
+// due runs when the scheduler finds the lease's next event due: past the
+// deadline, the expiry check; else, a due renewal, in a goroutine of its
+// own (a round trip: it must hold up neither the scheduler nor the other
+// leases' events). Both end the lease's schedule until they set the next.
+func (l *Lease) due() {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	now := driver.Since(l.acquired)
+	switch {
+	case l.expiring && now >= l.deadline:
+		// The loss runs hooks and a logger: not on the scheduler's time.
+		l.renewAt, l.expiring = 0, false
+		go l.expired()
+	case l.renewAt != 0 && now >= l.renewAt:
+		l.renewAt = 0
+		go l.renew()
+	}
+	l.schedule()
+	l.mu.Unlock()
 }
 
 // expired runs when the deadline passes, unless a renewal moved it.
 func (l *Lease) expired() {
 	l.mu.Lock()
-	if left := driver.Until(l.deadline); left > 0 {
-		driver.ResetTimer(l.expireTimer, left) // a renewal confirmed meanwhile
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	if driver.Until(l.deadlineTime()) > 0 {
+		l.expiring = true // a renewal confirmed meanwhile
+		l.schedule()
 		l.mu.Unlock()
 		return
 	}
@@ -317,17 +376,18 @@ func (l *Lease) expired() {
 	l.lose(lossOf(why, fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl)))
 }
 
-// renew extends the lease once, on the renewal timer's goroutine, and arms
-// the timer for the next renewal (or a retry).
+// renew extends the lease once, in a goroutine of its own, and schedules
+// the next renewal (or a retry).
 func (l *Lease) renew() {
 	l.mu.Lock()
 	if l.unlocked || l.ended {
 		l.mu.Unlock()
 		return
 	}
-	deadline := l.deadline
-	if l.expireTimer == nil {
-		l.expireTimer = driver.AfterFunc(driver.Until(deadline), l.expired)
+	deadline := l.deadlineTime()
+	if !l.expiring {
+		l.expiring = true
+		l.schedule()
 	}
 
 	// A renewal that arrives after the deadline proves nothing. Each
@@ -337,7 +397,7 @@ func (l *Lease) renew() {
 	// possibly to a healthy server, would be answered.
 	sent := driver.Now()
 	if !sent.Before(deadline) {
-		// The timer fired after the deadline (the process was paused, or
+		// The renewal came due after the deadline (the process was paused, or
 		// starved): the lease ran out before a renewal could be sent.
 		l.mu.Unlock()
 		l.expired()
@@ -363,11 +423,11 @@ func (l *Lease) renew() {
 	every := l.ttl / 3
 	if err == nil {
 		l.failures, l.unanswered = 0, false
-		if d := sent.Add(l.ttl - driftMargin(l.ttl)); d.After(l.deadline) {
+		if d := l.after(sent.Add(l.ttl - driftMargin(l.ttl))); d > l.deadline {
 			l.deadline = d
-			driver.ResetTimer(l.expireTimer, driver.Until(d))
 		}
-		driver.ResetTimer(l.renewTimer, max(driver.Until(sent.Add(every)), 0))
+		l.renewAt = l.after(sent.Add(every))
+		l.schedule()
 		l.mu.Unlock()
 		if h := l.hooks.Renewed; h != nil {
 			h(l.name, l.token, rtt)
@@ -381,8 +441,9 @@ func (l *Lease) renew() {
 	l.unanswered = true
 	attempt := l.failures
 	const floor = 5 * time.Millisecond
-	retry := driver.Backoff{Base: max(every/4, floor), Cap: max(min(2*every, driver.Until(l.deadline)/3), floor), Jitter: 0.5}
-	driver.ResetTimer(l.renewTimer, retry.Delay(l.failures-1))
+	retry := driver.Backoff{Base: max(every/4, floor), Cap: max(min(2*every, driver.Until(l.deadlineTime())/3), floor), Jitter: 0.5}
+	l.renewAt = l.after(driver.Now().Add(retry.Delay(int(l.failures) - 1)))
+	l.schedule()
 	l.mu.Unlock()
 	err = classify(context.Background(), err)
 	l.logger.Warn("dlock: renewal failed", "name", l.name, "token", l.token, "attempt", attempt, "err", err)
@@ -458,7 +519,7 @@ func (l *Lease) goneCause(err error, at time.Time) string {
 		return LossSessionLost
 	}
 	l.mu.Lock()
-	deadline, unanswered := l.deadline, l.unanswered || l.renewing
+	deadline, unanswered := l.deadlineTime(), l.unanswered || l.renewing
 	l.mu.Unlock()
 	switch {
 	case at.Before(deadline):

@@ -15,6 +15,7 @@
 //
 // The rest of this package is what every backend would otherwise write
 // for itself: Classify, the lease clock (Now, Since, NewTimer, …) for
-// Grant.Since and lease deadlines, Backoff for retry schedules, NewNonce
-// for unguessable names, AcquireByRetry for engines without a queue.
+// Grant.Since and lease deadlines, Alarms for a deadline per held lock on
+// one timer, Backoff for retry schedules, NewNonce for unguessable names,
+// AcquireByRetry for engines without a queue.
 package driver

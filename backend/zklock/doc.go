@@ -135,10 +135,11 @@
 // (TestSessionEndLosesEveryHeldLock; go-zookeeper then opens a new session
 // for later calls).
 //
-// A held lock costs the client no goroutine: the driver keeps its held
-// nodes in one table, and the events of its connection — a watch's, and
-// the session's — are dispatched from go-zookeeper's receiving goroutine
-// to the nodes they concern. From its lease's first renewal on, a holder
+// A held lock costs the client no goroutine and no timer of its own: the
+// driver keeps its held nodes in one table, with one timer for all their
+// lease deadlines (driver.Alarms), and the events of its connection — a
+// watch's, and the session's — are dispatched from go-zookeeper's
+// receiving goroutine to the nodes they concern. From its lease's first renewal on, a holder
 // watches its own node (the renewal's read sets the watch, at no extra
 // request), and a deletion (a Break) fires its Grant.Lost at once, and no
 // other lock's (TestHeldLocksCostNoGoroutineAndABreakLosesOnlyItsLock).

@@ -36,7 +36,7 @@ func (d *Driver) grant(ctx context.Context, n *lockNode) (driver.Grant, error) {
 		since = sent
 	}
 	n.hold(since, ttl)
-	return driver.Grant{Token: uint64(n.czxid), TTL: ttl, Since: since, Lost: n.vanished, Handle: n}, nil
+	return driver.Grant{Token: uint64(n.czxid), TTL: ttl, Since: since, Lost: &n.vanished, Handle: n}, nil
 }
 
 // check confirms that n still exists and belongs to its session, as the
@@ -195,19 +195,20 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 }
 
 // lockNode is one of our nodes in a queue, from its creation until it is
-// gone. It costs no goroutine: from its grant on, its driver tracks it
-// (Driver.held), a timer minds its lease deadline, and the events of its
-// watch and of the session reach it through the driver (Driver.event).
+// gone. It costs no goroutine and no timer: from its grant on, its driver
+// tracks it (Driver.held), the driver's one timer (Driver.deadlines) minds
+// its lease deadline, and the events of its watch and of the session reach
+// it through the driver (Driver.event).
 type lockNode struct {
 	d              *Driver
 	path           string // parent + "/" + name
 	session, czxid int64
-	vanished       *driver.Signal // fired when the node is gone or no longer ours (Grant.Lost)
+	vanished       driver.Signal // fired when the node is gone or no longer ours (Grant.Lost)
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the last round trip that proved the lease
 	ttl       time.Duration
-	deadline  *time.Timer // from the grant: deletes the node if the lease runs out
+	deadline  driver.Alarm // from the grant: deletes the node if the lease runs out
 	state     nodeState
 	armed     int64 // the connection (Driver.connection) on which its watch was set; 0: none
 }
@@ -228,13 +229,13 @@ func (n *lockNode) parent() string { return n.path[:strings.LastIndexByte(n.path
 func (n *lockNode) name() string   { return n.path[strings.LastIndexByte(n.path, '/')+1:] }
 
 // hold makes n a holder whose lease was proved at since: the driver tracks
-// it, and a timer deletes it if the lease runs out.
+// it, and deletes it if the lease runs out.
 func (n *lockNode) hold(since time.Time, ttl time.Duration) {
 	n.mu.Lock()
 	n.confirmed, n.ttl = since, ttl
 	if n.state&(nodeHeld|nodeOver) == 0 {
 		n.state |= nodeHeld
-		n.deadline = time.AfterFunc(driver.Until(since.Add(ttl)), n.onDeadline)
+		n.d.deadlines.Set(n, since.Add(ttl))
 		n.d.track(n)
 	}
 	n.mu.Unlock()
@@ -257,23 +258,29 @@ func (n *lockNode) confirm(sent time.Time) bool {
 	return true
 }
 
-// onDeadline runs when the lease deadline may have passed. If it has,
-// without a confirmed renewal, the holder has been told that it lost the
-// lock and will not release it: the lease ends, and the node is deleted.
-func (n *lockNode) onDeadline() {
+// Alarm is n's entry in Driver.deadlines.
+func (n *lockNode) Alarm() *driver.Alarm { return &n.deadline }
+
+// Due runs when the lease deadline may have passed, on the driver's timer.
+// If it has, without a confirmed renewal, the holder has been told that it
+// lost the lock and will not release it: the lease ends, and the node is
+// deleted, in the background.
+func (n *lockNode) Due() {
 	n.mu.Lock()
 	if n.state&nodeOver != 0 || n.d.isClosed() {
 		n.mu.Unlock()
 		return
 	}
-	if left := driver.Until(n.confirmed.Add(n.ttl)); left > 0 {
-		n.deadline.Reset(left)
+	if deadline := n.confirmed.Add(n.ttl); driver.Until(deadline) > 0 {
+		n.d.deadlines.Set(n, deadline) // renewed meanwhile
 		n.mu.Unlock()
 		return
 	}
 	n.mu.Unlock()
-	n.vanish()
-	n.d.remove(n.path, n.session)
+	go func() {
+		n.vanish()
+		n.d.remove(n.path, n.session)
+	}()
 }
 
 func (n *lockNode) vanish() { n.vanishWith(nil) }
@@ -299,7 +306,7 @@ func (n *lockNode) vanishWith(cause error) {
 }
 
 // end marks the node as needing no more minding: the driver forgets it and
-// its deadline timer stops. It reports whether it was minded until then.
+// its deadline. It reports whether it was minded until then.
 func (n *lockNode) end() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -308,7 +315,7 @@ func (n *lockNode) end() bool {
 	}
 	n.state |= nodeOver
 	if n.state&nodeHeld != 0 {
-		n.deadline.Stop()
+		n.d.deadlines.Stop(n)
 		n.d.untrack(n)
 	}
 	return true

@@ -147,7 +147,7 @@ func (d *Driver) enqueue(ctx context.Context, parent string, data []byte) (*lock
 	if err != nil {
 		return nil, nil, err
 	}
-	n := &lockNode{d: d, path: c.path, session: c.session, czxid: c.czxid, vanished: driver.NewSignal()}
+	n := &lockNode{d: d, path: c.path, session: c.session, czxid: c.czxid}
 	if n.czxid == 0 {
 		// Found after a lost reply: read its zxid and session.
 		type res struct {

@@ -36,6 +36,8 @@ type Driver struct {
 	connection atomic.Int64
 	heldMu     sync.Mutex
 	held       map[string]*lockNode
+	// deadlines runs the held nodes' lease deadlines, on one timer.
+	deadlines driver.Alarms[*lockNode]
 
 	syncMu   sync.Mutex
 	nextSync *syncRound // the sync that checks arriving now wait for, not yet sent
@@ -106,7 +108,7 @@ func (d *Driver) Close() error {
 		}
 		d.heldMu.Unlock()
 		for _, n := range held {
-			n.end() // nothing to mind any more: stop its timer
+			n.end() // nothing to mind any more: forget its deadline
 		}
 		if d.ownConn {
 			d.conn.Close()

@@ -1,0 +1,310 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/memlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testenv"
+)
+
+// events records the order in which leases' hooks ran, by name.
+type events struct {
+	mu       sync.Mutex
+	renewed  []string // each lease's first renewal
+	lost     []string
+	lostWhy  map[string]string
+	seen     map[string]bool
+	allSeen  chan struct{}
+	expected int
+}
+
+func newEvents(n int) *events {
+	return &events{lostWhy: map[string]string{}, seen: map[string]bool{}, allSeen: make(chan struct{}), expected: n}
+}
+
+func (e *events) hooks() dlock.Hooks {
+	return dlock.Hooks{
+		Renewed: func(name string, _ uint64, _ time.Duration) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if !e.seen[name] {
+				e.seen[name] = true
+				e.renewed = append(e.renewed, name)
+				if len(e.renewed) == e.expected {
+					close(e.allSeen)
+				}
+			}
+		},
+		Lost: func(name string, _ uint64, err error) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.lost = append(e.lost, name)
+			e.lostWhy[name] = dlock.LossCause(err)
+		},
+	}
+}
+
+// ttlLadder is the TTLs of the ordering tests, far enough apart (a third
+// of 300ms between renewals, 300ms between deadlines) that the order of
+// the events is the order of their due times, not of goroutine start-up.
+func ttlLadder(n int) []time.Duration {
+	ttls := make([]time.Duration, n)
+	for i := range ttls {
+		ttls[i] = time.Second + time.Duration(i)*300*time.Millisecond
+	}
+	return ttls
+}
+
+// lockLadder takes one lock per TTL, the longest first, so that the order
+// of the grants is the reverse of the order of the due times.
+func lockLadder(t *testing.T, c *dlock.Client, ttls []time.Duration) (names []string, leases []*dlock.Lease) {
+	t.Helper()
+	names = make([]string, len(ttls))
+	leases = make([]*dlock.Lease, len(ttls))
+	for i := len(ttls) - 1; i >= 0; i-- {
+		names[i] = fmt.Sprintf("ttl-%v", ttls[i])
+		l, err := c.Mutex(names[i], dlock.WithTTL(ttls[i])).Lock(testenv.Context(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	return names, leases
+}
+
+// TestLeasesWithDifferentTTLsRenewAndExpireInDeadlineOrder: one client's
+// leases, taken in the reverse order of their TTLs, are first renewed in
+// the order of their TTLs (a renewal is due TTL/3 after the grant); cut
+// off from the backend, they are lost in the order of their deadlines,
+// each as unreachable.
+func TestLeasesWithDifferentTTLsRenewAndExpireInDeadlineOrder(t *testing.T) {
+	const n = 8
+	ttls := ttlLadder(n)
+
+	renewals := newEvents(n)
+	c := dlock.New(memlock.New(memlock.NewServer()), dlock.WithHooks(renewals.hooks()))
+	defer c.Close()
+	names, leases := lockLadder(t, c, ttls)
+	select {
+	case <-renewals.allSeen:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("not every lease renewed within 60s: renewed %v", renewals.renewed)
+	}
+	renewals.mu.Lock()
+	if !slices.Equal(renewals.renewed, names) {
+		t.Errorf("first renewals in the order %v, want the order of the TTLs %v", renewals.renewed, names)
+	}
+	renewals.mu.Unlock()
+	for _, l := range leases {
+		if err := l.Unlock(testenv.Context(t, 5*time.Second)); err != nil {
+			t.Errorf("Unlock(%s): %v", l.Name(), err)
+		}
+	}
+
+	losses := newEvents(n)
+	d := memlock.New(memlock.NewServer())
+	cut := dlock.New(d, dlock.WithHooks(losses.hooks()))
+	defer cut.Close()
+	defer d.SetPartitioned(false)
+	_, leases = lockLadder(t, cut, ttls)
+	d.SetPartitioned(true)
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s not lost 60s after the backend was cut off", l.Name())
+		}
+	}
+	// Done closes before the Lost hook runs: wait for every hook.
+	testenv.Eventually(t, 30*time.Second, "every Lost hook", func() error {
+		losses.mu.Lock()
+		defer losses.mu.Unlock()
+		if len(losses.lost) < n {
+			return fmt.Errorf("%d of %d", len(losses.lost), n)
+		}
+		return nil
+	})
+	losses.mu.Lock()
+	defer losses.mu.Unlock()
+	if !slices.Equal(losses.lost, names) {
+		t.Errorf("leases lost in the order %v, want the order of their deadlines %v", losses.lost, names)
+	}
+	for name, why := range losses.lostWhy {
+		if why != dlock.LossUnreachable {
+			t.Errorf("%s lost as %q, want %q", name, why, dlock.LossUnreachable)
+		}
+	}
+}
+
+// agreeingExtend is a backend that confirms renewals of locks that were
+// released (as a backend whose release is not yet visible to the renewal
+// might), and whose releases of some locks fail: only the client can stop
+// renewing. It counts Extend calls by name, and those made after the test
+// marked the name released.
+type agreeingExtend struct {
+	*memlock.Driver
+	mu          sync.Mutex
+	released    map[string]bool
+	failRelease map[string]bool
+	after       map[string]int // Extend calls after the name was released
+	calls       map[string]int
+}
+
+func (d *agreeingExtend) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	d.mu.Lock()
+	d.calls[h.Name]++
+	if d.released[h.Name] {
+		d.after[h.Name]++
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	return d.Driver.Extend(ctx, h, ttl)
+}
+
+func (d *agreeingExtend) Release(ctx context.Context, h driver.Held) error {
+	d.mu.Lock()
+	fail := d.failRelease[h.Name]
+	d.mu.Unlock()
+	if fail {
+		return fmt.Errorf("%w: release refused by the test", driver.ErrUnavailable)
+	}
+	return d.Driver.Release(ctx, h)
+}
+
+// TestUnlockedLeaseIsNeverRenewedAgain: leases renewed every 100ms are
+// unlocked one by one, each after a few renewals; the release of every
+// other one fails, which leaves it held until its deadline. In the ten
+// renewal intervals after its Unlock returned, no lease is renewed again
+// (at most one renewal already in flight at the Unlock may still arrive),
+// though the backend would confirm it; and each lease whose release
+// failed is lost at its deadline.
+func TestUnlockedLeaseIsNeverRenewedAgain(t *testing.T) {
+	const n, ttl = 10, 300 * time.Millisecond
+	d := &agreeingExtend{Driver: memlock.New(memlock.NewServer()), released: map[string]bool{}, failRelease: map[string]bool{}, after: map[string]int{}, calls: map[string]int{}}
+	c := dlock.New(d, dlock.WithTTL(ttl))
+	defer c.Close()
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		name := fmt.Sprintf("unlocked-%d", i)
+		l, err := c.Mutex(name).Lock(testenv.Context(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+		d.mu.Lock()
+		d.failRelease[name] = i%2 == 1
+		d.mu.Unlock()
+	}
+	testenv.Eventually(t, 60*time.Second, "every lease renewed twice", func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, l := range leases {
+			if d.calls[l.Name()] < 2 {
+				return fmt.Errorf("%s renewed %d times", l.Name(), d.calls[l.Name()])
+			}
+		}
+		return nil
+	})
+	for i, l := range leases {
+		err := l.Unlock(testenv.Context(t, 5*time.Second))
+		d.mu.Lock()
+		d.released[l.Name()] = true
+		d.mu.Unlock()
+		// A lease lost meanwhile (a starved test process) proves nothing
+		// either way, and is no failure.
+		switch {
+		case errors.Is(err, dlock.ErrLeaseLost):
+		case i%2 == 1 && !errors.Is(err, dlock.ErrUnavailable):
+			t.Errorf("Unlock(%s) whose release fails: %v, want ErrUnavailable", l.Name(), err)
+		case i%2 == 0 && err != nil:
+			t.Errorf("Unlock(%s): %v", l.Name(), err)
+		}
+		time.Sleep(ttl / 6) // the others go on being renewed meanwhile
+	}
+	time.Sleep(10 * ttl / 3)
+	d.mu.Lock()
+	for _, l := range leases {
+		if k := d.after[l.Name()]; k > 1 {
+			t.Errorf("%s: %d renewals after its Unlock returned", l.Name(), k)
+		}
+	}
+	d.mu.Unlock()
+	for i := 1; i < n; i += 2 {
+		l := leases[i]
+		select {
+		case <-l.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s, whose release failed, not lost 60s after its deadline", l.Name())
+		}
+		if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("%s, whose release failed, ended with %v, want ErrLeaseLost", l.Name(), l.Err())
+		}
+	}
+}
+
+// blockingExtend is a backend on which renewals of one lock block, even
+// past their context, until the test lets them go, while renewals of the
+// others fail at once: a renewal stuck in a driver that does not honour
+// its context.
+type blockingExtend struct {
+	*memlock.Driver
+	stuck   string
+	entered chan struct{} // closed when a renewal of stuck has begun
+	once    sync.Once
+	release chan struct{}
+}
+
+func (d *blockingExtend) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	if h.Name == d.stuck {
+		d.once.Do(func() { close(d.entered) })
+		<-d.release
+		return fmt.Errorf("%w: extend: stuck", driver.ErrUnavailable)
+	}
+	return fmt.Errorf("%w: extend: refused by the test", driver.ErrUnavailable)
+}
+
+// TestBlockedRenewalDelaysNoExpiry: while one lease's renewal is blocked
+// in its driver, another lease whose renewals fail is lost at its
+// deadline, and so is the blocked lease itself (as unreachable): neither
+// waits for the blocked renewal.
+func TestBlockedRenewalDelaysNoExpiry(t *testing.T) {
+	d := &blockingExtend{Driver: memlock.New(memlock.NewServer()), stuck: "stuck", entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(d.release)
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := testenv.Context(t, 5*time.Second)
+	stuck, err := c.Mutex("stuck", dlock.WithTTL(300*time.Millisecond)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.entered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stuck lease's renewal did not begin within 60s")
+	}
+	// Taken once the stuck renewal is blocked: its renewals and expiry
+	// all come due after that.
+	other, err := c.Mutex("other", dlock.WithTTL(600*time.Millisecond)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*dlock.Lease{other, stuck} {
+		select {
+		case <-l.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s not lost 60s after its deadline, while a renewal of stuck is blocked", l.Name())
+		}
+		if why := dlock.LossCause(l.Err()); why != dlock.LossUnreachable {
+			t.Errorf("%s lost as %q (%v), want %q", l.Name(), why, l.Err(), dlock.LossUnreachable)
+		}
+	}
+}
