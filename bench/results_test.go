@@ -196,6 +196,11 @@ func TestResults(t *testing.T) {
 			t.Fatalf("-backends: unknown backend %q (want some of %s)", b, strings.Join(allBackends, ", "))
 		}
 	}
+	// The output directory is made now, not found missing at the end of a
+	// long run.
+	if err := os.MkdirAll(*outDir, 0o755); err != nil {
+		t.Fatalf("-out: %v", err)
+	}
 	r := newReport()
 	r.progress("starting servers")
 	var backends []*backend
