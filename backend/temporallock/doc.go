@@ -184,6 +184,22 @@
 // task queue. All workers of the queue must run the same version of this
 // package (workflow code must be deterministic across workers).
 //
+// What a held lock keeps in a client process is in its worker, not in the
+// driver: the driver runs no goroutine and no timer per lock (a lease's
+// end is the mutex workflow's timer, in the server), but the Temporal SDK
+// keeps every workflow its worker ran in its workflow cache (10,000 per
+// process by default; worker.SetStickyWorkflowCacheSize), so that the
+// workflow's next task need not replay its history. A cached workflow is
+// the SDK's state for it (its execution context, history event handler
+// and registered handlers: the heap per held lock of bench/RESULTS.md,
+// scenario C) and one goroutine per coroutine of the workflow. The mutex
+// workflow has one, its main loop, which also receives the workflow-side
+// API's signals, so a held lock keeps one goroutine in the worker that
+// last ran its workflow (testHeldLockKeepsOneGoroutine). Runs started by
+// versions of this package that received the signals in a coroutine of
+// their own keep doing so until they continue as new (change ID
+// "signals-in-main-loop"; TestReplayRecordedHistories replays both).
+//
 // A worker crash loses nothing: the workflows' state is in the server, and
 // another worker (any other client) picks up their tasks. With no worker
 // at all, nothing expires and nobody is granted until one comes back.

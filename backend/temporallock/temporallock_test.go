@@ -134,6 +134,7 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("PermitsAreOwnerChecked", func(t *testing.T) { testPermitsAreOwnerChecked(t, srv) })
 	t.Run("LaterPermitExpiresAlone", func(t *testing.T) { testLaterPermitExpiresAlone(t, srv) })
 	t.Run("LeavingWaiterLetsOthersIn", func(t *testing.T) { testLeavingWaiterLetsOthersIn(t, srv) })
+	t.Run("HeldLockKeepsOneGoroutineInTheWorker", func(t *testing.T) { testHeldLockKeepsOneGoroutine(t, srv) })
 	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
