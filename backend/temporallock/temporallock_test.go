@@ -136,6 +136,7 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("LeavingWaiterLetsOthersIn", func(t *testing.T) { testLeavingWaiterLetsOthersIn(t, srv) })
 	t.Run("HeldLockKeepsOneGoroutineInTheWorker", func(t *testing.T) { testHeldLockKeepsOneGoroutine(t, srv) })
 	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
+	t.Run("ManyCancelledWaitersLeaveWithoutTakingUpdateSlots", func(t *testing.T) { testManyCancelledWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
 	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })
