@@ -22,17 +22,23 @@
 // a client process is not a workflow and cannot receive signals, and
 // because it doubles as the waiter's heartbeat: a waiter that stops asking
 // (it crashed) is dropped from the queue within its TTL. A Lock whose
-// context ends sends "release", which removes it from the queue (or gives
-// back a grant that raced the cancellation) after its last request reached
-// the workflow, and returns only when that is done: it leaves nothing
-// behind, even if its process exits right after (a CLI that timed out).
-// This cleanup is bounded by the TTL or 5s, whichever is shorter (room
-// for one workflow task run again after a worker vanished; waiting past
-// the TTL would buy nothing, see next). If the bound passes (the server
-// or every worker is out of reach), Lock returns anyway and the entry is
-// left to expire: the waiter no longer renews its place, so it is dropped
-// a TTL after its last request, and a grant it got before that ends by its
-// lease's timer a TTL after the grant.
+// context ends sends a "release" signal, which removes it from the queue
+// (or gives back a grant that raced the cancellation), once its last
+// request reached the workflow, and returns only when the server has the
+// signal: it is then in the workflow's history, handled after that
+// request, so the Lock leaves nothing behind, even if its process exits
+// right after (a CLI that timed out). A signal rather than an update: it
+// takes none of the workflow's update slots (see "Many waiters" below), so
+// many waiters that leave at once neither crowd each other out nor delay
+// the holder's release (testManyCancelledWaiters). This cleanup is
+// bounded by the TTL or 5s, whichever is shorter (room for the request in
+// flight to reach the workflow when its task went to a worker that
+// vanished and runs again elsewhere; waiting past the TTL would buy
+// nothing, see next). If the bound passes (the server or every worker is
+// out of reach), Lock returns anyway and the entry is left to expire: the
+// waiter no longer renews its place, so it is dropped a TTL after its last
+// request, and a grant it got before that ends by its lease's timer a TTL
+// after the grant.
 //
 // A slow answer is not an unreachable server. When a request fails or
 // gets no answer in time, the waiter asks the frontend for its health (a
@@ -183,6 +189,22 @@
 // worker=false) and call RegisterWorkflows on a worker that polls the same
 // task queue. All workers of the queue must run the same version of this
 // package (workflow code must be deterministic across workers).
+//
+// What a held lock keeps in a client process is in its worker, not in the
+// driver: the driver runs no goroutine and no timer per lock (a lease's
+// end is the mutex workflow's timer, in the server), but the Temporal SDK
+// keeps every workflow its worker ran in its workflow cache (10,000 per
+// process by default; worker.SetStickyWorkflowCacheSize), so that the
+// workflow's next task need not replay its history. A cached workflow is
+// the SDK's state for it (its execution context, history event handler
+// and registered handlers: the heap per held lock of bench/RESULTS.md,
+// scenario C) and one goroutine per coroutine of the workflow. The mutex
+// workflow has one, its main loop, which also receives the workflow-side
+// API's signals, so a held lock keeps one goroutine in the worker that
+// last ran its workflow (testHeldLockKeepsOneGoroutine). Runs started by
+// versions of this package that received the signals in a coroutine of
+// their own keep doing so until they continue as new (change ID
+// "signals-in-main-loop"; TestReplayRecordedHistories replays both).
 //
 // A worker crash loses nothing: the workflows' state is in the server, and
 // another worker (any other client) picks up their tasks. With no worker

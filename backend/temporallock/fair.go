@@ -248,11 +248,19 @@ func (d *Driver) reachable(ctx context.Context) bool {
 // is not nil, the release is sent once it is closed (the request in flight
 // has reached the workflow, so the release is handled after it).
 //
-// It takes leaveBound(req.TTL) at most. If the bound passes first (no
-// worker runs the mutex workflow, the server does not answer), the entry
-// is left to expire: a client waiter renews its place with every request
-// and is dropped a TTL after its last one, and a grant it got meanwhile
-// ends by its lease's timer a TTL after the grant.
+// The release is a signal, not an update: it takes none of the workflow's
+// update slots (Temporal admits a limited number of updates in flight, see
+// longPolls), so that many waiters leaving at once (a whole pool of
+// workers shutting down) crowd out neither each other nor the holder's
+// release. Once the server has the signal, it is in the workflow's
+// history, and handled after every request that reached the workflow
+// before it, whether or not a worker runs at this moment.
+//
+// It takes leaveBound(req.TTL) at most. If the bound passes first (the
+// server does not answer), the entry is left to expire: a client waiter
+// renews its place with every request and is dropped a TTL after its last
+// one, and a grant it got meanwhile ends by its lease's timer a TTL after
+// the grant.
 func (d *Driver) leaveQueue(req driver.Request, after <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveBound(req.TTL))
 	defer cancel()
@@ -263,16 +271,17 @@ func (d *Driver) leaveQueue(req driver.Request, after <-chan struct{}) {
 			return
 		}
 	}
-	_, _ = d.update(ctx, req.Name, "", updRelease, ownerReq{Owner: req.Owner})
+	_ = d.c.SignalWorkflow(ctx, d.workflowID(req.Name), "", sigRelease, ownerReq{Owner: req.Owner})
 }
 
 // leaveTimeout is the most a cancelled waiter spends leaving the queue
 // (see leaveBound).
 const leaveTimeout = 5 * time.Second
 
-// leaveBound bounds leaveQueue: leaveTimeout, room for a release whose workflow task
-// went to a worker that vanished and is run again elsewhere after
-// workflowTaskTimeout; but no more than the TTL, after which the entry
+// leaveBound bounds leaveQueue: leaveTimeout, room for the request in
+// flight to reach the workflow when its workflow task went to a worker
+// that vanished and is run again elsewhere after workflowTaskTimeout; but
+// no more than the TTL, after which the entry
 // left behind has expired (or will with the lease it was granted), so
 // that waiting longer would only delay the caller.
 func leaveBound(ttl time.Duration) time.Duration {

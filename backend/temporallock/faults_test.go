@@ -340,6 +340,69 @@ func testManyWaiters(t *testing.T, srv server) {
 	}
 }
 
+// testManyCancelledWaiters: 12 queued waiters are cancelled at once (a
+// pool of workers shutting down). Each leaves the queue before its Lock
+// returns, and none of them sends an update to do so (which would take one
+// of the workflow's update slots: 12 at once, beside the waits held open,
+// are more than the server's limit, and would crowd out the holder's
+// release); then the lock goes at once to a newcomer. (A long TTL: this
+// many waiters on a loaded machine must not lose the holder its lease.)
+func testManyCancelledWaiters(t *testing.T, srv server) {
+	const waiters = 12
+	name := "many-cancelled/" + t.Name()
+	ctx := testenv.Context(t, 4*time.Minute)
+	var updates updateCounter
+	clients := make([]*dlock.Client, 4)
+	for i := range clients {
+		clients[i] = dlock.New(srv.openDial(t, "", updates.dialOptions()), dlock.WithTTL(3*testTTL))
+	}
+	first, err := clients[0].Mutex(name, dlock.WithFair()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, waiters)
+	for i := range waiters {
+		go func() {
+			l, err := clients[i%len(clients)].Mutex(name, dlock.WithFair()).Lock(wctx)
+			if err == nil {
+				_ = l.Unlock(ctx)
+				err = fmt.Errorf("waiter %d was granted the lock", i)
+			}
+			errs <- err
+		}()
+		// One at a time: arrivals at the same instant can reach the
+		// limit (see the package doc); this test is about leaving.
+		waitWaiters(t, clients[0], name, i+1)
+	}
+	releases := updates.releases.Load()
+	cancel()
+	for range waiters {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled Lock: %v, want context.Canceled", err)
+		}
+	}
+	if n := updates.releases.Load() - releases; n > 0 {
+		t.Errorf("the cancelled waiters sent %d release updates, want none (each takes an update slot)", n)
+	}
+	in, err := clients[1].Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Waiters) != 0 {
+		t.Errorf("after every cancelled Lock returned: %d waiters queued, want none", len(in.Waiters))
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatalf("holder's Unlock: %v", err)
+	}
+	l, err := clients[2].Mutex(name, dlock.WithFair()).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the holder released: %v (a cancelled waiter was granted it?)", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
 // updateCounter counts the updates (and updates-with-start) sent by the
 // clients dialled with its dialOptions, and the calls that failed: an
 // update refused for the server's in-flight limit, or an update (or the
@@ -347,6 +410,7 @@ func testManyWaiters(t *testing.T, srv server) {
 // retries both, so Lock does not fail, only waits.
 type updateCounter struct {
 	calls, failed atomic.Int64
+	releases      atomic.Int64 // "release" updates sent
 	mu            sync.Mutex
 	first         error
 }
@@ -363,6 +427,9 @@ func (f *updateCounter) dialOptions() []grpc.DialOption {
 		}
 		if method != workflowservice.WorkflowService_PollWorkflowExecutionUpdate_FullMethodName {
 			f.calls.Add(1)
+		}
+		if r, ok := req.(*workflowservice.UpdateWorkflowExecutionRequest); ok && r.GetRequest().GetInput().GetName() == updRelease {
+			f.releases.Add(1)
 		}
 		if code := status.Code(err); code == codes.ResourceExhausted || code == codes.Unavailable {
 			if f.failed.Add(1) == 1 {

@@ -170,6 +170,12 @@ type mutex struct {
 	// started by versions of this package that did not probe replay
 	// without it.
 	probing bool
+	// signals: the channels of the workflow-side API's signals.
+	// signalsInLoop: the main loop receives them (see signalsVersion);
+	// runs started before that replay with a coroutine of their own
+	// receiving them (receiveSignals).
+	signals       [3]workflow.ReceiveChannel
+	signalsInLoop bool
 }
 
 // probeVersion is the change ID under which the mutex workflow probes
@@ -185,6 +191,15 @@ const probeVersion = "probe-workflow-waiters"
 // live records the marker there and grants by the counted rule from then
 // on, including a run started before the upgrade.
 const countedVersion = "counted-leases"
+
+// signalsVersion is the change ID under which the mutex workflow receives
+// the workflow-side API's signals in its main loop rather than in a
+// coroutine of its own. Each coroutine is a goroutine in every worker
+// that keeps the workflow in its cache (the client processes' workers
+// keep every lock they touched), so a held lock cost two goroutines there
+// and now costs one, the main loop's, which the SDK needs to run the
+// workflow at all (testHeldLockKeepsOneGoroutine).
+const signalsVersion = "signals-in-main-loop"
 
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
@@ -261,12 +276,21 @@ func MutexWorkflow(ctx workflow.Context, s mutexState) error {
 	if err := m.register(ctx); err != nil {
 		return err
 	}
-	m.receiveSignals(ctx)
+	for i, name := range []string{sigAcquire, sigExtend, sigRelease} {
+		m.signals[i] = workflow.GetSignalChannel(ctx, name)
+	}
+	m.signalsInLoop = workflow.GetVersion(ctx, signalsVersion, workflow.DefaultVersion, 1) >= 1
+	if !m.signalsInLoop {
+		m.receiveSignals(ctx)
+	}
 
 	var timer workflow.Future
 	var timerAt time.Time
 	var cancelTimer workflow.CancelFunc
 	for {
+		if m.signalsInLoop {
+			m.drainSignals(ctx)
+		}
 		now := workflow.Now(ctx)
 		m.expire(ctx, now)
 
@@ -293,7 +317,9 @@ func MutexWorkflow(ctx workflow.Context, s mutexState) error {
 		}
 		m.changed = false
 		armed := timer
-		if err := workflow.Await(ctx, func() bool { return m.changed || (armed != nil && armed.IsReady()) }); err != nil {
+		if err := workflow.Await(ctx, func() bool {
+			return m.changed || (armed != nil && armed.IsReady()) || (m.signalsInLoop && m.signalled())
+		}); err != nil {
 			return err
 		}
 		if armed != nil && armed.IsReady() {
@@ -339,12 +365,11 @@ func (m *mutex) place(ctx workflow.Context, owner string) reply {
 	return m.queuedReply(workflow.Now(ctx), true, i, m.s.Queue[i].TTL)
 }
 
-// receiveSignals serves the workflow-side API's signals in the background.
+// receiveSignals serves the workflow-side API's signals in a coroutine of
+// their own, as runs started before signalsVersion did.
 func (m *mutex) receiveSignals(ctx workflow.Context) {
+	acq, ext, rel := m.signals[0], m.signals[1], m.signals[2]
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		acq := workflow.GetSignalChannel(ctx, sigAcquire)
-		ext := workflow.GetSignalChannel(ctx, sigExtend)
-		rel := workflow.GetSignalChannel(ctx, sigRelease)
 		for {
 			sel := workflow.NewSelector(ctx)
 			sel.AddReceive(acq, func(c workflow.ReceiveChannel, _ bool) { m.onAcquireSignal(ctx, c) })
@@ -355,16 +380,26 @@ func (m *mutex) receiveSignals(ctx workflow.Context) {
 	})
 }
 
-// drainSignals handles signals that arrived but were not yet received, so
-// that none is lost by continuing as new.
+// signalled reports whether a signal waits to be received.
+func (m *mutex) signalled() bool {
+	for _, c := range m.signals {
+		if c.Len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// drainSignals handles the signals that arrived but were not yet
+// received: every pass of the main loop (signalsVersion), and before the
+// run continues as new, so that none is lost. Acquires go first, in
+// arrival order, so that the queue keeps the order of the requests; then
+// renewals, then releases: a workflow's release sent after its acquire
+// finds the acquire done.
 func (m *mutex) drainSignals(ctx workflow.Context) {
-	for _, s := range []struct {
-		name string
-		fn   func(workflow.Context, workflow.ReceiveChannel)
-	}{{sigAcquire, m.onAcquireSignal}, {sigExtend, m.onExtendSignal}, {sigRelease, m.onReleaseSignal}} {
-		c := workflow.GetSignalChannel(ctx, s.name)
-		for c.Len() > 0 {
-			s.fn(ctx, c)
+	for i, fn := range []func(workflow.Context, workflow.ReceiveChannel){m.onAcquireSignal, m.onExtendSignal, m.onReleaseSignal} {
+		for m.signals[i].Len() > 0 {
+			fn(ctx, m.signals[i])
 		}
 	}
 }
