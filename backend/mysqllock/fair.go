@@ -73,13 +73,26 @@ func (d *Driver) tryFair(ctx context.Context, req driver.Request, seq int64) (dr
 }
 
 // releaseFair frees owner's lease and hands it to the queue's first live
-// waiter, in one statement. It reports whether owner held it.
+// waiter, in one statement. It reports whether owner held it. The
+// statement goes on the bell connection, where it also drops the lease's
+// bell (no second round trip before the first waiter wakes), unless that
+// connection is busy or absent; then it goes on a pooled one, and the
+// keeper drops the bell after it.
 func (d *Driver) releaseFair(ctx context.Context, name, owner string) (bool, error) {
-	r, err := exec(ctx, d, d.q.releaseFair, []byte(name), []byte(name), owner)
+	bell := bellName(d.table, name)
+	args := []any{[]byte(name), bell, []byte(name), owner}
+	octx, cancel := d.bound(ctx)
+	r, sent, err := d.bells.execDropping(octx, bell, owner, d.q.releaseFair, args...)
+	cancel()
 	if err != nil {
-		return false, err
+		return false, d.fail(ctx, err)
 	}
-	d.bells.drop(bellName(d.table, name), owner)
+	if !sent {
+		if r, err = exec(ctx, d, d.q.releaseFair, args...); err != nil {
+			return false, err
+		}
+		d.bells.drop(bell, owner)
+	}
 	d.releasedLocally(name)
 	n, err := r.RowsAffected()
 	if err != nil {

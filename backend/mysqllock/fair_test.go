@@ -223,6 +223,69 @@ func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 	}
 }
 
+// testFairHandOffDropsTheBellInTheRelease: a release that hands the lock
+// to a waiter blocked on the holder's bell is one statement of the
+// holder's driver, sent on its bell connection, which drops the bell as
+// well: the bell is free once Unlock returns, and the keeper sends nothing
+// for it (the old way, a second round trip before the waiter wakes).
+func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	db := s.sqlDB(t)
+	hd := s.open(t, s.Addr, fairTable)
+	holder := dlock.New(hd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- lw
+	}()
+	waitForWaiters(t, holder, name, 1)
+	bell := bellName(hd.table, name)
+	usedBy := func() int64 {
+		var id sql.NullInt64
+		if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", bell).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id.Int64
+	}
+	testenv.Eventually(t, 30*time.Second, "the holder's bell taken and the waiter blocked on it", func() error {
+		if id := usedBy(); id == 0 || uint64(id) != hd.bells.ownID() {
+			return fmt.Errorf("bell held by session %d", id)
+		}
+		if n := waitingSessions(t, db); n != 1 {
+			return fmt.Errorf("%d sessions in GET_LOCK", n)
+		}
+		return nil
+	})
+	rounds := hd.bells.rounds.Load()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id := usedBy(); id != 0 && uint64(id) == hd.bells.ownID() {
+		t.Errorf("the holder's bell connection still holds the bell after Unlock returned")
+	}
+	lw := <-got
+	if lw == nil {
+		return
+	}
+	defer lw.Unlock(ctx)
+	if lw.Token() != l.Token()+1 {
+		t.Errorf("the waiter got token %d after the holder's %d", lw.Token(), l.Token())
+	}
+	time.Sleep(100 * time.Millisecond) // a keeper's statement would be sent by now
+	if n := hd.bells.rounds.Load() - rounds; n != 0 {
+		t.Errorf("the holder's keeper sent %d statements for the hand-off, want 0: the release did not drop the bell", n)
+	}
+}
+
 // testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
 // Lock returns, its entry is gone — Inspect shows no waiter — and the next
 // release hands the lock to the waiter behind it, with the next token.

@@ -393,11 +393,23 @@ ON DUPLICATE KEY UPDATE
 // materializes before it updates, so the queue table may be both read and
 // written (MySQL's error 1093 concerns merged subqueries only). A release
 // that hands off changes two rows, one that frees the lock one; none: the
-// lease was not this owner's. Parameters: name, name, owner.
+// lease was not this owner's.
+//
+// Sent on the bell connection (bells.execDropping), it also drops the
+// holder's bell once it has changed the lease row: RELEASE_LOCK in the
+// holder's assignment, which the server evaluates only for a row it
+// updates, so a lease that was not this owner's keeps its bell until the
+// keeper drops it. The bell's waiter may wake before the statement
+// commits; its next look then still finds the old row, with the bell not
+// taken (waitFair's 5), and looks again. On another session RELEASE_LOCK
+// finds the bell not its own and does nothing.
+//
+// Parameters: name, bell, name, owner.
 const releaseFair = `UPDATE {t} AS l
 LEFT JOIN (SELECT w.seq FROM {q} AS w WHERE w.name = ? AND {live} ORDER BY w.seq LIMIT 1) AS h ON 1
 LEFT JOIN {q} AS n ON n.seq = h.seq
-SET l.token = l.token + (n.seq IS NOT NULL), l.owner = n.owner, l.holder = n.holder, l.bell = n.bell,
+SET l.token = l.token + (n.seq IS NOT NULL), l.owner = n.owner,
+	l.holder = IF(RELEASE_LOCK(?) IS NULL, n.holder, n.holder), l.bell = n.bell,
 	l.expires_at = IF(n.seq IS NULL, '1000-01-01 00:00:00', UTC_TIMESTAMP(6) + INTERVAL n.ttl_us MICROSECOND),
 	n.expires_at = '1000-01-01 00:00:00'
 WHERE l.name = ? AND l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6)`
