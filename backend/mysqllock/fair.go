@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/go-sql-driver/mysql"
 )
 
 // Fair waiting (driver.Request.Fair): a queue table beside the lease table,
@@ -315,8 +316,13 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 		var st, token, leftUS int64
 		killed, err := q.blocking(ctx, func() error {
 			return wst.QueryRowContext(context.Background(), req.Owner, fairCap, ours, q.bell, q.bell, fairCap, q.bell,
-				[]byte(req.Name), []byte(req.Name), q.seq).Scan(&st, &token, &leftUS)
+				[]byte(req.Name), []byte(req.Name), q.seq, []byte(req.Name), req.Owner).Scan(&st, &token, &leftUS)
 		})
+		if !killed && isRetryable(err) {
+			// The re-read after a ring lost a lock conflict: it was
+			// rolled back whole, and the session keeps its queue lock.
+			continue
+		}
 		if killed || err != nil {
 			clean = false
 			if ctx.Err() != nil {
@@ -331,6 +337,10 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 			pending = 0
 		}
 		switch st {
+		case waitRangHandedOff:
+			// This statement found the lock not ours before it blocked.
+			seen = sent
+			fallthrough
 		case waitHandedOff:
 			d.bells.hold(q.bell, req.Owner, seen.Add(req.TTL), true)
 			return driver.Grant{Token: uint64(token), Since: seen, Handle: fairLease{}}, nil
@@ -414,6 +424,13 @@ func (q *queued) enqueue(ctx context.Context) error {
 	return nil
 }
 
+// isRetryable is true for InnoDB's deadlock and lock wait timeout errors:
+// the statement was rolled back whole.
+func isRetryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
 // heartbeat renews the waiter's entry.
 func (q *queued) heartbeat(ctx context.Context) error {
 	d := q.d
@@ -434,6 +451,9 @@ const (
 	waitHandedOff    = 6
 	waitPredecessor  = 7 // the wait on the predecessor ran out
 	waitPredecessorL = 8 // the predecessor left
+	// waitRangHandedOff: the holder's bell rang, and the lock had been
+	// handed to this waiter.
+	waitRangHandedOff = 9
 )
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -132,7 +132,8 @@ func (s server) testFairQueueSkipsAWaiterThatLeft(t *testing.T) {
 			ctx := testenv.Context(t, 60*time.Second)
 			d := s.open(t, s.Addr, fairTable)
 			holder := dlock.New(d, dlock.WithFair(), dlock.WithTTL(10*time.Second))
-			waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+			wd := s.open(t, s.Addr, fairTable)
+			waiter := dlock.New(wd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
 			name := "fair/" + t.Name()
 			l, err := holder.Mutex(name).Lock(ctx)
 			if err != nil {
@@ -210,7 +211,7 @@ func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 		}
 		return nil
 	})
-	if n := ds[0].fairWaits[waitHandedOff].Load(); n != 1 {
+	if n := ds[0].fairWaits[waitHandedOff].Load() + ds[0].fairWaits[waitRangHandedOff].Load(); n != 1 {
 		t.Errorf("the first waiter learnt of its hand-off %d times, want 1", n)
 	}
 	for i, d := range ds[1:] {
@@ -227,7 +228,9 @@ func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 // to a waiter blocked on the holder's bell is one statement of the
 // holder's driver, sent on its bell connection, which drops the bell as
 // well: the bell is free once Unlock returns, and the keeper sends nothing
-// for it (the old way, a second round trip before the waiter wakes).
+// for it (the old way, a second round trip before the waiter wakes). The
+// waiter's statement that the bell woke reports the hand-off itself: one
+// statement between the release and the new holder knowing it.
 func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	db := s.sqlDB(t)
@@ -238,7 +241,8 @@ func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	wd := s.open(t, s.Addr, fairTable)
+	waiter := dlock.New(wd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
 	got := make(chan *dlock.Lease, 1)
 	go func() {
 		lw, err := waiter.Mutex(name).Lock(ctx)
@@ -284,6 +288,14 @@ func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
 	if n := hd.bells.rounds.Load() - rounds; n != 0 {
 		t.Errorf("the holder's keeper sent %d statements for the hand-off, want 0: the release did not drop the bell", n)
 	}
+	// The waiter learnt of the hand-off in the statement that the bell
+	// woke: no statement of its own after the ring.
+	if n := wd.fairWaits[waitRangHandedOff].Load(); n != 1 {
+		t.Errorf("the waiter's woken statement found the lock its own %d times, want 1", n)
+	}
+	if n := wd.fairWaits[waitRang].Load() + wd.fairWaits[waitHandedOff].Load() + wd.fairWaits[waitPending].Load(); n != 0 {
+		t.Errorf("the waiter sent %d more statements after the ring to learn of the hand-off, want 0", n)
+	}
 }
 
 // testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
@@ -293,7 +305,8 @@ func (s server) testFairCancelledWaiterLeavesBeforeLockReturns(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	holder := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
 	quitter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
-	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	wd := s.open(t, s.Addr, fairTable)
+	waiter := dlock.New(wd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
 	name := "fair/" + t.Name()
 	l, err := holder.Mutex(name).Lock(ctx)
 	if err != nil {
