@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	sqldriver "database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/go-sql-driver/mysql"
 )
 
 // bellName maps a lock name to a user-level lock name of 38 characters
@@ -84,7 +87,9 @@ var heldPoll = driver.Backoff{Base: pollMin, Cap: pollMax, Jitter: 0.5}
 // bells keeps this driver's bells on one connection: a user lock per held
 // lease, taken after the grant and dropped after the release by a
 // background goroutine, so that neither costs the caller a round trip. The
-// goroutine alone uses the connection; callers only change the wanted set.
+// goroutine uses the connection, and callers change the wanted set; a fair
+// release may also send its statement on the connection while it is idle
+// (execDropping).
 type bells struct {
 	db    *sql.DB
 	delay time.Duration // bellDelay (tests lengthen it)
@@ -109,7 +114,12 @@ type bells struct {
 	done  chan struct{} // closed by close
 	ended chan struct{} // closed when run has returned
 
-	// Owned by run.
+	// connMu serializes the statements on conn: the keeper's rounds, and
+	// the fair releases sent on it (execDropping). It guards conn, stmts
+	// and have, and is taken before mu.
+	connMu sync.Mutex
+	rounds atomic.Int64         // the keeper's statements: tests count them
+	stmts  map[string]*sql.Stmt // prepared on conn
 	conn   *sql.Conn
 	have   map[string]bool // bells held on conn
 	last   time.Time       // when the last statement on conn ended
@@ -231,6 +241,80 @@ func (b *bells) drop(bell, owner string) {
 	b.signal()
 }
 
+// execDropping runs query on the bell connection: a statement that
+// releases owner's lease and, if it changes the lease row, drops bell
+// (RELEASE_LOCK) in the same round trip (see releaseFair). After it, the
+// lease's claim on bell is ended, before the keeper may use the
+// connection again. sent is false, and nothing was sent, when the
+// connection is busy (a keeper round, another release) or absent, or the
+// statement failed on the server (rolled back): the caller then sends it
+// on another connection. A failure on the way (a timeout, a broken
+// connection) ends the session, and with it this driver's bells.
+func (b *bells) execDropping(ctx context.Context, bell, owner, query string, args ...any) (r sql.Result, sent bool, err error) {
+	if !b.connMu.TryLock() {
+		return nil, false, nil
+	}
+	signal := false
+	defer func() {
+		b.connMu.Unlock()
+		if signal {
+			b.signal()
+		}
+	}()
+	if b.conn == nil {
+		return nil, false, nil
+	}
+	st := b.stmts[query]
+	if st == nil {
+		if st, err = b.conn.PrepareContext(ctx, query); err != nil {
+			if ctx.Err() != nil || !isServerError(err) {
+				b.disconnect()
+				signal = true // the keeper opens a new one if bells are wanted
+			}
+			return nil, false, nil
+		}
+		b.stmts[query] = st
+	}
+	r, err = st.ExecContext(ctx, args...)
+	if err != nil {
+		if ctx.Err() == nil && isServerError(err) {
+			// Rolled back, but RELEASE_LOCK may have run: the keeper
+			// takes the bell again while a lease wants it.
+			delete(b.have, bell)
+			signal = true
+			return nil, false, nil
+		}
+		b.disconnect()
+		signal = true
+		return nil, true, err
+	}
+	b.last = time.Now()
+	if n, err := r.RowsAffected(); err == nil && n > 0 {
+		delete(b.have, bell) // dropped by the statement
+	}
+	b.mu.Lock()
+	cs := b.want[bell]
+	if i := claimOf(cs, owner); i >= 0 {
+		cs = append(cs[:i], cs[i+1:]...)
+		b.want[bell] = cs
+	}
+	if len(cs) == 0 {
+		delete(b.want, bell)
+	}
+	// The keeper has work if the bell is still held for nobody, or wanted
+	// by another lease.
+	signal = b.have[bell] != (len(cs) > 0 && cs[0].from.Before(time.Now()))
+	b.mu.Unlock()
+	return r, true, nil
+}
+
+// isServerError is true for an error the server returned for a statement:
+// the statement failed whole, and the session is still in a known state.
+func isServerError(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me)
+}
+
 // claimOf is the index of owner's claim in cs, -1 if none.
 func claimOf(cs []claim, owner string) int {
 	for i := range cs {
@@ -281,11 +365,15 @@ func discard(c *sql.Conn) {
 func (b *bells) run() {
 	defer close(b.ended)
 	defer func() {
+		b.connMu.Lock()
+		defer b.connMu.Unlock()
 		if b.conn != nil {
-			discard(b.conn)
+			b.disconnect()
 		}
 	}()
+	b.connMu.Lock()
 	b.connect()
+	b.connMu.Unlock()
 	close(b.ready)
 	b.mu.Lock()
 	b.timer = time.NewTimer(time.Hour)
@@ -296,7 +384,9 @@ func (b *bells) run() {
 		b.mu.Lock()
 		b.early = time.Time{} // this round sees every claim made so far
 		b.mu.Unlock()
+		b.connMu.Lock()
 		next := time.Now().Add(b.sync())
+		b.connMu.Unlock()
 		b.mu.Lock()
 		if !b.early.IsZero() && b.early.Before(next) {
 			next = b.early // a claim made during the round
@@ -330,13 +420,17 @@ func (b *bells) connect() {
 		discard(c)
 		return
 	}
-	b.conn, b.have, b.gaveUp, b.last = c, map[string]bool{}, map[string]bool{}, time.Now()
+	b.conn, b.have, b.gaveUp, b.last, b.stmts = c, map[string]bool{}, map[string]bool{}, time.Now(), map[string]*sql.Stmt{}
 	b.mu.Lock()
 	b.id = id
 	b.mu.Unlock()
 }
 
 func (b *bells) disconnect() {
+	for _, st := range b.stmts {
+		_ = st.Close()
+	}
+	b.stmts = nil
 	discard(b.conn)
 	b.conn = nil
 	b.mu.Lock()
@@ -421,6 +515,7 @@ func (b *bells) sync() time.Duration {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), (bellTake+5)*time.Second)
 	defer cancel()
+	b.rounds.Add(1)
 	if err := b.conn.QueryRowContext(ctx, sel.String()).Scan(dest...); err != nil {
 		b.disconnect() // the session's state is unknown: end it, and with it its bells
 		return bellRetry

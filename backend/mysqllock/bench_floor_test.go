@@ -30,7 +30,8 @@ import (
 //     previous grant), the least and most grants of one worker, and their
 //     ratio (fairness); stmts/grant and fsyncs/grant are the server's
 //     counters over the whole iteration (its warm-up and wind-down
-//     included) per counted grant.
+//     included) per counted grant. Contended8Hold1msFair: the same with
+//     dlock.WithFair.
 //
 // Run: go test ./backend/mysqllock -run '^$' -bench MariaDBVsFloor -benchtime 3x
 func BenchmarkMariaDBVsFloor(b *testing.B) {
@@ -117,11 +118,17 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 		b.ReportMetric(float64(f1-f0)/counted, "fsyncs/op")
 	})
 
-	b.Run("Contended8Hold1ms", func(b *testing.B) {
+	b.Run("Contended8Hold1ms", func(b *testing.B) { contendedVsFloor(b, s) })
+	b.Run("Contended8Hold1msFair", func(b *testing.B) { contendedVsFloor(b, s, dlock.WithFair()) })
+}
+
+// contendedVsFloor is scenario B: 8 workers, one name, 1 ms held.
+func contendedVsFloor(b *testing.B, s server, opts ...dlock.Option) {
+	{
 		const workers = 8
 		clients := make([]*dlock.Client, workers)
 		for i := range clients {
-			clients[i] = dlock.New(s.open(b, s.Addr, ""), dlock.WithTTL(8*time.Second))
+			clients[i] = dlock.New(s.open(b, s.Addr, ""), append([]dlock.Option{dlock.WithTTL(8 * time.Second)}, opts...)...)
 		}
 		var total time.Duration
 		var grants, changes int
@@ -151,7 +158,7 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 		b.ReportMetric(float64(lo), "min-grants")
 		b.ReportMetric(float64(hi), "max-grants")
 		b.ReportMetric(float64(lo)/float64(max(hi, 1)), "fairness")
-	})
+	}
 }
 
 // contendedRound has every client Lock, hold for hold, and Unlock name in a

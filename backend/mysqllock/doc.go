@@ -37,7 +37,8 @@
 // Costs. Holding bells costs one connection per Driver, not one per held
 // lock: a session may hold many user locks (MySQL 5.7+, MariaDB 10.0+).
 // Bells are taken and dropped by a background goroutine after the row
-// changed, so they add no round trip to Acquire or Release. A mutex's
+// changed, so they add no round trip to Acquire or Release (a fair
+// release drops its bell in its own statement: see Fair waiting). A mutex's
 // grant takes its bell at once only if its statement found someone waiting
 // (a held waiting slot, below; testGrantWithWaitersTakesBellAtOnce), and
 // otherwise 5 ms after the grant (testHeldLockTakesBellSoon; a semaphore
@@ -127,23 +128,34 @@
 //     live entry — a new token, the waiter's TTL from now by the server's
 //     clock, its holder metadata and its driver's bell connection — and
 //     ends that entry. With nobody live queued it frees the lock as a
-//     plain release does.
+//     plain release does. The statement is sent on the driver's bell
+//     connection and drops the holder's bell too (RELEASE_LOCK, evaluated
+//     once the lease row has changed), so the first waiter wakes without
+//     a second round trip (testFairHandOffDropsTheBellInTheRelease); while
+//     that connection is busy with another statement, or there is none,
+//     it goes on a pooled connection and the bell is dropped after it. A
+//     waiter woken before the statement commits finds the lock not yet
+//     its own and the holder's bell not taken, and looks again.
 //   - Wake-up: each queued waiter blocks in GET_LOCK on one user lock
 //     only: the first live waiter on the holder's bell, every other one on
 //     the queue lock of the live waiter just ahead of it, as ZooKeeper's
 //     lock recipe watches only its predecessor. A hand-off rings the
-//     holder's bell, which only the first waiter hears; it reads the lease
-//     row, finds the lock its own, and gives up its queue lock, which wakes
-//     the second, which then waits on the new holder's bell
+//     holder's bell, which only the first waiter hears; the statement the
+//     bell woke then reads the lease row again — a locking read, which
+//     sees the newest committed row and waits for a release that rang
+//     before it committed — finds the lock its own and reports it, with
+//     its token; the waiter gives up its queue lock, which wakes the
+//     second, which then waits on the new holder's bell
 //     (TestFairReleaseWakesOnlyTheNextWaiter counts each waiter's
-//     wake-ups). Statements per hand-off: the release; the holder's bell
-//     dropped on its bell connection; the woken waiter's look at the row;
-//     its queue lock given back and its entry deleted (two, in the
-//     background); the new holder's bell taken; the second waiter's new
-//     wait — seven (more when the second waiter finds the new holder's
-//     bell not taken yet and looks again 2 ms later), of which the first
-//     three are between the release and the new holder knowing it holds
-//     the lock. The other waiters send only their wait again when it
+//     wake-ups). Statements per hand-off: the release, which drops the
+//     holder's bell; the first waiter's queue lock given back and its
+//     entry deleted (two, in the background); the new holder's bell
+//     taken; the second waiter's new wait — five (more when the second
+//     waiter finds the new holder's bell not taken yet and looks again
+//     200 µs later, or the release went on a pooled connection), of which
+//     only the release is between the old holder's Unlock and the new
+//     holder knowing it holds the lock
+//     (testFairHandOffDropsTheBellInTheRelease). The other waiters send only their wait again when it
 //     runs out (each second) and their entry's renewal.
 //   - Cancellation: a cancelled Lock ends its blocked statement with KILL
 //     QUERY, deletes its entry and ends its session before it returns, and
@@ -266,6 +278,13 @@
 //     also write the queue table (MySQL's error 1093 concerns subqueries
 //     it merges). The fair acquire evaluates its queue condition once into
 //     a user variable, which MySQL 8 accepts with a deprecation warning.
+//   - A fair waiter's wait is a derived table with LIMIT, materialized
+//     (its GET_LOCK done) before the outer query reads the lease row with
+//     LOCK IN SHARE MODE, a clause that locks only the outer query's rows
+//     (MySQL 8 documents that a locking clause does not reach into a
+//     nested subquery), so no share lock is held while the wait blocks
+//     (testFairHandOffDropsTheBellInTheRelease: one would stall the
+//     release until the wait ran out).
 //
 // # URL
 //

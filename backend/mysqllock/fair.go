@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/go-sql-driver/mysql"
 )
 
 // Fair waiting (driver.Request.Fair): a queue table beside the lease table,
@@ -73,13 +74,26 @@ func (d *Driver) tryFair(ctx context.Context, req driver.Request, seq int64) (dr
 }
 
 // releaseFair frees owner's lease and hands it to the queue's first live
-// waiter, in one statement. It reports whether owner held it.
+// waiter, in one statement. It reports whether owner held it. The
+// statement goes on the bell connection, where it also drops the lease's
+// bell (no second round trip before the first waiter wakes), unless that
+// connection is busy or absent; then it goes on a pooled one, and the
+// keeper drops the bell after it.
 func (d *Driver) releaseFair(ctx context.Context, name, owner string) (bool, error) {
-	r, err := exec(ctx, d, d.q.releaseFair, []byte(name), []byte(name), owner)
+	bell := bellName(d.table, name)
+	args := []any{[]byte(name), bell, []byte(name), owner}
+	octx, cancel := d.bound(ctx)
+	r, sent, err := d.bells.execDropping(octx, bell, owner, d.q.releaseFair, args...)
+	cancel()
 	if err != nil {
-		return false, err
+		return false, d.fail(ctx, err)
 	}
-	d.bells.drop(bellName(d.table, name), owner)
+	if !sent {
+		if r, err = exec(ctx, d, d.q.releaseFair, args...); err != nil {
+			return false, err
+		}
+		d.bells.drop(bell, owner)
+	}
 	d.releasedLocally(name)
 	n, err := r.RowsAffected()
 	if err != nil {
@@ -302,8 +316,13 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 		var st, token, leftUS int64
 		killed, err := q.blocking(ctx, func() error {
 			return wst.QueryRowContext(context.Background(), req.Owner, fairCap, ours, q.bell, q.bell, fairCap, q.bell,
-				[]byte(req.Name), []byte(req.Name), q.seq).Scan(&st, &token, &leftUS)
+				[]byte(req.Name), []byte(req.Name), q.seq, []byte(req.Name), req.Owner).Scan(&st, &token, &leftUS)
 		})
+		if !killed && isRetryable(err) {
+			// The re-read after a ring lost a lock conflict: it was
+			// rolled back whole, and the session keeps its queue lock.
+			continue
+		}
 		if killed || err != nil {
 			clean = false
 			if ctx.Err() != nil {
@@ -318,6 +337,10 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 			pending = 0
 		}
 		switch st {
+		case waitRangHandedOff:
+			// This statement found the lock not ours before it blocked.
+			seen = sent
+			fallthrough
 		case waitHandedOff:
 			d.bells.hold(q.bell, req.Owner, seen.Add(req.TTL), true)
 			return driver.Grant{Token: uint64(token), Since: seen, Handle: fairLease{}}, nil
@@ -401,6 +424,13 @@ func (q *queued) enqueue(ctx context.Context) error {
 	return nil
 }
 
+// isRetryable is true for InnoDB's deadlock and lock wait timeout errors:
+// the statement was rolled back whole.
+func isRetryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
 // heartbeat renews the waiter's entry.
 func (q *queued) heartbeat(ctx context.Context) error {
 	d := q.d
@@ -421,6 +451,9 @@ const (
 	waitHandedOff    = 6
 	waitPredecessor  = 7 // the wait on the predecessor ran out
 	waitPredecessorL = 8 // the predecessor left
+	// waitRangHandedOff: the holder's bell rang, and the lock had been
+	// handed to this waiter.
+	waitRangHandedOff = 9
 )
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

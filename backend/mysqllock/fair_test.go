@@ -132,7 +132,8 @@ func (s server) testFairQueueSkipsAWaiterThatLeft(t *testing.T) {
 			ctx := testenv.Context(t, 60*time.Second)
 			d := s.open(t, s.Addr, fairTable)
 			holder := dlock.New(d, dlock.WithFair(), dlock.WithTTL(10*time.Second))
-			waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+			wd := s.open(t, s.Addr, fairTable)
+			waiter := dlock.New(wd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
 			name := "fair/" + t.Name()
 			l, err := holder.Mutex(name).Lock(ctx)
 			if err != nil {
@@ -210,7 +211,7 @@ func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 		}
 		return nil
 	})
-	if n := ds[0].fairWaits[waitHandedOff].Load(); n != 1 {
+	if n := ds[0].fairWaits[waitHandedOff].Load() + ds[0].fairWaits[waitRangHandedOff].Load(); n != 1 {
 		t.Errorf("the first waiter learnt of its hand-off %d times, want 1", n)
 	}
 	for i, d := range ds[1:] {
@@ -223,6 +224,80 @@ func (s server) testFairReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 	}
 }
 
+// testFairHandOffDropsTheBellInTheRelease: a release that hands the lock
+// to a waiter blocked on the holder's bell is one statement of the
+// holder's driver, sent on its bell connection, which drops the bell as
+// well: the bell is free once Unlock returns, and the keeper sends nothing
+// for it (the old way, a second round trip before the waiter wakes). The
+// waiter's statement that the bell woke reports the hand-off itself: one
+// statement between the release and the new holder knowing it.
+func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	db := s.sqlDB(t)
+	hd := s.open(t, s.Addr, fairTable)
+	holder := dlock.New(hd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := s.open(t, s.Addr, fairTable)
+	waiter := dlock.New(wd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- lw
+	}()
+	waitForWaiters(t, holder, name, 1)
+	bell := bellName(hd.table, name)
+	usedBy := func() int64 {
+		var id sql.NullInt64
+		if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", bell).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id.Int64
+	}
+	testenv.Eventually(t, 30*time.Second, "the holder's bell taken and the waiter blocked on it", func() error {
+		if id := usedBy(); id == 0 || uint64(id) != hd.bells.ownID() {
+			return fmt.Errorf("bell held by session %d", id)
+		}
+		if n := waitingSessions(t, db); n != 1 {
+			return fmt.Errorf("%d sessions in GET_LOCK", n)
+		}
+		return nil
+	})
+	rounds := hd.bells.rounds.Load()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id := usedBy(); id != 0 && uint64(id) == hd.bells.ownID() {
+		t.Errorf("the holder's bell connection still holds the bell after Unlock returned")
+	}
+	lw := <-got
+	if lw == nil {
+		return
+	}
+	defer lw.Unlock(ctx)
+	if lw.Token() != l.Token()+1 {
+		t.Errorf("the waiter got token %d after the holder's %d", lw.Token(), l.Token())
+	}
+	time.Sleep(100 * time.Millisecond) // a keeper's statement would be sent by now
+	if n := hd.bells.rounds.Load() - rounds; n != 0 {
+		t.Errorf("the holder's keeper sent %d statements for the hand-off, want 0: the release did not drop the bell", n)
+	}
+	// The waiter learnt of the hand-off in the statement that the bell
+	// woke: no statement of its own after the ring.
+	if n := wd.fairWaits[waitRangHandedOff].Load(); n != 1 {
+		t.Errorf("the waiter's woken statement found the lock its own %d times, want 1", n)
+	}
+	if n := wd.fairWaits[waitRang].Load() + wd.fairWaits[waitHandedOff].Load() + wd.fairWaits[waitPending].Load(); n != 0 {
+		t.Errorf("the waiter sent %d more statements after the ring to learn of the hand-off, want 0", n)
+	}
+}
+
 // testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
 // Lock returns, its entry is gone — Inspect shows no waiter — and the next
 // release hands the lock to the waiter behind it, with the next token.
@@ -230,7 +305,8 @@ func (s server) testFairCancelledWaiterLeavesBeforeLockReturns(t *testing.T) {
 	ctx := testenv.Context(t, 60*time.Second)
 	holder := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
 	quitter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
-	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	wd := s.open(t, s.Addr, fairTable)
+	waiter := dlock.New(wd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
 	name := "fair/" + t.Name()
 	l, err := holder.Mutex(name).Lock(ctx)
 	if err != nil {

@@ -83,7 +83,7 @@ type Driver struct {
 
 	// fairWaits counts the outcomes of this driver's waitFair statements,
 	// by outcome (the tests count wake-ups with it).
-	fairWaits [9]atomic.Int64
+	fairWaits [10]atomic.Int64
 }
 
 var (

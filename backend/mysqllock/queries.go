@@ -393,11 +393,23 @@ ON DUPLICATE KEY UPDATE
 // materializes before it updates, so the queue table may be both read and
 // written (MySQL's error 1093 concerns merged subqueries only). A release
 // that hands off changes two rows, one that frees the lock one; none: the
-// lease was not this owner's. Parameters: name, name, owner.
+// lease was not this owner's.
+//
+// Sent on the bell connection (bells.execDropping), it also drops the
+// holder's bell once it has changed the lease row: RELEASE_LOCK in the
+// holder's assignment, which the server evaluates only for a row it
+// updates, so a lease that was not this owner's keeps its bell until the
+// keeper drops it. The bell's waiter may wake before the statement
+// commits; its next look then still finds the old row, with the bell not
+// taken (waitFair's 5), and looks again. On another session RELEASE_LOCK
+// finds the bell not its own and does nothing.
+//
+// Parameters: name, bell, name, owner.
 const releaseFair = `UPDATE {t} AS l
 LEFT JOIN (SELECT w.seq FROM {q} AS w WHERE w.name = ? AND {live} ORDER BY w.seq LIMIT 1) AS h ON 1
 LEFT JOIN {q} AS n ON n.seq = h.seq
-SET l.token = l.token + (n.seq IS NOT NULL), l.owner = n.owner, l.holder = n.holder, l.bell = n.bell,
+SET l.token = l.token + (n.seq IS NOT NULL), l.owner = n.owner,
+	l.holder = IF(RELEASE_LOCK(?) IS NULL, n.holder, n.holder), l.bell = n.bell,
 	l.expires_at = IF(n.seq IS NULL, '1000-01-01 00:00:00', UTC_TIMESTAMP(6) + INTERVAL n.ttl_us MICROSECOND),
 	n.expires_at = '1000-01-01 00:00:00'
 WHERE l.name = ? AND l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6)`
@@ -431,6 +443,8 @@ const queueWaiters = `SELECT w.holder FROM {q} AS w WHERE w.name = ? AND {live} 
 //
 //	6  the lock was handed to this waiter (its owner holds it): the token
 //	   is in the second column
+//	9  it waited on the holder's bell, the bell rang, and the lock had
+//	   been handed to this waiter: the token is in the second column
 //	8  it waited on its predecessor's queue lock, and the predecessor left
 //	   the queue or its session ended; 7: the wait ran out
 //	1  nobody live is ahead and the lock is free or expired: try now
@@ -441,9 +455,22 @@ const queueWaiters = `SELECT w.holder FROM {q} AS w WHERE w.name = ? AND {live} 
 //
 // The third column is the holder's remaining lease in microseconds.
 // Waits are bounded by the cap, by the predecessor entry's expiry and by
-// the lease's. Parameters: owner, cap_seconds, own bell connection id,
-// bell, bell, cap_seconds, bell, bell, name, name, seq.
-const waitFair = `SELECT CASE
+// the lease's.
+//
+// The wait is a derived table with LIMIT, which the server materializes
+// — its reads, and its GET_LOCK, done — before it reads the outer table.
+// Only after a ring (3) does the outer query read the lease row again: a
+// locking read (LOCK IN SHARE MODE), which sees the newest committed row
+// rather than the statement's snapshot, and waits for a release that has
+// dropped the bell but not yet committed (releaseFair). So a waiter that
+// is handed the lock learns it in the statement the ring ended, with no
+// look of its own. The derived table's reads take no locks: the lock
+// clause is the outer query's (a share lock held while blocked would stall
+// the release). Parameters: owner, cap_seconds, own bell connection id,
+// bell, bell, cap_seconds, bell, bell, name, name, seq, name, owner.
+const waitFair = `SELECT IF(x.owner IS NOT NULL, 9, w.st), IF(x.owner IS NOT NULL, x.token, w.token),
+	IF(x.owner IS NOT NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), x.expires_at), w.left_us)
+FROM (SELECT CASE
 	WHEN l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6) THEN 6
 	WHEN p.q IS NOT NULL THEN 7 + COALESCE(
 		GET_LOCK(p.q, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), p.expires_at) / 1000000)))
@@ -454,9 +481,12 @@ const waitFair = `SELECT CASE
 		GET_LOCK(?, LEAST(?, CEIL(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) / 1000000)))
 		AND RELEASE_LOCK(?), 0)
 	WHEN l.bell IS NOT NULL THEN 5
-	ELSE 0 END,
-	COALESCE(l.token, 0), COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at), 0)
+	ELSE 0 END AS st,
+	COALESCE(l.token, 0) AS token, COALESCE(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at), 0) AS left_us
 FROM (SELECT 1) AS one
 LEFT JOIN {t} AS l ON l.name = ?
 LEFT JOIN (SELECT CONCAT('dlock:q', LEFT(SHA2(w.owner, 256), 32)) AS q, w.expires_at FROM {q} AS w
-	WHERE w.name = ? AND w.seq < ? AND {live} ORDER BY w.seq DESC LIMIT 1) AS p ON 1`
+	WHERE w.name = ? AND w.seq < ? AND {live} ORDER BY w.seq DESC LIMIT 1) AS p ON 1
+LIMIT 1) AS w
+LEFT JOIN {t} AS x ON x.name = IF(w.st = 3, ?, NULL) AND x.owner = ? AND x.expires_at > UTC_TIMESTAMP(6)
+LOCK IN SHARE MODE`
