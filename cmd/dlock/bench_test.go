@@ -105,7 +105,9 @@ func TestBenchRefusesAPrimitiveTheBackendLacks(t *testing.T) {
 // a backend without one (Redis in the setnx layout), measuring nothing.
 func TestBenchFairAsksForArrivalOrder(t *testing.T) {
 	dev := sharedDev(t)
-	r := runDlock(t, dev.env(), "bench", "--backend", dev.url, "--fair", "--workers", "4", "--duration", "500ms", "--json")
+	// 2s per phase: each of the 4 workers must get a turn in the contended
+	// phase, which took 3 grants in 500ms on a machine loaded to 15.
+	r := runDlock(t, dev.env(), "bench", "--backend", dev.url, "--fair", "--workers", "4", "--duration", "2s", "--json")
 	var rep benchReport
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || !rep.Fair || len(rep.Phases) != 2 || rep.Phases[1].MinGrants < 1 {
 		t.Fatalf("bench --fair on etcd: %s; want status 0, \"fair\": true and every worker granted in the contended phase", r)
