@@ -161,3 +161,19 @@ const CleanupTimeout = 5 * time.Second
 func CleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 }
+
+// GiveBackIfEnded settles an acquire attempt that ran detached from ctx,
+// so that its outcome is known: if it granted (err is nil) but ctx has
+// ended meanwhile, the grant is given back by release, within
+// CleanupTimeout, and ctx's error is returned in its place — otherwise the
+// lock would stay held, unused, until its TTL ran out. Any other outcome
+// is returned as it is.
+func GiveBackIfEnded(ctx context.Context, g Grant, err error, release func(context.Context)) (Grant, error) {
+	if err != nil || ctx.Err() == nil {
+		return g, err
+	}
+	rctx, cancel := CleanupContext(ctx)
+	defer cancel()
+	release(rctx)
+	return Grant{}, ctx.Err()
+}

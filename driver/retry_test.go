@@ -168,3 +168,39 @@ func TestLookAgain(t *testing.T) {
 		}
 	}
 }
+
+func TestGiveBackIfEndedReleasesOnlyAGrantWhoseContextEnded(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	refused := errors.New("refused")
+	for _, c := range []struct {
+		name     string
+		ctx      context.Context
+		err      error
+		released bool
+		want     error
+	}{
+		{"granted, context live", context.Background(), nil, false, nil},
+		{"granted, context ended", ended, nil, true, context.Canceled},
+		{"refused, context ended", ended, refused, false, refused},
+		{"refused, context live", context.Background(), refused, false, refused},
+	} {
+		released := false
+		in := Grant{}
+		if c.err == nil {
+			in.Token = 7
+		}
+		g, err := GiveBackIfEnded(c.ctx, in, c.err, func(rctx context.Context) {
+			released = true
+			if rctx.Err() != nil {
+				t.Errorf("%s: the release's context has ended already: %v", c.name, rctx.Err())
+			}
+			if _, ok := rctx.Deadline(); !ok {
+				t.Errorf("%s: the release's context has no deadline", c.name)
+			}
+		})
+		if released != c.released || !errors.Is(err, c.want) || (c.want == nil) != (g.Token == 7) {
+			t.Errorf("%s: released %v, grant %d, err %v; want released %v, err %v", c.name, released, g.Token, err, c.released, c.want)
+		}
+	}
+}

@@ -107,16 +107,8 @@ func (d *Driver) releaseFair(ctx context.Context, name, owner string) (bool, err
 func (d *Driver) lockFair(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	// Detached from ctx, so that its outcome is known.
 	g, _, err := d.tryFair(context.WithoutCancel(ctx), req, notQueued)
-	switch {
-	case err == nil && ctx.Err() != nil:
-		cctx, cancel := driver.CleanupContext(ctx)
-		_, _ = d.releaseFair(cctx, req.Name, req.Owner)
-		cancel()
-		return driver.Grant{}, ctx.Err()
-	case err == nil:
-		return g, nil
-	case !errors.Is(err, driver.ErrNotAcquired):
-		return driver.Grant{}, err
+	if g, err := driver.GiveBackIfEnded(ctx, g, err, d.fairGiveBack(req)); !errors.Is(err, driver.ErrNotAcquired) {
+		return g, err
 	}
 	s, err := d.takeSession()
 	if err != nil {
@@ -126,20 +118,24 @@ func (d *Driver) lockFair(ctx context.Context, req driver.Request) (driver.Grant
 	return q.wait(ctx)
 }
 
+// fairGiveBack releases a fair grant whose Lock was cancelled as it came.
+func (d *Driver) fairGiveBack(req driver.Request) func(context.Context) {
+	return func(ctx context.Context) { _, _ = d.releaseFair(ctx, req.Name, req.Owner) }
+}
+
+// permitGiveBack releases a permit g whose Acquire was cancelled as it came.
+func (d *Driver) permitGiveBack(req driver.Request, g driver.Grant) func(context.Context) {
+	return func(ctx context.Context) {
+		_ = d.releasePermit(ctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
+	}
+}
+
 // lockFairPermit is a fair semaphore's Acquire: an attempt that passes no
 // live waiter; if it is not granted, the caller queues (queued.waitPermit).
 func (d *Driver) lockFairPermit(ctx context.Context, req driver.Request) (driver.Grant, error) {
 	g, _, err := d.tryPermitQueued(context.WithoutCancel(ctx), req, notQueued)
-	switch {
-	case err == nil && ctx.Err() != nil:
-		cctx, cancel := driver.CleanupContext(ctx)
-		_ = d.releasePermit(cctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
-		cancel()
-		return driver.Grant{}, ctx.Err()
-	case err == nil:
-		return g, nil
-	case !errors.Is(err, driver.ErrNotAcquired):
-		return driver.Grant{}, err
+	if g, err := driver.GiveBackIfEnded(ctx, g, err, d.permitGiveBack(req, g)); !errors.Is(err, driver.ErrNotAcquired) {
+		return g, err
 	}
 	s, err := d.takeSession()
 	if err != nil {
@@ -190,16 +186,8 @@ func (q *queued) waitPermit(ctx context.Context) (g driver.Grant, err error) {
 		released := ln.released
 		d.lmu.Unlock()
 		g, _, err := d.tryPermitQueued(context.WithoutCancel(ctx), req, q.seq)
-		switch {
-		case err == nil && ctx.Err() != nil:
-			cctx, cancel := driver.CleanupContext(ctx)
-			_ = d.releasePermit(cctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
-			cancel()
-			return driver.Grant{}, ctx.Err()
-		case err == nil:
-			return g, nil
-		case !errors.Is(err, driver.ErrNotAcquired):
-			return driver.Grant{}, err
+		if g, err := driver.GiveBackIfEnded(ctx, g, err, d.permitGiveBack(req, g)); !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
 		}
 		var st int64
 		killed, err := q.blocking(ctx, func() error {
@@ -346,17 +334,8 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 			return driver.Grant{Token: uint64(token), Since: seen, Handle: fairLease{}}, nil
 		case waitFree:
 			g, _, err := d.tryFair(context.WithoutCancel(ctx), req, q.seq)
-			if err == nil {
-				if ctx.Err() != nil {
-					cctx, cancel := driver.CleanupContext(ctx)
-					_, _ = d.releaseFair(cctx, req.Name, req.Owner)
-					cancel()
-					return driver.Grant{}, ctx.Err()
-				}
-				return g, nil
-			}
-			if !errors.Is(err, driver.ErrNotAcquired) {
-				return driver.Grant{}, err
+			if g, err := driver.GiveBackIfEnded(ctx, g, err, d.fairGiveBack(req)); !errors.Is(err, driver.ErrNotAcquired) {
+				return g, err
 			}
 			seen = sent
 			polls = 0
