@@ -56,18 +56,11 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		// Detached from ctx, as an attempt below, so that its outcome is
 		// known.
 		g, _, err := d.fastAcquire(context.WithoutCancel(ctx), req)
-		switch {
-		case err == nil && ctx.Err() != nil:
-			// ctx has ended: release within a bound of its own, or the
-			// lock would stay held for its TTL.
-			rctx, cancel := driver.CleanupContext(ctx)
+		g, err = driver.GiveBackIfEnded(ctx, g, err, func(rctx context.Context) {
 			_ = d.releaseQueued(rctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token})
-			cancel()
-			return driver.Grant{}, ctx.Err()
-		case err == nil:
-			return g, nil
-		case !errors.Is(err, driver.ErrNotAcquired):
-			return driver.Grant{}, err
+		})
+		if !errors.Is(err, driver.ErrNotAcquired) {
+			return g, err
 		}
 		// Held, or free with someone queued, or the queue changed as the
 		// statement ran: the queue.
