@@ -176,12 +176,14 @@ func (c *countingHook) n() int {
 	return c.count
 }
 
+// The TTL is 1s: with 150ms (a renewal every 50ms, due within 150ms) the
+// race-built test failed 2 runs in 100 on a loaded machine.
 func TestHooksSeeEachFailedAcquireAndRenewal(t *testing.T) {
 	srv := memlock.NewServer()
 	var mu sync.Mutex
 	var failures []error
 	var renewed countingHook
-	c := dlock.New(memlock.New(srv), dlock.WithTTL(150*time.Millisecond), dlock.WithHooks(dlock.Hooks{
+	c := dlock.New(memlock.New(srv), dlock.WithTTL(time.Second), dlock.WithHooks(dlock.Hooks{
 		AcquireFailed: func(_ string, _ time.Duration, err error) {
 			mu.Lock()
 			failures = append(failures, err)
