@@ -117,7 +117,8 @@
 //     owner key — and inserts its entry in the same statement.
 //   - Live: an entry counts while its expiry, by the server's clock, is
 //     ahead — it lives for the request's TTL, but at least 3 s, and the
-//     waiter renews it every third of that — and while the session recorded in
+//     waiter renews it every third of that (TestFairWaiterKeepsItsPlace) —
+//     and while the session recorded in
 //     it holds its queue lock. A waiter whose process or connection dies
 //     stops counting as soon as the server drops its session's user locks;
 //     a stalled one, when its entry expires

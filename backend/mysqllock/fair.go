@@ -170,21 +170,16 @@ func (q *queued) waitPermit(ctx context.Context) (g driver.Grant, err error) {
 		clean = false
 		return driver.Grant{}, err
 	}
-	beat, ttl := time.Now(), entryTTL(req.TTL)
+	beat := time.Now()
 	for polls := 0; ; polls++ {
 		if ctx.Err() != nil {
 			return driver.Grant{}, ctx.Err()
 		}
-		if time.Since(beat) >= ttl/3 {
-			beat = time.Now()
-			if err := q.heartbeat(ctx); err != nil {
-				clean = false
-				return driver.Grant{}, err
-			}
+		released, err := q.pass(ctx, ln, &beat)
+		if err != nil {
+			clean = false
+			return driver.Grant{}, err
 		}
-		d.lmu.Lock()
-		released := ln.released
-		d.lmu.Unlock()
 		g, _, err := d.tryPermitQueued(context.WithoutCancel(ctx), req, q.seq)
 		if g, err := driver.GiveBackIfEnded(ctx, g, err, d.permitGiveBack(req, g)); !errors.Is(err, driver.ErrNotAcquired) {
 			return g, err
@@ -267,7 +262,6 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 		}
 		q.giveUp(ctx, clean)
 	}()
-	ttl := entryTTL(req.TTL)
 	wst, err := q.fairStmt(d.q.waitFair)
 	if err != nil {
 		clean = false
@@ -286,16 +280,11 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 		if ctx.Err() != nil {
 			return driver.Grant{}, ctx.Err()
 		}
-		if time.Since(beat) >= ttl/3 {
-			beat = time.Now()
-			if err := q.heartbeat(ctx); err != nil {
-				clean = false
-				return driver.Grant{}, err
-			}
+		released, err := q.pass(ctx, ln, &beat)
+		if err != nil {
+			clean = false
+			return driver.Grant{}, err
 		}
-		d.lmu.Lock()
-		released := ln.released
-		d.lmu.Unlock()
 		var ours any
 		if id := d.bells.ownID(); id != 0 {
 			ours = id
@@ -408,6 +397,22 @@ func (q *queued) enqueue(ctx context.Context) error {
 func isRetryable(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// pass begins each pass of a queued wait: it renews the waiter's entry
+// once a third of its life has passed since beat (an error then ends the
+// wait), and returns the channel that this driver's next release of the
+// name closes.
+func (q *queued) pass(ctx context.Context, ln *localName, beat *time.Time) (<-chan struct{}, error) {
+	if time.Since(*beat) >= entryTTL(q.req.TTL)/3 {
+		*beat = time.Now()
+		if err := q.heartbeat(ctx); err != nil {
+			return nil, err
+		}
+	}
+	q.d.lmu.Lock()
+	defer q.d.lmu.Unlock()
+	return ln.released, nil
 }
 
 // heartbeat renews the waiter's entry.

@@ -344,3 +344,47 @@ func (s server) testFairCancelledWaiterLeavesBeforeLockReturns(t *testing.T) {
 		t.Errorf("the waiter got token %d after the holder's %d: the lock was handed to the cancelled waiter first", lw.Token(), l.Token())
 	}
 }
+
+// testFairWaiterKeepsItsPlace: a fair Lock that waits longer than its
+// queue entry lives without renewal (queueMinTTL, for a 1s TTL) renews
+// the entry as it waits: it is still a live waiter a second after that,
+// and the release hands it the lock.
+func (s server) testFairWaiterKeepsItsPlace(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	holder := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(time.Second))
+	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(time.Second))
+	const name = "fair/keeps-its-place"
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		lease *dlock.Lease
+		err   error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		got <- outcome{lw, err}
+	}()
+	waitForWaiters(t, holder, name, 1)
+	time.Sleep(queueMinTTL + time.Second)
+	if n := waiters(t, holder, name); n != 1 {
+		t.Fatalf("after %v of waiting: %d live waiters, want 1 (the waiter renews its entry)", queueMinTTL+time.Second, n)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-got:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		if o.lease.Token() <= l.Token() {
+			t.Errorf("the waiter got token %d, want above %d", o.lease.Token(), l.Token())
+		}
+		_ = o.lease.Unlock(ctx)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not granted the lock at the release")
+	}
+}

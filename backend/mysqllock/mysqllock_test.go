@@ -105,6 +105,7 @@ func TestOnMariaDBServer(t *testing.T) {
 	})
 	t.Run("FairTryLockDoesNotPassAQueuedWaiter", s.testFairTryLockDoesNotPassAQueuedWaiter)
 	t.Run("FairQueueSkipsAWaiterThatLeft", s.testFairQueueSkipsAWaiterThatLeft)
+	t.Run("FairWaiterKeepsItsPlace", s.testFairWaiterKeepsItsPlace)
 	t.Run("FairReleaseWakesOnlyTheNextWaiter", s.testFairReleaseWakesOnlyTheNextWaiter)
 	t.Run("FairCancelledWaiterLeavesBeforeLockReturns", s.testFairCancelledWaiterLeavesBeforeLockReturns)
 	t.Run("FairHandOffDropsTheBellInTheRelease", s.testFairHandOffDropsTheBellInTheRelease)
