@@ -186,7 +186,9 @@ func (q *queued) waitPermit(ctx context.Context) (g driver.Grant, err error) {
 		}
 		var st int64
 		killed, err := q.blocking(ctx, func() error {
-			return pst.QueryRowContext(context.Background(), []byte(req.Name), fairCap,
+			bctx, cancel := d.waitBound(fairCap)
+			defer cancel()
+			return pst.QueryRowContext(bctx, []byte(req.Name), fairCap,
 				permitBellPrefix(d.table, req.Name), []byte(req.Name), d.bells.ownID()).Scan(&st)
 		})
 		if killed || err != nil {
@@ -292,7 +294,9 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 		sent := driver.Now()
 		var st, token, leftUS int64
 		killed, err := q.blocking(ctx, func() error {
-			return wst.QueryRowContext(context.Background(), req.Owner, fairCap, ours, q.bell, q.bell, fairCap, q.bell,
+			bctx, cancel := d.waitBound(fairCap)
+			defer cancel()
+			return wst.QueryRowContext(bctx, req.Owner, fairCap, ours, q.bell, q.bell, fairCap, q.bell,
 				[]byte(req.Name), []byte(req.Name), q.seq, []byte(req.Name), req.Owner).Scan(&st, &token, &leftUS)
 		})
 		if !killed && isRetryable(err) {

@@ -286,6 +286,15 @@ func (d *Driver) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, d.timeout)
 }
 
+// waitBound bounds a waiter's blocking statement, whose GET_LOCK gives up
+// after capSeconds: that, and the operation timeout for its round trip. A
+// cancelled wait is ended by KILL QUERY; this bound is for a connection
+// that stopped answering, which no KILL reaches. When it passes, the
+// connection is closed and the wait fails (its session is not reused).
+func (d *Driver) waitBound(capSeconds int) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Duration(capSeconds)*time.Second+d.timeout)
+}
+
 // fail turns a statement's error into the driver's (driver.Classify). ctx
 // is the caller's, not the bounded one: a deadline that passes while it is
 // live — the driver's own timeout, or the bound of one attempt inside

@@ -260,10 +260,14 @@ func (w *waiter) run() {
 			// The semaphore's wait (permitWait): 0 stands for no bell
 			// connection of ours, as no permit's bell column is 0.
 			id := w.d.bells.ownID()
-			err = s.pstmt.QueryRowContext(context.Background(), []byte(w.name), waitCap,
+			bctx, cancel := w.d.waitBound(waitCap)
+			err = s.pstmt.QueryRowContext(bctx, []byte(w.name), waitCap,
 				permitBellPrefix(w.d.table, w.name), []byte(w.name), id).Scan(&st)
+			cancel()
 		} else {
-			err = s.stmt.QueryRowContext(context.Background(), w.waitArgs(ours)...).Scan(&slot, &st)
+			bctx, cancel := w.d.waitBound(waitCap)
+			err = s.stmt.QueryRowContext(bctx, w.waitArgs(ours)...).Scan(&slot, &st)
+			cancel()
 			if slot.Valid && slot.Int64 >= 0 {
 				w.slot = int(slot.Int64)
 			}
