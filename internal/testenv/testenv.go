@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,12 +74,77 @@ func LookPath(t testing.TB, what, install string, names []string, extraDirs ...s
 var portMu sync.Mutex
 var portsGiven = map[int]bool{}
 
+// lowestPort is the bottom of the range FreePort picks from.
+const lowestPort = 15000
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
 // has not been handed out before in this process.
+//
+// The port comes from below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), never from it: a port the kernel hands
+// out for ":0" is one it also picks as the local port of outgoing
+// connections, so between FreePort's check and the server's bind, any
+// client connecting anywhere could take it ("bind: address already in
+// use"). Below the range only another listener can, and the start is
+// random so that test binaries running side by side rarely try the same
+// port.
 func FreePort(t testing.TB) int {
 	t.Helper()
 	portMu.Lock()
 	defer portMu.Unlock()
+	lo, hi := lowestPort, ephemeralLow()
+	if hi-lo < 1000 {
+		return freeEphemeralPort(t)
+	}
+	if p := freePortIn(lo, hi, lo+rand.IntN(hi-lo)); p != 0 {
+		return p
+	}
+	t.Fatalf("testenv: no free port in %d–%d", lo, hi-1)
+	return 0
+}
+
+// freePortIn returns the first port of [lo, hi), going round from start,
+// that was not handed out before and that 127.0.0.1 can listen on, or 0.
+// portMu must be held.
+func freePortIn(lo, hi, start int) int {
+	for i := range hi - lo {
+		p := lo + (start-lo+i)%(hi-lo)
+		if portsGiven[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[p] = true
+		return p
+	}
+	return 0
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 32768
+// when it cannot be read (Linux's default).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
+}
+
+// freeEphemeralPort is FreePort on a machine whose ephemeral range leaves
+// too few ports below it: the kernel picks, and the race above remains.
+func freeEphemeralPort(t testing.TB) int {
+	t.Helper()
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
