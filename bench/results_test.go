@@ -29,6 +29,7 @@ var (
 	largeN    = flag.Int("large", keysCLarge, "names of the large run of scenario C (the goals ask for 1,000,000; fewer measures its rate sooner)")
 	budget    = flag.Duration("budget", 24*time.Minute, "skip the 1,000,000-name runs that would end the whole run later than this")
 	outDir    = flag.String("out", ".", "where RESULTS.md and the charts go")
+	manyOnly  = flag.Bool("many-only", false, "run scenario C only, for the libraries of -million: their small run, then the large one (make bench-million)")
 	etcdData  = flag.String("etcd-dir", "/dev/shm", "parent directory of the etcd server's data (a tmpfs takes the disk out)")
 )
 
@@ -243,13 +244,15 @@ func TestResults(t *testing.T) {
 	r.backends = backends
 	r.sleep = measureSleep(hold)
 
-	for _, b := range backends {
-		r.scenarioA(t, b)
+	if !*manyOnly {
+		for _, b := range backends {
+			r.scenarioA(t, b)
+		}
+		for _, b := range backends {
+			r.scenarioB(t, b)
+		}
+		r.scenarioP(t)
 	}
-	for _, b := range backends {
-		r.scenarioB(t, b)
-	}
-	r.scenarioP(t)
 	for _, b := range backends {
 		if b.manyKey {
 			r.scenarioC(t, b, b.keysSmall())
@@ -393,7 +396,7 @@ func (r *report) scenarioC(t *testing.T, b *backend, n int) {
 		workers = *millionW
 	}
 	for _, l := range b.lockLibs() {
-		if large && !slices.Contains(strings.Split(*million, ","), b.name+"/"+l.name) {
+		if (large || *manyOnly) && !slices.Contains(strings.Split(*million, ","), b.name+"/"+l.name) {
 			continue
 		}
 		if large {
