@@ -419,6 +419,15 @@ func (r *report) writeGoals(p func(string, ...any)) {
 		}
 	}
 	cur = append(cur, ratio("etcd contended (64 workers) grants/s, dlock ÷ concurrency.Mutex ≥ 2", cont("etcd", "dlock", 64).grantsPerSec(), cont("etcd", "concurrency.Mutex", 64).grantsPerSec(), 2, false))
+	// What the goal above could reach at most: the raw hand-off does less
+	// than any queue lock on etcd can, so where it is under 2×
+	// concurrency.Mutex, so is every lock.
+	if r.lib("etcd", "reference: raw hand-off") != nil && r.lib("etcd", "concurrency.Mutex") != nil {
+		if raw, mu := cont("etcd", "reference: raw hand-off", 64), cont("etcd", "concurrency.Mutex", 64); raw.grants > 0 && mu.grants > 0 {
+			cur = append(cur, goal{what: "etcd contended (64 workers) grants/s, the reference raw hand-off ÷ concurrency.Mutex: the most the goal above can reach",
+				got: fmt.Sprintf("%.3f×", raw.grantsPerSec()/mu.grantsPerSec()), verdict: "reference, not a goal"})
+		}
+	}
 	cur = append(cur, r.temporalGoals()...)
 
 	// Goals of the earlier round that the current one does not restate.
