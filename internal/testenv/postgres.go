@@ -145,7 +145,11 @@ func (p *Postgres) start() {
 	p.t.Helper()
 	args := []string{"-D", p.dataDir, "-p", strconv.Itoa(p.Port),
 		"-k", p.sockDir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-		"-c", "max_connections=200", "-c", "shared_buffers=16MB", "-c", "log_min_messages=warning"}
+		"-c", "max_connections=200", "-c", "shared_buffers=16MB", "-c", "log_min_messages=warning",
+		// Dynamic shared memory in the data directory, not in /dev/shm:
+		// a server killed at the end of a test leaves its segments
+		// behind, and there they would outlive the test's directory.
+		"-c", "dynamic_shared_memory_type=mmap"}
 	for _, s := range p.settings {
 		args = append(args, "-c", s)
 	}
