@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -86,13 +87,64 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("etcdserver: Config.Dir is empty")
 	}
-	var err error
-	if cfg.ClientAddr, err = addrOrFree(cfg.ClientAddr); err != nil {
-		return nil, err
+	// Ports this function picks are free a moment before etcd binds them;
+	// one that something took meanwhile (an outgoing connection's local
+	// port, from the same range) fails the start before etcd writes
+	// anything, so it starts again on others.
+	pickClient, pickPeer := cfg.ClientAddr == "", cfg.PeerAddr == ""
+	var e *embed.Etcd
+	for attempt := 1; ; attempt++ {
+		var err error
+		if pickClient {
+			cfg.ClientAddr = ""
+		}
+		if pickPeer {
+			cfg.PeerAddr = ""
+		}
+		if cfg.ClientAddr, err = pickAddr(cfg.ClientAddr); err != nil {
+			return nil, err
+		}
+		if cfg.PeerAddr, err = pickAddr(cfg.PeerAddr); err != nil {
+			return nil, err
+		}
+		e, err = embed.StartEtcd(embedConfig(&cfg))
+		if err == nil {
+			break
+		}
+		if (pickClient || pickPeer) && errors.Is(err, syscall.EADDRINUSE) && attempt < startAttempts {
+			continue
+		}
+		return nil, fmt.Errorf("etcdserver: start etcd in %s: %w", cfg.Dir, err)
 	}
-	if cfg.PeerAddr, err = addrOrFree(cfg.PeerAddr); err != nil {
-		return nil, err
+	select {
+	case <-e.Server.ReadyNotify():
+		if cfg.RootPassword != "" {
+			if err := enableAuth(ctx, cfg); err != nil {
+				e.Close()
+				return nil, err
+			}
+		}
+		return &Server{cfg: cfg, etcd: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcdserver: etcd in %s: %w", cfg.Dir, err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("etcdserver: etcd in %s stopped while starting", cfg.Dir)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("etcdserver: etcd in %s did not start: %w", cfg.Dir, ctx.Err())
 	}
+}
+
+// startAttempts bounds Start's tries on ports it picked itself.
+const startAttempts = 3
+
+// pickAddr is addrOrFree; a test replaces it.
+var pickAddr = addrOrFree
+
+// embedConfig is etcd's configuration for cfg, whose addresses are set.
+func embedConfig(cfg *Config) *embed.Config {
 	if cfg.Name == "" {
 		cfg.Name = embed.DefaultName
 	}
@@ -142,29 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.InitialClusterToken = cmp.Or(cfg.ClusterToken, ClusterToken)
 	}
 
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("etcdserver: start etcd in %s: %w", cfg.Dir, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		if cfg.RootPassword != "" {
-			if err := enableAuth(ctx, cfg); err != nil {
-				e.Close()
-				return nil, err
-			}
-		}
-		return &Server{cfg: cfg, etcd: e}, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("etcdserver: etcd in %s: %w", cfg.Dir, err)
-	case <-e.Server.StopNotify():
-		e.Close()
-		return nil, fmt.Errorf("etcdserver: etcd in %s stopped while starting", cfg.Dir)
-	case <-ctx.Done():
-		e.Close()
-		return nil, fmt.Errorf("etcdserver: etcd in %s did not start: %w", cfg.Dir, ctx.Err())
-	}
+	return ec
 }
 
 // StartCluster starts an n-member cluster in this process, on free
