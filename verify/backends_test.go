@@ -40,6 +40,11 @@ type backend struct {
 	tokensMayReset bool
 	// allowances are the backend's documented exceptions (Allowance).
 	allowances []Allowance
+	// fairMode: dlock.WithFair takes another path than the default mutex
+	// (a queue with hand-off), so the mutex-fair workload runs too; where
+	// the mutex is FIFO already (etcd, ZooKeeper, Temporal's default
+	// mode) it would repeat the mutex's rows.
+	fairMode bool
 }
 
 // joined returns a URL maker: scheme://e1,e2,…suffix.
@@ -108,8 +113,9 @@ var backends = []backend{
 		// Under evict, its memory is filled until the default policy,
 		// noeviction, refuses writes: the lock is unavailable (never
 		// granted twice) until the memory is freed.
-		name:   "redis",
-		faults: []Fault{None, Pause, Kill, Net, Restart, Skew, Evict, BreakPartition},
+		name:     "redis",
+		fairMode: true,
+		faults:   []Fault{None, Pause, Kill, Net, Restart, Skew, Evict, BreakPartition},
 		start: func(t testing.TB) Deployment {
 			srv := testenv.StartRedis(t, testenv.RedisAOF())
 			mem := newRedisMemory(t, srv.Addr, false)
@@ -193,8 +199,9 @@ var backends = []backend{
 		},
 	},
 	{
-		name:   "postgres",
-		faults: []Fault{None, Pause, Kill, Net, Restart, BreakPartition},
+		name:     "postgres",
+		fairMode: true,
+		faults:   []Fault{None, Pause, Kill, Net, Restart, BreakPartition},
 		start: func(t testing.TB) Deployment {
 			pg := testenv.StartPostgres(t)
 			return Deployment{
@@ -204,8 +211,9 @@ var backends = []backend{
 		},
 	},
 	{
-		name:   "mariadb",
-		faults: []Fault{None, Pause, Kill, Net, Restart, BreakPartition},
+		name:     "mariadb",
+		fairMode: true,
+		faults:   []Fault{None, Pause, Kill, Net, Restart, BreakPartition},
 		start: func(t testing.TB) Deployment {
 			m := testenv.StartMariaDB(t)
 			return Deployment{

@@ -84,7 +84,7 @@ const (
 type Result struct {
 	Backend string
 	Fault   string
-	// Workload is what the clients took: "mutex", "semaphore 3",
+	// Workload is what the clients took: "mutex", "mutex-fair", "semaphore 3",
 	// "rwmutex", "election" (Config.Workload).
 	Workload string
 	// Ops counts client operations invoked (acquire, write, read, release).

@@ -29,6 +29,10 @@
 // run the same loop through their own API, and are checked by the same
 // checkers (Config.Workload; dlock verify --workload):
 //
+//   - WorkloadFairMutex: the mutex with dlock.WithFair, on the backends
+//     where that is another path than the default mutex (Redis,
+//     PostgreSQL, MySQL/MariaDB: a queue whose release hands the lock to
+//     the next waiter). The checks are the mutex's, word for word.
 //   - WorkloadElection: Election.Campaign, with the client's name as its
 //     value, and Resign. A leadership is a lease whose token is the term:
 //     the checks are the mutex's, word for word. Every candidate also

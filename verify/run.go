@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -80,14 +81,15 @@ type Workload string
 
 // The workloads.
 const (
-	WorkloadMutex     Workload = "mutex"     // Client.Mutex: Lock, Unlock
-	WorkloadSemaphore Workload = "semaphore" // Client.Semaphore(name, Config.Limit): Acquire, Unlock
-	WorkloadRWMutex   Workload = "rwmutex"   // Client.RWMutex: RLock two holds in three, Lock the third
-	WorkloadElection  Workload = "election"  // Client.Election: Campaign, Resign
+	WorkloadMutex     Workload = "mutex"      // Client.Mutex: Lock, Unlock
+	WorkloadFairMutex Workload = "mutex-fair" // Client.Mutex with dlock.WithFair: Lock, Unlock
+	WorkloadSemaphore Workload = "semaphore"  // Client.Semaphore(name, Config.Limit): Acquire, Unlock
+	WorkloadRWMutex   Workload = "rwmutex"    // Client.RWMutex: RLock two holds in three, Lock the third
+	WorkloadElection  Workload = "election"   // Client.Election: Campaign, Resign
 )
 
 // Workloads are every workload, in the order the table shows them.
-var Workloads = []Workload{WorkloadMutex, WorkloadSemaphore, WorkloadRWMutex, WorkloadElection}
+var Workloads = []Workload{WorkloadMutex, WorkloadFairMutex, WorkloadSemaphore, WorkloadRWMutex, WorkloadElection}
 
 // The clocks of the Skew fault's two client processes (see the package
 // documentation for why these values).
@@ -243,7 +245,7 @@ func (c *Config) check() error {
 		return fmt.Errorf("verify: fault %q needs a deployment of three or more members, one endpoint each, that can be restarted", c.Fault)
 	}
 	if !slices.Contains(Workloads, c.Workload) {
-		return fmt.Errorf("verify: unknown workload %q (mutex, semaphore, rwmutex, election)", c.Workload)
+		return fmt.Errorf("verify: unknown workload %q (mutex, mutex-fair, semaphore, rwmutex, election)", c.Workload)
 	}
 	switch c.Fault {
 	case None, Pause, Kill, Net, Restart, Member, Skew, MemberCut, Evict, PartitionRestart, BreakPartition:
@@ -333,10 +335,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, nil
 }
 
+// Offered says whether a backend with capabilities caps offers workload
+// w's primitive.
+func Offered(w Workload, caps driver.Capabilities) bool {
+	switch w {
+	case WorkloadSemaphore:
+		return caps.Semaphore
+	case WorkloadRWMutex:
+		return caps.RWMutex
+	case WorkloadFairMutex:
+		return caps.Fair
+	}
+	return true
+}
+
 // offers returns an error if the backend does not offer the workload's
 // primitive (Capabilities), rather than a run whose every acquire fails.
 func offers(ctx context.Context, cfg Config) error {
-	if cfg.Workload != WorkloadSemaphore && cfg.Workload != WorkloadRWMutex {
+	if cfg.Workload != WorkloadSemaphore && cfg.Workload != WorkloadRWMutex && cfg.Workload != WorkloadFairMutex {
 		return nil
 	}
 	octx, cancel := context.WithTimeout(ctx, openTimeout)
@@ -353,7 +369,7 @@ func offers(ctx context.Context, cfg Config) error {
 	}
 	defer c.Close()
 	caps := c.Capabilities()
-	if cfg.Workload == WorkloadSemaphore && !caps.Semaphore || cfg.Workload == WorkloadRWMutex && !caps.RWMutex {
+	if !Offered(cfg.Workload, caps) {
 		return fmt.Errorf("verify: %s does not offer the %s workload's primitive (%w)", cfg.Backend, cfg.Workload, dlock.ErrUnsupported)
 	}
 	return nil

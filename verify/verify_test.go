@@ -72,7 +72,7 @@ func TestVerifyShortProfile(t *testing.T) {
 				dep := be.start(t)
 				caps := capabilitiesOf(t, dep)
 				for _, w := range Workloads {
-					if w == WorkloadSemaphore && !caps.Semaphore || w == WorkloadRWMutex && !caps.RWMutex {
+					if !Offered(w, caps) || w == WorkloadFairMutex && !be.fairMode {
 						continue
 					}
 					for _, f := range be.faults {
@@ -191,7 +191,7 @@ func verifyOne(t *testing.T, be backend, dep Deployment, w Workload, f Fault, ou
 // default (see TestVerifyShortProfile): a permit holder killed (its permit
 // must come back within the TTL, and the others hold on meanwhile), a
 // reader or writer paused past its TTL, a leader paused past its TTL.
-var primitiveFaults = map[Workload]Fault{WorkloadSemaphore: Kill, WorkloadRWMutex: Pause, WorkloadElection: Pause}
+var primitiveFaults = map[Workload]Fault{WorkloadFairMutex: Pause, WorkloadSemaphore: Kill, WorkloadRWMutex: Pause, WorkloadElection: Pause}
 
 // workloadSelected applies DLOCK_VERIFY_WORKLOADS.
 func workloadSelected(backend string, w Workload, f Fault) bool {

@@ -179,6 +179,8 @@ func runWorker(ctx context.Context, cfg WorkerConfig, c *dlock.Client, rec *reco
 			l, err = c.RWMutex(name, opts...).Lock(actx)
 		case cfg.Workload == WorkloadElection:
 			l, err = c.Election(name, opts...).Campaign(actx, cfg.Proc)
+		case cfg.Workload == WorkloadFairMutex:
+			l, err = c.Mutex(name, append(opts, dlock.WithFair())...).Lock(actx)
 		default:
 			l, err = c.Mutex(name, opts...).Lock(actx)
 		}

@@ -29,7 +29,7 @@ func TestWorkloadsPassOnACorrectBackend(t *testing.T) {
 			if w == WorkloadElection && res.Observed < 10 {
 				t.Errorf("the observers reported %d leaders of %d terms", res.Observed, res.Grants)
 			}
-			want := map[Workload]int{WorkloadMutex: 1, WorkloadElection: 1, WorkloadSemaphore: 3, WorkloadRWMutex: 2}[w]
+			want := map[Workload]int{WorkloadMutex: 1, WorkloadFairMutex: 1, WorkloadElection: 1, WorkloadSemaphore: 3, WorkloadRWMutex: 2}[w]
 			switch {
 			case w == WorkloadRWMutex && res.MostHeld < want:
 				t.Errorf("readers never held together: at most %d at once", res.MostHeld)
@@ -37,6 +37,27 @@ func TestWorkloadsPassOnACorrectBackend(t *testing.T) {
 				t.Errorf("at most %d held at once, want %d", res.MostHeld, want)
 			}
 		})
+	}
+}
+
+// fairGrantsTwo is a broken fair mode: a fair request is served as a
+// semaphore of 2; the default mutex is sound.
+type fairGrantsTwo struct{ driver.Driver }
+
+func (b fairGrantsTwo) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	if req.Fair && req.Limit <= 1 && !req.Shared {
+		req.Limit = 2
+	}
+	return b.Driver.Acquire(ctx, req)
+}
+
+// TestFairMutexGrantingTwiceIsCaught: the mutex-fair workload asks for the
+// fair mode (a worker that forgot dlock.WithFair would pass here, on the
+// sound default mutex) and checks it as the mutex.
+func TestFairMutexGrantingTwiceIsCaught(t *testing.T) {
+	res := inProcessWorkload(t, "fair-grants-two", WorkloadFairMutex, func(d *memlock.Driver) driver.Driver { return fairGrantsTwo{d} })
+	if res.Verdict() != "FAIL" || !violationContains(res, CheckExclusion, "without faults") {
+		t.Fatalf("a fair mode that granted a mutex twice passed: most held %d, %v", res.MostHeld, res.Violations)
 	}
 }
 

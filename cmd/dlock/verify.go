@@ -45,7 +45,8 @@ a follower cut from the other members; evict: memory filled up to the
 server's limit; partition-restart: a Redlock node cut off while another
 restarts) run in dlock's own tests (make verify), on servers they start.
 
-Workloads (--workload): mutex (the default), semaphore (Client.Semaphore
+Workloads (--workload): mutex (the default), mutex-fair (the mutex with
+dlock.WithFair, on a backend that has a fair mode), semaphore (Client.Semaphore
 with --limit permits, 3 by default: the check counts the holders at once),
 rwmutex (readers two holds in three, a writer the third: a writer must hold
 alone; only writers write the fenced register), election (Campaign and
@@ -106,7 +107,7 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 	fs.BoolVar(&a.yes, "yes", false, "write to a backend other than dlock dev without asking")
 	fs.BoolVar(&a.yes, "y", false, "short for --yes")
 	fs.DurationVar(&a.bound, "bound", 5*time.Second, "after a fault heals, a grant must come within TTL + `D`")
-	workload := fs.String("workload", "mutex", "the primitive the clients take: mutex, semaphore, rwmutex or election (`W`)")
+	workload := fs.String("workload", "mutex", "the primitive the clients take: mutex, mutex-fair, semaphore, rwmutex or election (`W`)")
 	fs.IntVar(&a.limit, "limit", 3, "the semaphore's permits `N` (--workload semaphore)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -120,7 +121,7 @@ func parseVerifyArgs(env *cmdEnv, args []string) (*verifyArgs, error) {
 	case a.ttl <= 0 || a.bound <= 0:
 		return nil, usageErrorf("--ttl and --bound must be positive")
 	case !slices.Contains(verify.Workloads, a.workload):
-		return nil, usageErrorf("--workload %q: want mutex, semaphore, rwmutex or election", *workload)
+		return nil, usageErrorf("--workload %q: want mutex, mutex-fair, semaphore, rwmutex or election", *workload)
 	case a.limit < 2 || a.limit > dlock.MaxPermits:
 		return nil, usageErrorf("--limit %d: want 2..%d permits", a.limit, dlock.MaxPermits)
 	case a.duration/5 < a.ttl: // not 5*ttl, which can overflow
@@ -178,7 +179,7 @@ func verifyRun(ctx context.Context, env *cmdEnv, args []string) error {
 	if caps.InProcess {
 		return usageErrorf("backend %s keeps its locks inside one process; verify needs one that client processes share", b)
 	}
-	if a.workload == verify.WorkloadSemaphore && !caps.Semaphore || a.workload == verify.WorkloadRWMutex && !caps.RWMutex {
+	if !verify.Offered(a.workload, caps) {
 		return usageErrorf("--workload %s: the backend %s does not offer it (see the README, \"Beyond the mutex\")", a.workload, b)
 	}
 	if caps.MinTTL > 0 && a.ttl < caps.MinTTL {
