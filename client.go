@@ -17,7 +17,8 @@ type Client struct {
 	leases map[*Lease]struct{}
 	closed bool
 
-	sched driver.Alarms[*scheduled] // renewals and expiry checks of the leases
+	sched    driver.Alarms[*scheduled] // renewals and expiry checks of the leases
+	renewers renewals                  // the renewals in flight
 }
 
 // New returns a Client over a backend driver (for example

@@ -332,9 +332,10 @@ func (l *Lease) schedule() {
 }
 
 // due runs when the scheduler finds the lease's next event due: past the
-// deadline, the expiry check; else, a due renewal, in a goroutine of its
-// own (a round trip: it must hold up neither the scheduler nor the other
-// leases' events). Both end the lease's schedule until they set the next.
+// deadline, the expiry check; else, a due renewal, on one of the client's
+// renewers (a round trip: it must hold up neither the scheduler nor the
+// other leases' events). Both end the lease's schedule until they set the
+// next, but for the deadline, which is watched while a renewal waits.
 func (l *Lease) due() {
 	l.mu.Lock()
 	if l.ended {
@@ -348,8 +349,10 @@ func (l *Lease) due() {
 		l.renewAt, l.expiring = 0, false
 		go l.expired()
 	case l.renewAt != 0 && now >= l.renewAt:
-		l.renewAt = 0
-		go l.renew()
+		// The deadline is watched from here on, also while the renewal
+		// waits for a renewer.
+		l.renewAt, l.expiring = 0, true
+		l.c.renewers.add(l)
 	}
 	l.schedule()
 	l.mu.Unlock()
@@ -376,8 +379,8 @@ func (l *Lease) expired() {
 	l.lose(lossOf(why, fmt.Errorf("%w: %q: no renewal confirmed within the TTL (%v)", ErrLeaseLost, l.name, l.ttl)))
 }
 
-// renew extends the lease once, in a goroutine of its own, and schedules
-// the next renewal (or a retry).
+// renew extends the lease once, on one of its client's renewers
+// (renewals), and schedules the next renewal (or a retry).
 func (l *Lease) renew() {
 	l.mu.Lock()
 	if l.unlocked || l.ended {
@@ -461,7 +464,9 @@ func (l *Lease) renew() {
 //     Redis restarted without persistence) looks the same.
 //   - LossExpired: the TTL ran out though no request for the lease was
 //     left unanswered: the holder was late — a paused process or starved
-//     timers, whose renewal was not even sent before the deadline — or the
+//     timers, whose renewal was not even sent before the deadline (also
+//     one that waited for a renewer while the client's maxRenewals, 64,
+//     had theirs in flight) — or the
 //     backend said the lease was gone once the deadline had passed. A
 //     lease that ran out on the server early (an operator shortened its
 //     TTL) is seen as broken.

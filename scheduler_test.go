@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -306,5 +307,76 @@ func TestBlockedRenewalDelaysNoExpiry(t *testing.T) {
 		if why := dlock.LossCause(l.Err()); why != dlock.LossUnreachable {
 			t.Errorf("%s lost as %q (%v), want %q", l.Name(), why, l.Err(), dlock.LossUnreachable)
 		}
+	}
+}
+
+// allExtendsBlock is a backend on which every renewal blocks until the
+// test lets them go, counting how many are in flight at once.
+type allExtendsBlock struct {
+	*memlock.Driver
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	release  chan struct{}
+}
+
+func (d *allExtendsBlock) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	d.mu.Lock()
+	d.inFlight++
+	d.most = max(d.most, d.inFlight)
+	d.mu.Unlock()
+	<-d.release
+	d.mu.Lock()
+	d.inFlight--
+	d.mu.Unlock()
+	return fmt.Errorf("%w: extend: blocked by the test", driver.ErrUnavailable)
+}
+
+func (d *allExtendsBlock) counts() (inFlight, most int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inFlight, d.most
+}
+
+// TestRenewalsInFlightAreBoundedAndWaitingOnesStillExpire: a client whose
+// leases all come due at once sends at most MaxRenewals renewals at a
+// time; a lease whose renewal waits its turn is still lost at its
+// deadline, as expired (its renewal never went out), and the leases whose
+// renewals went unanswered as unreachable.
+func TestRenewalsInFlightAreBoundedAndWaitingOnesStillExpire(t *testing.T) {
+	d := &allExtendsBlock{Driver: memlock.New(memlock.NewServer()), release: make(chan struct{})}
+	c := dlock.New(d)
+	defer c.Close()
+	defer close(d.release)
+	ctx := testenv.Context(t, 30*time.Second)
+	n := dlock.MaxRenewals + 20
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		l, err := c.Mutex(fmt.Sprintf("bounded/%d", i), dlock.WithTTL(time.Second)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	testenv.Eventually(t, 30*time.Second, "every renewer busy", func() error {
+		if in, _ := d.counts(); in != dlock.MaxRenewals {
+			return fmt.Errorf("%d renewals in flight", in)
+		}
+		return nil
+	})
+	causes := map[string]int{}
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not lost 30s after its deadline, its renewal blocked or waiting", l.Name())
+		}
+		causes[dlock.LossCause(l.Err())]++
+	}
+	if want := map[string]int{dlock.LossUnreachable: dlock.MaxRenewals, dlock.LossExpired: n - dlock.MaxRenewals}; !maps.Equal(causes, want) {
+		t.Errorf("leases lost as %v, want %v", causes, want)
+	}
+	if _, most := d.counts(); most != dlock.MaxRenewals {
+		t.Errorf("%d renewals were in flight at once, want at most (and here exactly) %d", most, dlock.MaxRenewals)
 	}
 }
