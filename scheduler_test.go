@@ -311,7 +311,8 @@ func TestBlockedRenewalDelaysNoExpiry(t *testing.T) {
 }
 
 // allExtendsBlock is a backend on which every renewal blocks until the
-// test lets them go, counting how many are in flight at once.
+// test lets them go, counting how many are in flight at once. Its grants
+// carry no loss signal: only the client's deadline can end them.
 type allExtendsBlock struct {
 	*memlock.Driver
 	mu       sync.Mutex
@@ -330,6 +331,12 @@ func (d *allExtendsBlock) Extend(ctx context.Context, h driver.Held, ttl time.Du
 	d.inFlight--
 	d.mu.Unlock()
 	return fmt.Errorf("%w: extend: blocked by the test", driver.ErrUnavailable)
+}
+
+func (d *allExtendsBlock) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.Driver.Acquire(ctx, req)
+	g.Lost = nil
+	return g, err
 }
 
 func (d *allExtendsBlock) counts() (inFlight, most int) {
