@@ -39,14 +39,13 @@ if not v then
   end
   -- Free, but another live waiter is first: it gets the lock, or its
   -- wake-up, now.
-  wake_next(lock, fence, queue, waiters, channel, name, ARGV[7], false)
   -- A hand-off skips the waiters whose process has gone, and may thus
   -- reach this caller: it is granted, and must not queue again (its
   -- release would hand the lock to its own owner key, which nobody waits
   -- for any more). The message published to its process is then unused.
-  v = redis.call('GET', lock)
-  if owned_by(v, owner) then
-    return {1, tonumber(string.match(v, '^[^ +]+[ +](%d+)'))}
+  local to, token = wake_next(lock, fence, queue, waiters, channel, name, ARGV[7], false)
+  if to == owner then
+    return {1, token}
   end
 else
   -- Held: mark it, if nobody queued behind it yet, so that its release

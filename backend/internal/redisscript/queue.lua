@@ -39,9 +39,11 @@ end
 -- live_head drops dead waiters from the head of the queue and returns the
 -- first live one (or false when the queue is empty) and the time if it
 -- had to read the clock. The caller's own entry needs no check: it is
--- making this call.
-local function live_head(queue, waiters, caller)
-  local head = redis.call('LINDEX', queue, 0)
+-- making this call. first, if given, is the head the caller has just read
+-- (LINDEX queue 0), so that it is not read twice.
+local function live_head(queue, waiters, caller, first)
+  local head = first
+  if head == nil then head = redis.call('LINDEX', queue, 0) end
   local now
   while head and head ~= caller do
     now = now or now_ms()
@@ -91,6 +93,9 @@ end
 -- (permit_acquire.lua), and wakes the reader behind it.
 -- With no queue, only 'any' publishes: queued waiters need no word of a
 -- release that finds nobody queued.
+-- Returns the owner key the lock was handed to and its token, if it was
+-- (so that a caller that is itself queued learns it was reached without
+-- reading the lock again).
 local function wake_next(lock, fence, queue, waiters, channel, name, mode, held)
   if mode ~= 'handoff' then
     if held then redis.call('DEL', lock) end
@@ -124,7 +129,7 @@ local function wake_next(lock, fence, queue, waiters, channel, name, mode, held)
         local ttl, proc, holder = string.match(entry, '^%d+ (%d+) (%S+) (.*)$')
         local token = redis.call('INCR', fence)
         redis.call('SET', lock, lock_value(head, token, tail_of(name, holder), true), 'PX', ttl)
-        if redis.call('PUBLISH', proc, head .. ' ' .. string.format('%d', token)) > 0 then return end
+        if redis.call('PUBLISH', proc, head .. ' ' .. string.format('%d', token)) > 0 then return head, token end
         held = true -- nobody took it: undone below unless the next one does
       end
     end
