@@ -66,7 +66,14 @@
 // holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
 // that is frozen (SIGSTOP) or cut off while its connection stays open can
 // be handed the lock; the lock then stays taken, unrenewed, for one TTL, as
-// a frozen holder's would. On Redis Cluster, where PUBLISH counts one
+// a frozen holder's would — unless the waiter has been so for longer than
+// the waiter TTL: its entry (a key of its own with the waiter TTL as PX,
+// which each attempt sets again) has then expired, and the release skips
+// it (TestStalledWaiterPastWaiterTTLIsSkipped). A waiter whose entry is
+// live but whose place in the list was lost (a hand-off to it that came to
+// nothing, or a list that expired with another process's shorter waiter
+// TTL) takes its place again at its next attempt
+// (TestWaiterMissingFromTheListIsQueuedAgain). On Redis Cluster, where PUBLISH counts one
 // node's subscribers only, there is no hand-off: the release publishes the
 // first waiter's owner key on the lock's channel, and that waiter tries.
 //
