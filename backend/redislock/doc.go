@@ -1,7 +1,7 @@
 // Package redislock is dlock's Redis backend: a lease is a key set with a
-// TTL by one Lua script, its fencing token the next value of a per-name
-// counter, and a release hands the lock to the next queued waiter and tells
-// it over pub/sub.
+// TTL by one Lua script, its fencing token taken from a per-name counter,
+// and a release hands the lock to the next queued waiter and tells it over
+// pub/sub.
 //
 //	import _ "github.com/dlock/dlock/backend/redislock"
 //	c, err := dlock.Open(ctx, "redis://user:pass@localhost:6379/0")
@@ -178,7 +178,14 @@
 // early; the fencing token is what protects the resource then.
 //
 // Fencing: tokens come from a counter without TTL, so they keep increasing
-// across release, expiry, crash and Break. They survive a restart of Redis
+// across release, expiry, crash and Break. A hand-off does not INCR it for
+// each grant: the first hand-off of a chain reserves a block of 64 numbers
+// with one INCRBY and writes the block's last into the value after the
+// token ("<token>/<last>"), and each hand-off of that value takes the
+// token after it until the block is used up; any other grant takes the
+// counter's next value, past the block. Tokens thus still increase
+// strictly, and skip the unused rest of a block
+// (TestTokensIncreaseAcrossHandoffChains). They survive a restart of Redis
 // only if the counter's last increment was persisted: with appendonly yes
 // and appendfsync always. With appendfsync everysec up to a second of
 // increments can be lost; with RDB snapshots alone, everything since the

@@ -133,3 +133,79 @@ func fenceOf(t *testing.T, addr, name string) uint64 {
 	}
 	return n
 }
+
+// A hand-off takes its token from a block that it reserves from the fence
+// counter (the next hand-off of the chain takes the next number, with no
+// INCR): tokens still increase strictly, across a chain of hand-offs and
+// the grants that take the counter's next value after it — after a
+// release that finds nobody queued, and after a Break in mid-chain.
+func TestTokensIncreaseAcrossHandoffChains(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	// A short TTL: the broken holder learns of the Break at its renewal.
+	c := open(t, "redis://"+srv.Addr, dlock.WithTTL(3*time.Second))
+	ctx := testenv.Context(t, time.Minute)
+	const name = "queue/tokens"
+	var tokens []uint64
+	check := func(what string, l *dlock.Lease) {
+		t.Helper()
+		if n := len(tokens); n > 0 && l.Token() <= tokens[n-1] {
+			t.Errorf("%s: token %d after %v", what, l.Token(), tokens)
+		}
+		tokens = append(tokens, l.Token())
+	}
+	// chain: first takes the lock, then waiters queue behind it and are
+	// handed the lock one after the other; the last one is returned held.
+	chain := func(first *dlock.Lease, waiters int) *dlock.Lease {
+		t.Helper()
+		got := make(chan *dlock.Lease, waiters)
+		for i := range waiters {
+			go func() {
+				l, err := c.Mutex(name).Lock(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			waitWaiters(t, c, name, i+1)
+		}
+		held := first
+		for range waiters {
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if held = <-got; held == nil {
+				t.FailNow()
+			}
+			check("hand-off", held)
+		}
+		return held
+	}
+	first, err := c.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("first", first)
+	last := chain(first, 3)
+	if err := last.Unlock(ctx); err != nil { // nobody queued
+		t.Fatal(err)
+	}
+	again, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("grant after a chain", again)
+	last = chain(again, 2)
+	if err := c.Break(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	<-last.Done()
+	after, err := c.Mutex(name).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("grant after a Break in mid-chain", after)
+	if err := after.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tokens %v", tokens)
+}

@@ -12,5 +12,5 @@
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 if KEYS[7] and owned_by(v, READERS) then redis.call('DEL', KEYS[6], KEYS[7]) end
-wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], true)
+wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], v)
 return 1

@@ -8,6 +8,7 @@
 // touching several of them runs on one node:
 //
 //	<prefix>:{<tag>}:lock     the lock: "<owner><sep><token> <len(name)> <name><holder>", with PX; sep " " or "+";
+//	                          after a hand-off "<token>/<last>", last the end of the reserved block of tokens (see queue.lua);
 //	                          while readers hold a read-write lock, the readers' mark, owner "readers" (see permits.lua)
 //	<prefix>:{<tag>}:fence    the fence counter (no TTL)
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order

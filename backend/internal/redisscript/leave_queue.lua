@@ -12,7 +12,7 @@ local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('DEL', KEYS[4] .. ARGV[1])
 local v = redis.call('GET', KEYS[1])
 if owned_by(v, ARGV[1]) then
-  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], true)
+  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], v)
 elseif removed > 0 and not v then
   wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3], false)
 elseif removed > 0 and owned_by(v, READERS) then

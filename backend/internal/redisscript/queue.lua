@@ -21,6 +21,10 @@
 -- replicates a script's effects.
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- TOKEN_BLOCK is how many tokens a hand-off reserves at a time (see
+-- wake_next).
+local TOKEN_BLOCK = 64
+
 -- tail_of builds a value's tail (see lock_value) in the script, for a
 -- grant from the queue.
 local function tail_of(name, holder)
@@ -104,16 +108,24 @@ local function mark_queued(lock, v)
   end
 end
 
--- wake_next runs when the lock is to be freed: held says the lock key
--- still holds the releasing owner's value (a hand-off overwrites it, so
--- it is deleted only if nobody takes the lock). mode says how the next
--- waiter learns it:
+-- wake_next runs when the lock is to be freed: held is the value the lock
+-- key still holds, the releasing owner's (a hand-off overwrites it, so it
+-- is deleted only if nobody takes the lock), or false. mode says how the
+-- next waiter learns it:
 --   'handoff': the first live waiter is granted the lock right here — its
 --     process learns the token from the message on its process channel,
 --     with no request of its own — provided that process still listens:
 --     PUBLISH counts the receivers, and a waiter whose process has died
 --     (its connection closed with it) is skipped. The new value is
---     marked: the waiters behind it need the release to serve them;
+--     marked: the waiters behind it need the release to serve them. Its
+--     token comes from a block of TOKEN_BLOCK numbers that a hand-off
+--     reserves from the fence counter with one INCRBY and writes, as
+--     "/<last>", into the value after the token: the next hand-off of
+--     that value takes the token after it, with no command, until the
+--     block is used up. Tokens still increase strictly: a hand-off
+--     overwrites the value it hands on, so one chain of hand-offs uses a
+--     block, and every other grant takes the counter's next value, past
+--     the block's last;
 --   'first': the first waiter is woken by its owner key on the lock's
 --     channel, and tries (Redis Cluster, where PUBLISH counts one node's
 --     receivers only);
@@ -140,6 +152,9 @@ local function wake_next(lock, fence, queue, waiters, channel, mode, held)
     end
     return
   end
+  -- The token of the value handed on, and the last of its block.
+  local cur, last
+  if held then cur, last = string.match(held, '^[^ +]+[ +](%d+)/(%d+) ') end
   local head = redis.call('LPOP', queue)
   while head do
     local key = waiters .. head
@@ -158,10 +173,18 @@ local function wake_next(lock, fence, queue, waiters, channel, mode, held)
     if entry then
       -- The entry is left to expire: the waiter, granted, does not renew it.
       local ttl, proc, tail = string.match(entry, '^(%d+) (%S+)( .*)$')
-      local token = redis.call('INCR', fence)
-      redis.call('SET', lock, lock_value(head, token, tail, true), 'PX', ttl)
+      local token
+      if last and tonumber(cur) < tonumber(last) then
+        token = tonumber(cur) + 1
+      else
+        last = redis.call('INCRBY', fence, TOKEN_BLOCK)
+        token = last - TOKEN_BLOCK + 1
+      end
+      cur = token
+      local v = lock_value(head, token, tail, true, last)
+      redis.call('SET', lock, v, 'PX', ttl)
       if redis.call('PUBLISH', proc, head .. ' ' .. string.format('%d', token)) > 0 then return head, token end
-      held = true -- nobody took it: undone below unless the next one does
+      held = v -- nobody took it: undone below unless the next one does
     end
     head = redis.call('LPOP', queue)
   end

@@ -286,7 +286,8 @@ func (k *Keys) HeldBy(ctx context.Context, rdb redis.Cmdable, owner string, toke
 }
 
 // holds reports whether lock value v is owner's grant with token: it
-// begins "<owner><sep><token> " (see value.lua), sep " " or "+".
+// begins "<owner><sep><token> " or, made by a hand-off,
+// "<owner><sep><token>/" (see value.lua), sep " " or "+".
 func holds(v, owner string, token uint64) bool {
 	if len(v) <= len(owner) || v[:len(owner)] != owner || (v[len(owner)] != ' ' && v[len(owner)] != '+') {
 		return false
@@ -294,7 +295,7 @@ func holds(v, owner string, token uint64) bool {
 	var buf [24]byte
 	t := strconv.AppendUint(buf[:0], token, 10)
 	rest := v[len(owner)+1:]
-	return len(rest) > len(t) && rest[:len(t)] == string(t) && rest[len(t)] == ' '
+	return len(rest) > len(t) && rest[:len(t)] == string(t) && (rest[len(t)] == ' ' || rest[len(t)] == '/')
 }
 
 // Release frees owner's lock and serves the next waiter; false means the
@@ -345,6 +346,7 @@ func ParseValue(s string) (Value, error) {
 	}
 	owner, rest := s[:sep], s[sep+1:]
 	tok, rest, ok2 := strings.Cut(rest, " ")
+	tok, _, _ = strings.Cut(tok, "/") // "/<last>" after a hand-off's token (value.lua)
 	nlen, rest, ok3 := strings.Cut(rest, " ")
 	n, err1 := strconv.Atoi(nlen)
 	t, err2 := strconv.ParseUint(tok, 10, 64)
