@@ -1,7 +1,7 @@
 // Package redislock is dlock's Redis backend: a lease is a key set with a
-// TTL by one Lua script, its fencing token the next value of a per-name
-// counter, and a release hands the lock to the next queued waiter and tells
-// it over pub/sub.
+// TTL by one Lua script, its fencing token taken from a per-name counter,
+// and a release hands the lock to the next queued waiter and tells it over
+// pub/sub.
 //
 //	import _ "github.com/dlock/dlock/backend/redislock"
 //	c, err := dlock.Open(ctx, "redis://user:pass@localhost:6379/0")
@@ -66,7 +66,14 @@
 // holder (TestLateHandoffAfterBreakIsNotAccepted). A waiter
 // that is frozen (SIGSTOP) or cut off while its connection stays open can
 // be handed the lock; the lock then stays taken, unrenewed, for one TTL, as
-// a frozen holder's would. On Redis Cluster, where PUBLISH counts one
+// a frozen holder's would — unless the waiter has been so for longer than
+// the waiter TTL: its entry (a key of its own with the waiter TTL as PX,
+// which each attempt sets again) has then expired, and the release skips
+// it (TestStalledWaiterPastWaiterTTLIsSkipped). A waiter whose entry is
+// live but whose place in the list was lost (a hand-off to it that came to
+// nothing, or a list that expired with another process's shorter waiter
+// TTL) takes its place again at its next attempt
+// (TestWaiterMissingFromTheListIsQueuedAgain). On Redis Cluster, where PUBLISH counts one
 // node's subscribers only, there is no hand-off: the release publishes the
 // first waiter's owner key on the lock's channel, and that waiter tries.
 //
@@ -171,7 +178,14 @@
 // early; the fencing token is what protects the resource then.
 //
 // Fencing: tokens come from a counter without TTL, so they keep increasing
-// across release, expiry, crash and Break. They survive a restart of Redis
+// across release, expiry, crash and Break. A hand-off does not INCR it for
+// each grant: the first hand-off of a chain reserves a block of 64 numbers
+// with one INCRBY and writes the block's last into the value after the
+// token ("<token>/<last>"), and each hand-off of that value takes the
+// token after it until the block is used up; any other grant takes the
+// counter's next value, past the block. Tokens thus still increase
+// strictly, and skip the unused rest of a block
+// (TestTokensIncreaseAcrossHandoffChains). They survive a restart of Redis
 // only if the counter's last increment was persisted: with appendonly yes
 // and appendfsync always. With appendfsync everysec up to a second of
 // increments can be lost; with RDB snapshots alone, everything since the

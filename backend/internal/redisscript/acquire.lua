@@ -2,7 +2,7 @@
 -- queueing: SET NX PX with the fencing token in the value.
 --
 -- KEYS[1] lock  KEYS[2] fence counter (no TTL: it must outlive every lock)
--- KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel (mode "fair" only: the
+-- KEYS[3] queue  KEYS[4] waiters (the entry keys' prefix)  KEYS[5] channel (mode "fair" only: the
 -- other modes pass two keys, as every argument costs time on both sides)
 -- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] the value's tail (see value.lua)
 -- ARGV[4] absent: the token is the next value of the fence counter (Redis);
@@ -29,14 +29,15 @@ if mode == 'read' then
   if counter == 0 then redis.call('SET', KEYS[2], 0, 'NX') end
   return {1, 0, counter, state}
 end
-if mode == 'fair' and redis.call('LINDEX', KEYS[3], 0) then
+local first = mode == 'fair' and redis.call('LINDEX', KEYS[3], 0)
+if first then
   --@queue
-  if live_head(KEYS[3], KEYS[4]) then
-    -- Someone is first in line. If the lock is free, it gets the lock, or
-    -- its wake-up, now.
-    if redis.call('EXISTS', KEYS[1]) == 0 then
-      wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], name_at(ARGV[3], 1), ARGV[5], false)
-    end
+  if live_head(KEYS[3], KEYS[4], nil, first) then
+    -- Someone is first in line. If the lock is free (PTTL -2: no key), it
+    -- gets the lock, or its wake-up, now.
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl ~= -2 then return -3 - pttl end
+    wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], false)
     return -3 - redis.call('PTTL', KEYS[1])
   end
 end

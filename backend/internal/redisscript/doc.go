@@ -8,10 +8,12 @@
 // touching several of them runs on one node:
 //
 //	<prefix>:{<tag>}:lock     the lock: "<owner><sep><token> <len(name)> <name><holder>", with PX; sep " " or "+";
+//	                          after a hand-off "<token>/<last>", last the end of the reserved block of tokens (see queue.lua);
 //	                          while readers hold a read-write lock, the readers' mark, owner "readers" (see permits.lua)
 //	<prefix>:{<tag>}:fence    the fence counter (no TTL)
 //	<prefix>:{<tag>}:queue    fair mode: waiter owner keys in arrival order
-//	<prefix>:{<tag>}:waiters  fair mode: owner -> "<expiry ms> <ttl ms> <process channel> <holder>"; "" -> name
+//	<prefix>:{<tag>}:waiter:<owner>  a queued waiter's entry, "<ttl ms> <process channel> <len(name)> <name><holder>",
+//	                          with PX = the waiter TTL, renewed by its heartbeat (it is live while the key exists; see queue.lua)
 //	<prefix>:{<tag>}:wake     the pub/sub channel releases publish on
 //	<prefix>:{<tag>}:permits  a semaphore's permits or a read-write lock's readers (redislock only): owner -> expiry in ms by the server's clock, a sorted set
 //	<prefix>:{<tag>}:holders  their owner -> "<token> <holder>"; "" -> name; on Redlock nodes
@@ -32,6 +34,6 @@
 // which may appear in a hash tag; the hash maps each name to a fixed-size
 // tag, collision-free for practical purposes (a collision among 2^64 names
 // is about as likely as not). The name itself is stored in the lock value
-// and the waiters hash (and a semaphore's holders hash), so List can
+// and the waiters' entries (and a semaphore's holders hash), so List can
 // report it.
 package redisscript

@@ -6,7 +6,8 @@
 -- same call is its heartbeat. A release may meanwhile have handed the lock
 -- to this owner (see wake_next); then the attempt reports that.
 --
--- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters  KEYS[5] channel
+-- KEYS[1] lock  KEYS[2] fence  KEYS[3] queue  KEYS[4] waiters (the entry keys' prefix)
+-- KEYS[5] channel
 -- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] name  ARGV[4] holder metadata
 -- ARGV[5] how long a waiter's entry lives without a heartbeat, in ms
 -- ARGV[6] the waiter's process channel, for hand-offs ("-": none)
@@ -21,17 +22,14 @@ local v = redis.call('GET', lock)
 if owned_by(v, owner) then
   return {2, tonumber(string.match(v, '^[^ +]+[ +](%d+)'))}
 end
-local now
 if not v then
   -- Free: who is first in line decides. (While the lock is held the queue
   -- needs no look: a release serves its head.)
-  local head
-  head, now = live_head(queue, waiters, owner)
+  local head = live_head(queue, waiters, owner)
   if not head or head == owner or ARGV[8] == '1' then
-    if head == owner then
-      redis.call('LPOP', queue)
-      redis.call('HDEL', waiters, owner)
-    end
+    -- A waiter granted from the head leaves the queue; its entry expires
+    -- on its own (see queue.lua).
+    if head == owner then redis.call('LPOP', queue) end
     local token = redis.call('INCR', fence)
     -- Marked if anyone was queued: others may still be behind.
     redis.call('SET', lock, lock_value(owner, token, tail_of(name, holder), head), 'PX', ttl)
@@ -39,14 +37,13 @@ if not v then
   end
   -- Free, but another live waiter is first: it gets the lock, or its
   -- wake-up, now.
-  wake_next(lock, fence, queue, waiters, channel, name, ARGV[7], false)
   -- A hand-off skips the waiters whose process has gone, and may thus
   -- reach this caller: it is granted, and must not queue again (its
   -- release would hand the lock to its own owner key, which nobody waits
   -- for any more). The message published to its process is then unused.
-  v = redis.call('GET', lock)
-  if owned_by(v, owner) then
-    return {1, tonumber(string.match(v, '^[^ +]+[ +](%d+)'))}
+  local to, token = wake_next(lock, fence, queue, waiters, channel, ARGV[7], false)
+  if to == owner then
+    return {1, token}
   end
 else
   -- Held: mark it, if nobody queued behind it yet, so that its release
@@ -54,12 +51,5 @@ else
   mark_queued(lock, v)
 end
 local pttl = redis.call('PTTL', lock)
-local wttl = tonumber(ARGV[5])
-local entry = ((now or now_ms()) + wttl) .. ' ' .. ttl .. ' ' .. ARGV[6] .. ' ' .. holder
-if redis.call('HSET', waiters, owner, entry) == 1 and redis.call('RPUSH', queue, owner) == 1 then
-  redis.call('HSET', waiters, '', name) -- the name, for List
-end
--- The queue vanishes a heartbeat period after its last live waiter.
-redis.call('PEXPIRE', queue, wttl)
-redis.call('PEXPIRE', waiters, wttl)
+enqueue(queue, waiters, owner, ttl .. ' ' .. ARGV[6] .. tail_of(name, holder), ARGV[5])
 return {0, pttl}

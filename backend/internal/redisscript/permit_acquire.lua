@@ -10,7 +10,7 @@
 -- place there: the attempt is the waiter's heartbeat.
 --
 -- KEYS[1] permits  KEYS[2] holders  KEYS[3] fence  KEYS[4] queue
--- KEYS[5] waiters  KEYS[6] channel  KEYS[7] lock: a reader's attempt only
+-- KEYS[5] waiters (the entry keys' prefix, see queue.lua)  KEYS[6] channel  KEYS[7] lock: a reader's attempt only
 -- ARGV[1] owner  ARGV[2] TTL in ms  ARGV[3] limit (unused by a reader)
 -- ARGV[4] name  ARGV[5] holder metadata
 -- ARGV[6] "1" to take a free permit even if others are queued
@@ -30,10 +30,9 @@ local held = redis.call('ZCARD', permits)
 if (lock and not writer) or (not lock and held < limit) then
   local head = live_head(queue, waiters, owner)
   if not head or head == owner or ARGV[6] == '1' then
-    if head == owner then
-      redis.call('LPOP', queue)
-      redis.call('HDEL', waiters, owner)
-    end
+    -- A waiter granted from the head leaves the queue; its entry expires
+    -- on its own (see queue.lua).
+    if head == owner then redis.call('LPOP', queue) end
     local token = redis.call('INCR', fence)
     redis.call('ZADD', permits, now + ttl, owner)
     redis.call('HSET', holders, owner, string.format('%d', token) .. ' ' .. holder, '', name)
@@ -51,13 +50,7 @@ if wttl > 0 then
   -- A reader queued behind a writer's grant needs its release to serve
   -- the queue.
   if writer then mark_queued(lock, writer) end
-  local entry = (now + wttl) .. ' ' .. ARGV[2] .. ' - ' .. holder
-  if redis.call('HSET', waiters, owner, entry) == 1 and redis.call('RPUSH', queue, owner) == 1 then
-    redis.call('HSET', waiters, '', name) -- the name, for List
-  end
-  -- The queue vanishes a heartbeat period after its last live waiter.
-  redis.call('PEXPIRE', queue, wttl)
-  redis.call('PEXPIRE', waiters, wttl)
+  enqueue(queue, waiters, owner, ARGV[2] .. ' -' .. tail_of(name, holder), wttl)
 end
 if writer then return {0, redis.call('PTTL', lock)} end
 local first = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')

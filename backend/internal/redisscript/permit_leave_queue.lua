@@ -4,7 +4,7 @@
 -- reply was lost), and, as no release will come to do it, wakes the waiter
 -- now first if it may be granted.
 --
--- KEYS[1] permits  KEYS[2] holders  KEYS[3] queue  KEYS[4] waiters
+-- KEYS[1] permits  KEYS[2] holders  KEYS[3] queue  KEYS[4] waiters (the entry keys' prefix)
 -- KEYS[5] channel  KEYS[6] lock: a reader's only
 -- ARGV[1] owner
 -- Returns how many places it left (0 or 1).
@@ -12,7 +12,7 @@
 --@permits
 local lock = KEYS[6]
 local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[4] .. ARGV[1])
 local returned = redis.call('ZREM', KEYS[1], ARGV[1])
 if returned > 0 then redis.call('HDEL', KEYS[2], ARGV[1]) end
 -- A writer holds (and will serve the queue when it releases), or, for a
@@ -29,9 +29,7 @@ if (removed > 0 or returned > 0) and not writer then
     keep_until(KEYS[1], KEYS[2], now_ms(), lock)
   end
 end
-if redis.call('LLEN', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[4])
-elseif held >= 0 then
+if held >= 0 then
   wake_head(KEYS[3], KEYS[4], KEYS[5], held)
 end
 return removed

@@ -1,6 +1,6 @@
 -- permits.lua: the permits of a semaphore (Request.Limit > 1), put into
 -- the semaphore scripts where they say --@permits (after --@queue, whose
--- now_ms and live_head they use).
+-- now_ms, live_head and entry_holder they use).
 --
 -- A semaphore's holders are a sorted set, permits (member: the owner key;
 -- score: the permit's expiry in ms by the server's clock, TIME), and a
@@ -15,7 +15,7 @@
 -- permit's, so a semaphore whose holders all died leaves nothing behind.
 --
 -- Waiters use the mutex's queue (see queue.lua): a list of owner keys and
--- the waiters hash, with the same entries. A semaphore grants a permit to
+-- an entry key per waiter, with the same entries. A semaphore grants a permit to
 -- the first live waiter only; the others are woken in turn, by their
 -- owner key published on the name's channel (as a mutex's waiters are on
 -- Redis Cluster): there is no hand-off.
@@ -78,7 +78,7 @@ end
 -- the portable layer writes first in the holder metadata (as
 -- driver.HolderLimit reads it); 1 when there is none.
 local function limit_of(entry)
-  return tonumber(string.match(entry or '', '"limit":(%d+)')) or 1
+  return entry and tonumber(string.match(entry_holder(entry), '"limit":(%d+)')) or 1
 end
 
 -- admits reports whether a waiter with this entry would be granted now,
@@ -96,8 +96,8 @@ end
 -- channel if that waiter would be granted now (see admits; the caller
 -- knows that no writer holds): it then tries.
 local function wake_head(queue, waiters, channel, held)
-  local head = live_head(queue, waiters)
-  if head and admits(redis.call('HGET', waiters, head), held) then
+  local head, entry = live_head(queue, waiters)
+  if head and admits(entry, held) then
     redis.call('PUBLISH', channel, head)
   end
 end

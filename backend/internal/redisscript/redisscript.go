@@ -70,8 +70,11 @@ func CheckPrefix(p string) error {
 
 // Keys are the Redis keys of one lock.
 type Keys struct {
-	Name                                 string
-	Lock, Fence, Queue, Waiters, Channel string
+	Name                        string
+	Lock, Fence, Queue, Channel string
+	// Waiters is the prefix of the waiters' entry keys: a waiter's entry
+	// is Waiters + its owner key (see queue.lua).
+	Waiters string
 	// Permits and Holders are a semaphore's (see permits.lua); "" in a
 	// layout without semaphores.
 	Permits, Holders string
@@ -82,7 +85,7 @@ func KeysFor(prefix, name string) Keys {
 	base := prefix + ":{" + driver.NameHash(name) + "}:"
 	k := Keys{
 		Name: name, Lock: base + "lock", Fence: base + "fence", Queue: base + "queue",
-		Waiters: base + "waiters", Channel: base + "wake",
+		Waiters: base + "waiter:", Channel: base + "wake",
 		Permits: base + "permits", Holders: base + "holders",
 	}
 	return k
@@ -283,7 +286,8 @@ func (k *Keys) HeldBy(ctx context.Context, rdb redis.Cmdable, owner string, toke
 }
 
 // holds reports whether lock value v is owner's grant with token: it
-// begins "<owner><sep><token> " (see value.lua), sep " " or "+".
+// begins "<owner><sep><token> " or, made by a hand-off,
+// "<owner><sep><token>/" (see value.lua), sep " " or "+".
 func holds(v, owner string, token uint64) bool {
 	if len(v) <= len(owner) || v[:len(owner)] != owner || (v[len(owner)] != ' ' && v[len(owner)] != '+') {
 		return false
@@ -291,7 +295,7 @@ func holds(v, owner string, token uint64) bool {
 	var buf [24]byte
 	t := strconv.AppendUint(buf[:0], token, 10)
 	rest := v[len(owner)+1:]
-	return len(rest) > len(t) && rest[:len(t)] == string(t) && rest[len(t)] == ' '
+	return len(rest) > len(t) && rest[:len(t)] == string(t) && (rest[len(t)] == ' ' || rest[len(t)] == '/')
 }
 
 // Release frees owner's lock and serves the next waiter; false means the
@@ -342,6 +346,7 @@ func ParseValue(s string) (Value, error) {
 	}
 	owner, rest := s[:sep], s[sep+1:]
 	tok, rest, ok2 := strings.Cut(rest, " ")
+	tok, _, _ = strings.Cut(tok, "/") // "/<last>" after a hand-off's token (value.lua)
 	nlen, rest, ok3 := strings.Cut(rest, " ")
 	n, err1 := strconv.Atoi(nlen)
 	t, err2 := strconv.ParseUint(tok, 10, 64)
@@ -361,7 +366,7 @@ type State struct {
 	Value   Value
 	PTTL    time.Duration
 	Waiters [][]byte // live fair waiters' holder metadata, in queue order
-	Name    string   // from the lock or the waiters hash; "" if neither exists
+	Name    string   // from the lock or a waiter's entry; "" if neither exists
 	// Foreign: the lock is held by another library's lock (SetNX layout);
 	// Value.Owner is then that lock's value, the rest of Value empty.
 	Foreign bool
@@ -374,12 +379,12 @@ type State struct {
 	Readers bool
 }
 
-// Read reports the state of the lock, in one round trip.
+// Read reports the state of the lock, in one round trip, and one more for
+// the waiters' entries if any are queued.
 func (k *Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 	var get *redis.StringCmd
 	var pttl *redis.DurationCmd
 	var queue *redis.StringSliceCmd
-	var waiters *redis.MapStringStringCmd
 	var now *redis.TimeCmd
 	var permits *redis.ZSliceCmd
 	var holders *redis.MapStringStringCmd
@@ -387,7 +392,6 @@ func (k *Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 		get = p.Get(ctx, k.Lock)
 		pttl = p.PTTL(ctx, k.Lock)
 		queue = p.LRange(ctx, k.Queue, 0, -1)
-		waiters = p.HGetAll(ctx, k.Waiters)
 		now = p.Time(ctx)
 		if k.Permits != "" {
 			// A semaphore's permits, in the same round trip: Inspect does
@@ -419,18 +423,41 @@ func (k *Keys) Read(ctx context.Context, rdb redis.Cmdable) (State, error) {
 			st.Name = h[""]
 		}
 	}
-	w := waiters.Val()
-	for _, owner := range queue.Val() {
-		// "<expiry ms> <ttl ms> <process channel> <holder>"
-		f := strings.SplitN(w[owner], " ", 4)
-		if e, err := strconv.ParseInt(f[0], 10, 64); err == nil && e > nowMS && len(f) == 4 {
-			st.Waiters = append(st.Waiters, []byte(f[3]))
+	if owners := queue.Val(); len(owners) > 0 {
+		keys := make([]string, len(owners))
+		for i, o := range owners {
+			keys[i] = k.Waiters + o
+		}
+		entries, err := rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return State{}, err
+		}
+		for _, e := range entries {
+			// A live waiter's entry (see queue.lua); a dead one's has expired.
+			s, _ := e.(string)
+			if name, holder, ok := parseEntry(s); ok {
+				st.Waiters = append(st.Waiters, []byte(holder))
+				if st.Name == "" {
+					st.Name = name
+				}
+			}
 		}
 	}
-	if st.Name == "" && len(st.Waiters) > 0 {
-		st.Name = w[""]
-	}
 	return st, nil
+}
+
+// parseEntry reads the name and the holder metadata of a waiter's entry,
+// "<ttl ms> <process channel> <len(name)> <name><holder>".
+func parseEntry(e string) (name, holder string, ok bool) {
+	f := strings.SplitN(e, " ", 4)
+	if len(f) < 4 {
+		return "", "", false
+	}
+	n, err := strconv.Atoi(f[2])
+	if err != nil || n < 0 || n > len(f[3]) {
+		return "", "", false
+	}
+	return f[3][:n], f[3][n:], true
 }
 
 // ScanNames returns the names of the locks under prefix that are held or
@@ -447,7 +474,7 @@ func ScanNamesAndSemaphores(ctx context.Context, rdb redis.UniversalClient, pref
 }
 
 // scanNames returns the names found by the keys with the given suffixes:
-// "lock" (the name is in the value), "queue" (in the waiters hash),
+// "lock" (the name is in the value), "queue" (in its waiters' entries),
 // "permits" (in the holders hash).
 func scanNames(ctx context.Context, rdb redis.UniversalClient, prefix string, suffixes ...string) ([]string, error) {
 	var mu sync.Mutex
@@ -459,7 +486,7 @@ func scanNames(ctx context.Context, rdb redis.UniversalClient, prefix string, su
 			for it.Next(ctx) {
 				key := it.Val()
 				base := strings.TrimSuffix(key, suffix)
-				k := Keys{Lock: base + "lock", Waiters: base + "waiters", Holders: base + "holders"}
+				k := Keys{Lock: base + "lock", Queue: key, Waiters: base + "waiter:", Holders: base + "holders"}
 				var name string
 				switch suffix {
 				case "permits":
@@ -475,7 +502,7 @@ func scanNames(ctx context.Context, rdb redis.UniversalClient, prefix string, su
 					}
 					name = pv.Name
 				default:
-					name, _ = c.HGet(ctx, k.Waiters, "").Result()
+					name = queueName(ctx, c, &k)
 				}
 				mu.Lock()
 				if name != "" && !seen[name] {
@@ -492,6 +519,23 @@ func scanNames(ctx context.Context, rdb redis.UniversalClient, prefix string, su
 	}
 	err := EachMaster(ctx, rdb, scan)
 	return names, err
+}
+
+// queueName is the name of a queue's lock, from the first of its waiters'
+// entries that has not expired ("" if none).
+func queueName(ctx context.Context, c *redis.Client, k *Keys) string {
+	owners, err := c.LRange(ctx, k.Queue, 0, -1).Result()
+	if err != nil {
+		return ""
+	}
+	for _, o := range owners {
+		if e, err := c.Get(ctx, k.Waiters+o).Result(); err == nil {
+			if name, _, ok := parseEntry(e); ok {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // EachMaster calls fn on the server of a *redis.Client, or on every master

@@ -12,9 +12,7 @@ if ARGV[2] == 'any' then
   redis.call('PUBLISH', KEYS[5], '')
 elseif string.byte(v, #ARGV[1] + 1) == 43 then -- '+'
   --@queue
-  -- The name, for a hand-off's new value, is the one in this value.
-  local name = name_at(v, string.find(v, ' ', #ARGV[1] + 2, true))
-  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], name, ARGV[2], true)
+  wake_next(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], v)
 else
   redis.call('DEL', KEYS[1])
 end

@@ -3,6 +3,9 @@
 -- A lock key holds "<owner><sep><token> <len(name)> <name><holder>": the
 -- owner key first (the owner checks compare that prefix), the fencing
 -- token, the name and the holder metadata; Go's ParseValue reads it back.
+-- A value made by a hand-off has "/<last>" after the token: the last
+-- number of the block of tokens its hand-offs reserved (see wake_next in
+-- queue.lua).
 -- sep is "+" once a fair waiter may be queued behind this grant, " "
 -- otherwise: a release looks at the queue only after a "+", so that a lock
 -- nobody waits for is freed with two commands. A "+" that outlives the
@@ -22,8 +25,10 @@ local READERS = 'readers'
 -- tail is " <len(name)> <name><holder>", which the Go side builds once per
 -- acquire: the script then joins three strings, and is sent one argument
 -- rather than two.
-local function lock_value(owner, token, tail, mark)
-  return owner .. (mark and '+' or ' ') .. string.format('%d', token) .. tail
+local function lock_value(owner, token, tail, mark, last)
+  local t = string.format('%d', token)
+  if last then t = t .. '/' .. string.format('%d', last) end
+  return owner .. (mark and '+' or ' ') .. t .. tail
 end
 
 -- owned_by reports whether v is owner's lock; it makes no new string.
