@@ -478,8 +478,9 @@ func zkLibs(addr string) []*lib {
 func postgresLibs(pg *testenv.Postgres) []*lib {
 	dl := func(name string, fair bool, how string) *lib {
 		l := &lib{backend: "postgres", name: name, role: ours, how: how}
+		url := postgresDatabase(pg, name)
 		l.open = func(t testing.TB, ttl time.Duration) worker {
-			return dlockWorker(l, openDlock(t, pg.URL(pg.Addr, ""), ttl), fair, nil)
+			return dlockWorker(l, openDlock(t, url, ttl), fair, nil)
 		}
 		return l
 	}
@@ -508,6 +509,19 @@ func postgresLibs(pg *testenv.Postgres) []*lib {
 	}
 }
 
+// postgresDatabase makes a database of its own for the workers of the
+// library name, and returns its URL. At each NOTIFY, PostgreSQL signals
+// every backend that LISTENs in the same database, whatever its channel
+// (those in other databases only when they fall far behind): in one
+// database, each hand-off of one library would also pay for the
+// listening connections of the others' workers, which B keeps open
+// through every round.
+func postgresDatabase(pg *testenv.Postgres, name string) string {
+	db := "bench_" + strings.NewReplacer("-", "_", ":", "", " ", "_").Replace(name)
+	pg.Exec("CREATE DATABASE " + pgx.Identifier{db}.Sanitize())
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pg.User, pg.Addr, db)
+}
+
 // postgresRing is the least a hand-off by NOTIFY does on PostgreSQL, in
 // raw pgx calls: the workers pass one turn around a ring, in the order
 // they were opened. Each worker LISTENs on a channel of its own, on a
@@ -527,11 +541,11 @@ func postgresRing(pg *testenv.Postgres) *lib {
 		mu     sync.Mutex
 		turns  []chan struct{} // worker i's turn, as its listener received it
 		prefix = "ring_" + strings.ToLower(rand.Text()[:12])
+		url    = postgresDatabase(pg, "notify ring")
 	)
 	ring.open = func(t testing.TB, ttl time.Duration) worker {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		url := fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pg.User, pg.Addr, pg.Database)
 		listen, err := pgx.Connect(ctx, url)
 		if err != nil {
 			t.Fatalf("postgres: %v", err)
