@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -477,8 +478,9 @@ func zkLibs(addr string) []*lib {
 func postgresLibs(pg *testenv.Postgres) []*lib {
 	dl := func(name string, fair bool, how string) *lib {
 		l := &lib{backend: "postgres", name: name, role: ours, how: how}
+		url := postgresDatabase(pg, name)
 		l.open = func(t testing.TB, ttl time.Duration) worker {
-			return dlockWorker(l, openDlock(t, pg.URL(pg.Addr, ""), ttl), fair, nil)
+			return dlockWorker(l, openDlock(t, url, ttl), fair, nil)
 		}
 		return l
 	}
@@ -503,8 +505,111 @@ func postgresLibs(pg *testenv.Postgres) []*lib {
 	return []*lib{
 		dl("dlock-fair", true, "backend/pglock, dlock.WithFair() (nobody passes a live waiter)"),
 		dl("dlock-plain", false, "backend/pglock (an arrival may take a free lock; waiters queue)"),
-		fl,
+		fl, postgresRing(pg),
 	}
+}
+
+// postgresDatabase makes a database of its own for the workers of the
+// library name, and returns its URL. At each NOTIFY, PostgreSQL signals
+// every backend that LISTENs in the same database, whatever its channel
+// (those in other databases only when they fall far behind): in one
+// database, each hand-off of one library would also pay for the
+// listening connections of the others' workers, which B keeps open
+// through every round.
+func postgresDatabase(pg *testenv.Postgres, name string) string {
+	db := "bench_" + strings.NewReplacer("-", "_", ":", "", " ", "_").Replace(name)
+	pg.Exec("CREATE DATABASE " + pgx.Identifier{db}.Sanitize())
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable", pg.User, pg.Addr, db)
+}
+
+// postgresRing is the least a hand-off by NOTIFY does on PostgreSQL, in
+// raw pgx calls: the workers pass one turn around a ring, in the order
+// they were opened. Each worker LISTENs on a channel of its own, on a
+// connection of its own read by a goroutine of its own (as a pglock
+// Driver's listener is), and its lock waits for a message there; its
+// unlock is one statement on a second connection that commits a change
+// of a row (the grant) and sends pg_notify on the next worker's channel.
+// No owner, no token, no queue, no renewal, no check: the next worker is
+// fixed. It is right only while every worker opened keeps taking its
+// turns, as in B, where all 8 run (a turn that reaches a worker that
+// stopped waits for it); a turn passed at a round's end is taken at the
+// next round's start.
+func postgresRing(pg *testenv.Postgres) *lib {
+	ring := &lib{backend: "postgres", name: "reference: NOTIFY ring", role: handoff,
+		how: "not a library: 8 workers pass a turn around a ring; unlock = one statement that updates a row and sends pg_notify on the next worker's channel, which its listening connection alone waits on"}
+	var (
+		mu     sync.Mutex
+		turns  []chan struct{} // worker i's turn, as its listener received it
+		prefix = "ring_" + strings.ToLower(rand.Text()[:12])
+		url    = postgresDatabase(pg, "notify ring")
+	)
+	ring.open = func(t testing.TB, ttl time.Duration) worker {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		listen, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		mu.Lock()
+		i := len(turns)
+		turn := make(chan struct{}, 1)
+		turns = append(turns, turn)
+		mu.Unlock()
+		// Workers are opened one after another: no two CREATEs race.
+		if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS notify_ring (name text PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{fmt.Sprintf("%s_%d", prefix, i)}.Sanitize()); err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		if i == 0 {
+			turn <- struct{}{} // the first worker opened starts with the turn
+		}
+		lctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := listen.WaitForNotification(lctx); err != nil {
+					return
+				}
+				select { // one turn in the ring: never more than one waits here
+				case turn <- struct{}{}:
+				case <-lctx.Done():
+					return
+				}
+			}
+		}()
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				select {
+				case <-turn:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				return func() {
+					mu.Lock()
+					next := fmt.Sprintf("%s_%d", prefix, (i+1)%len(turns))
+					mu.Unlock()
+					_, _ = conn.Exec(context.Background(), `WITH u AS (
+	INSERT INTO notify_ring AS r VALUES ($1, 1) ON CONFLICT (name) DO UPDATE SET n = r.n + 1 RETURNING n
+)
+SELECT pg_notify($2, n::text) FROM u`, key, next)
+				}, nil
+			},
+			close: func() {
+				stop()
+				<-done
+				_ = listen.Close(context.Background())
+				_ = conn.Close(context.Background())
+			},
+		}
+	}
+	return ring
 }
 
 func mariadbLibs(m *testenv.MariaDB) []*lib {

@@ -83,6 +83,14 @@
 //     someone queued, or the queue changed as it ran — it changes
 //     nothing, and the caller joins the queue (or a fair TryLock asks the
 //     queue), one more round trip (TestFairTryLockDoesNotPassAQueuedWaiter).
+//     A Lock by a driver whose last release of that name handed the lock
+//     to a waiter skips the fast path, which would find the lock held, and
+//     joins the queue at once, whose first attempt takes a free lock as
+//     the fast path would (TestLockAfterItsHandOffGoesToTheQueueAtOnce):
+//     a client that takes turns with others pays one statement for its
+//     release and one round trip to queue again. The driver remembers
+//     one name, the last it handed on; a release of it that frees the
+//     lock forgets it.
 //   - A release hands the lock over: in the statement that releases it,
 //     it grants the lock to the first live waiter of the queue (a new
 //     token, the waiter's TTL and metadata), takes it out of the queue and

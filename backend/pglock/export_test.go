@@ -5,3 +5,6 @@ func Heard(d *Driver) int64 { return d.listen.heard.Load() }
 
 // LockNameSQL returns d's lockNameSQL, bound to its table ($1 name).
 func LockNameSQL(d *Driver) string { return d.lockNameSQL }
+
+// FastAcquireSQL returns d's fastAcquireSQL, bound to its table.
+func FastAcquireSQL(d *Driver) string { return d.fastAcquireSQL }

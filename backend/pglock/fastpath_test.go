@@ -387,3 +387,139 @@ func TestLockCancelledWhileItsFastPathRanLeavesTheLockFree(t *testing.T) {
 	}
 	_ = l2.Unlock(ctx)
 }
+
+// sqlCounter counts the times a pool sends one statement, alone or in a
+// batch; the statement is set once the driver has bound it.
+type sqlCounter struct {
+	sql atomic.Pointer[string]
+	n   atomic.Int64
+}
+
+func (c *sqlCounter) see(sql string) {
+	if p := c.sql.Load(); p != nil && *p == sql {
+		c.n.Add(1)
+	}
+}
+
+func (c *sqlCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.see(d.SQL)
+	return ctx
+}
+
+func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.see(d.SQL)
+}
+
+func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestLockAfterItsHandOffGoesToTheQueueAtOnce: the package doc's "a
+// client whose last release of a name handed the lock to a waiter queues
+// at once". A client that handed the lock on and locks the name again
+// (a worker that takes turns with others) sends no fast-path statement,
+// which would find the lock held; it queues and is handed the lock in
+// its turn, with a higher token. Once its release of the name frees the
+// lock (nobody waits), its next Lock takes the fast path again.
+func TestLockAfterItsHandOffGoesToTheQueueAtOnce(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			var opts []dlock.Option
+			if fair {
+				opts = append(opts, dlock.WithFair())
+			}
+			ctx := testenv.Context(t, 60*time.Second)
+			name := fmt.Sprintf("turns/%v", fair)
+			cfg, err := pgxpool.ParseConfig(srv.URL(srv.Addr, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fast := &sqlCounter{}
+			cfg.ConnConfig.Tracer = fast
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			d, err := pglock.New(pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			a := dlock.New(d, dlock.WithTTL(time.Minute)).Mutex(name, opts...)
+			other := newClient(t, srv.URL(srv.Addr, ""))
+			b := other.Mutex(name, opts...)
+
+			la, err := a.Lock(ctx) // made the tables and bound the statements
+			if err != nil {
+				t.Fatal(err)
+			}
+			sql := pglock.FastAcquireSQL(d)
+			fast.sql.Store(&sql)
+			type grant struct {
+				lease *dlock.Lease
+				err   error
+			}
+			lock := func(m *dlock.Mutex) chan grant {
+				ch := make(chan grant, 1)
+				go func() {
+					l, err := m.Lock(ctx)
+					ch <- grant{l, err}
+				}()
+				return ch
+			}
+			await := func(ch chan grant) *dlock.Lease {
+				t.Helper()
+				select {
+				case g := <-ch:
+					if g.err != nil {
+						t.Fatal(g.err)
+					}
+					return g.lease
+				case <-ctx.Done():
+					t.Fatal("no grant")
+				}
+				return nil
+			}
+			gb := lock(b)
+			waitersShown(t, other, name, 1)
+			if err := la.Unlock(ctx); err != nil { // hands the lock to b
+				t.Fatal(err)
+			}
+			lb := await(gb)
+			before := fast.n.Load()
+			ga := lock(a)
+			waitersShown(t, other, name, 1)
+			if n := fast.n.Load() - before; n != 0 {
+				t.Errorf("a Lock after a hand-off sent the fast path's statement %d times, want 0 (the lock is held)", n)
+			}
+			if err := lb.Unlock(ctx); err != nil { // hands the lock to a
+				t.Fatal(err)
+			}
+			la = await(ga)
+			if la.Token() <= lb.Token() {
+				t.Errorf("token %d after %d", la.Token(), lb.Token())
+			}
+			if err := la.Unlock(ctx); err != nil { // nobody waits: frees it
+				t.Fatal(err)
+			}
+			before = fast.n.Load()
+			la, err = a.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := fast.n.Load() - before; n != 1 {
+				t.Errorf("a Lock of a lock its last release freed sent the fast path's statement %d times, want 1", n)
+			}
+			if err := la.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -137,6 +137,10 @@ type Driver struct {
 	leaveSQL, queuePermitSQL, waiterInspectSQL string
 	queueReaderSQL, fastAcquireSQL             string
 	waitersOK                                  atomic.Bool // the waiters table exists and this role may use it
+	// handedOff is the name whose last release by this driver handed the
+	// lock to a waiter, if the last release of that name did: the next
+	// Lock of it goes to the queue at once (see acquireQueued).
+	handedOff atomic.Pointer[string]
 
 	migrateMu sync.Mutex
 	migrated  atomic.Bool

@@ -494,8 +494,8 @@ FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM rene
 	// again after lockNameSQL. (Acting on a stale queue could hand the lock
 	// to a waiter that has just given up.)
 	// Returns true if released, false if the caller must run it again
-	// under the row lock; no row when the lease was not the owner's
-	// (ErrLeaseLost).
+	// under the row lock; then whether a waiter was handed the lock; no
+	// row when the lease was not the owner's (ErrLeaseLost).
 	// $1 name, $2 owner, $3 the table's channel, $4 payload.
 	handOffSQL = `
 WITH mine AS (
@@ -524,10 +524,10 @@ r AS (
 gone AS (
 	DELETE FROM {{waiters}} w USING next WHERE w.name = $1 AND w.owner = next.owner AND EXISTS (SELECT FROM r)
 )
-SELECT true, CASE WHEN r.owner = '' THEN pg_notify($3, $4)::text ELSE pg_notify(n.reply, r.owner || ' ' || r.token)::text END
+SELECT true, r.owner <> '', CASE WHEN r.owner = '' THEN pg_notify($3, $4)::text ELSE pg_notify(n.reply, r.owner || ' ' || r.token)::text END
 FROM r LEFT JOIN next n ON true
 UNION ALL
-SELECT false, NULL FROM mine WHERE NOT EXISTS (SELECT FROM r)`
+SELECT false, false, NULL FROM mine WHERE NOT EXISTS (SELECT FROM r)`
 
 	// leaveSQL takes a waiter that gave up out of the queue, after
 	// lockNameSQL; handOffSQL follows it in the same transaction, so that

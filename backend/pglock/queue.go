@@ -39,7 +39,11 @@ func (d *Driver) fastAcquire(ctx context.Context, req driver.Request) (driver.Gr
 }
 
 // acquireQueued waits in the name's queue, after the fast path
-// (fastAcquire) for a mutex or a writer. The first attempt of a plain
+// (fastAcquire) for a mutex or a writer — unless this driver's last
+// release of the name handed the lock to a waiter: the fast path would
+// then find it held (or, were the holder quick, waiters queued behind
+// it), and the queue's first attempt takes a free lock as the fast path
+// does, in the one round trip it costs anyway. The first attempt of a plain
 // Lock of a mutex takes a free lock whoever waits, as an unfair mutex lets
 // an arriving goroutine do; a fair one never passes a live waiter. Every
 // attempt is one round trip that either grants
@@ -52,7 +56,7 @@ func (d *Driver) fastAcquire(ctx context.Context, req driver.Request) (driver.Gr
 // trip. When ctx ends, the owner leaves the queue, passing on a lock
 // handed to it meanwhile, before Acquire returns.
 func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	if !counted(req) {
+	if !counted(req) && !d.wasHandedOff(req.Name) {
 		// Detached from ctx, as an attempt below, so that its outcome is
 		// known.
 		g, _, err := d.fastAcquire(context.WithoutCancel(ctx), req)
@@ -226,22 +230,45 @@ func (d *Driver) giveUp(ctx context.Context, req driver.Request) {
 // changed as it ran (a waiter's attempt held the name's row), again after
 // lockNameSQL in one transaction, which is one more round trip.
 func (d *Driver) releaseQueued(ctx context.Context, h driver.Held) error {
-	var done bool
+	var done, handed bool
 	octx, cancel := d.bound(ctx)
-	err := d.pool.QueryRow(octx, d.handOffSQL, d.releaseArgs(h)...).Scan(&done, nil)
+	err := d.pool.QueryRow(octx, d.handOffSQL, d.releaseArgs(h)...).Scan(&done, &handed, nil)
 	cancel()
-	if err != nil || done {
-		return d.released(ctx, h, err)
+	if err == nil && !done {
+		err = d.underNameLock(ctx, h.Name, func(b *pgx.Batch) {
+			b.Queue(d.handOffSQL, d.releaseArgs(h)...)
+		}, func(br pgx.BatchResults) error {
+			return br.QueryRow().Scan(&done, &handed, nil)
+		})
+		if err == nil && !done { // cannot be: under the row lock the row is this transaction's
+			err = fmt.Errorf("%w: pglock: the release of %q did not take effect", driver.ErrUnavailable, h.Name)
+		}
 	}
-	err = d.underNameLock(ctx, h.Name, func(b *pgx.Batch) {
-		b.Queue(d.handOffSQL, d.releaseArgs(h)...)
-	}, func(br pgx.BatchResults) error {
-		return br.QueryRow().Scan(&done, nil)
-	})
-	if err == nil && !done { // cannot be: under the row lock the row is this transaction's
-		err = fmt.Errorf("%w: pglock: the release of %q did not take effect", driver.ErrUnavailable, h.Name)
+	if err == nil {
+		d.noteRelease(h.Name, handed)
 	}
 	return d.released(ctx, h, err)
+}
+
+// noteRelease remembers whether this driver's release of name handed the
+// lock to a waiter (see wasHandedOff). One name is remembered: the hint
+// costs no memory per name, and a wrong one costs only the fast path's
+// saving.
+func (d *Driver) noteRelease(name string, handed bool) {
+	if handed {
+		d.handedOff.Store(&name)
+		return
+	}
+	if p := d.handedOff.Load(); p != nil && *p == name {
+		d.handedOff.CompareAndSwap(p, nil)
+	}
+}
+
+// wasHandedOff reports whether this driver's last release of name handed
+// the lock to a waiter, as far as the driver remembers.
+func (d *Driver) wasHandedOff(name string) bool {
+	p := d.handedOff.Load()
+	return p != nil && *p == name
 }
 
 // underNameLock runs, in one round trip and one READ COMMITTED transaction
