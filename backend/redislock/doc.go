@@ -165,8 +165,8 @@
 // # Guarantees
 //
 // Clocks: the TTL runs on the Redis server's clock; dlock's client starts
-// its own deadline at the send time of a request, on its monotonic clock,
-// and needs only that the two clocks run at nearly the same rate (dlock
+// its own deadline at the send time of a request (or at a reading of its
+// clock taken just before it), on its monotonic clock, and needs only that the two clocks run at nearly the same rate (dlock
 // allows 1% plus 5ms). A server whose clock jumps forward expires leases
 // early; the fencing token is what protects the resource then.
 //
