@@ -1,0 +1,5 @@
+package dlock
+
+// Scheduled returns the number of c's leases that have a renewal or an
+// expiry check set in its scheduler.
+func Scheduled(c *Client) int { return c.sched.Len() }
