@@ -310,8 +310,14 @@ func (l *Lease) startRenewal(backendLost *driver.Signal) {
 
 // stopTimers cancels the lease's renewal and expiry check; a renewal
 // already running sees l.unlocked or l.ended and does nothing more. l.mu
-// is held.
+// is held. With neither a renewal nor the deadline due, the lease is not
+// in the scheduler (schedule, the only place that sets it there, follows
+// every change of the two), and the scheduler's lock is not taken: an
+// Unlock stops the timers, and the lease's end does so again.
 func (l *Lease) stopTimers() {
+	if l.renewAt == 0 && !l.expiring {
+		return
+	}
 	l.renewAt, l.expiring = 0, false
 	l.c.sched.Stop((*scheduled)(l))
 }

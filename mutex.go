@@ -105,9 +105,8 @@ func (c *Client) acquire(ctx context.Context, name string, k kind, o options, wa
 	}
 	// Acquired runs before renewal starts: it comes before any other hook
 	// of the lease, whose loss may be signalled from then on.
-	waited := driver.Since(now)
 	if h := o.hooks.Acquired; h != nil {
-		h(name, g.Token, waited)
+		h(name, g.Token, driver.Since(now))
 	}
 	l.startRenewal(g.Lost)
 
@@ -120,7 +119,7 @@ func (c *Client) acquire(ctx context.Context, name string, k kind, o options, wa
 		}
 	}
 	if o.logger.Enabled(ctx, slog.LevelDebug) {
-		o.logger.Debug("dlock: acquired", "name", name, "token", g.Token, "waited", waited)
+		o.logger.Debug("dlock: acquired", "name", name, "token", g.Token, "waited", driver.Since(now))
 	}
 	return l, nil
 }

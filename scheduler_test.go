@@ -387,3 +387,46 @@ func TestRenewalsInFlightAreBoundedAndWaitingOnesStillExpire(t *testing.T) {
 		t.Errorf("%d renewals were in flight at once, want at most (and here exactly) %d", most, dlock.MaxRenewals)
 	}
 }
+
+// Unlock takes the lease out of its client's scheduler at once, before
+// and after its first renewal: a released lease is neither woken by the
+// scheduler later nor kept in memory by it.
+func TestUnlockTakesLeaseOutOfScheduler(t *testing.T) {
+	renewed := make(chan struct{}, 1)
+	c := dlock.New(memlock.New(memlock.NewServer()), dlock.WithHooks(dlock.Hooks{
+		Renewed: func(string, uint64, time.Duration) {
+			select {
+			case renewed <- struct{}{}:
+			default:
+			}
+		},
+	}))
+	defer c.Close()
+	ctx := context.Background()
+	for _, renew := range []bool{false, true} {
+		ttl := time.Minute
+		if renew {
+			ttl = 300 * time.Millisecond // the first renewal is due after 100ms
+		}
+		l, err := c.Mutex("scheduled", dlock.WithTTL(ttl)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := dlock.Scheduled(c); n != 1 {
+			t.Fatalf("held (renewed: %v): %d leases in the scheduler, want 1", renew, n)
+		}
+		if renew {
+			select {
+			case <-renewed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no renewal")
+			}
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := dlock.Scheduled(c); n != 0 {
+			t.Errorf("after Unlock (renewed: %v): %d leases in the scheduler, want 0", renew, n)
+		}
+	}
+}

@@ -36,8 +36,8 @@
 // lock whoever waits; with dlock.WithFair, an arrival never passes a live
 // waiter. The first attempt of a Lock of a name this process has not
 // waited for lately does not queue: a free lock costs one round trip and
-// no subscription, and only a Lock that finds the lock taken subscribes to
-// the name's channel (which then stays subscribed for 30s after its last
+// no subscription, and only a Lock that finds the lock taken (with
+// dlock.WithFair, or anyone queued) subscribes to the name's channel (which then stays subscribed for 30s after its last
 // waiter, so that a busy lock's Locks queue in their first attempt). (Waiting by retrying, as driver.AcquireByRetry does, would have
 // every process with a waiter try on every release — eight workers, seven
 // failed attempts per grant — and the releasing process, trying at once,
@@ -172,8 +172,8 @@
 // # Guarantees
 //
 // Clocks: the TTL runs on the Redis server's clock; dlock's client starts
-// its own deadline at the send time of a request, on its monotonic clock,
-// and needs only that the two clocks run at nearly the same rate (dlock
+// its own deadline at the send time of a request (or at a reading of its
+// clock taken just before it), on its monotonic clock, and needs only that the two clocks run at nearly the same rate (dlock
 // allows 1% plus 5ms). A server whose clock jumps forward expires leases
 // early; the fencing token is what protects the resource then.
 //

@@ -132,19 +132,24 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 }
 
 // tryOnce makes one attempt that does not queue: a plain one takes a free
-// lock whoever waits, a fair one only if nobody live is queued (one
-// script, acquire.lua, with two commands when the lock is free and nobody
-// queued). Like every attempt it runs detached from ctx, so that its
+// lock whoever waits, a fair TryLock only if nobody live is queued, a fair
+// Lock only if nobody is queued (one script, acquire.lua, with two
+// commands, three if fair, when the lock is free and nobody queued). Like
+// every attempt it runs detached from ctx, so that its
 // outcome is known: a grant that ctx's end overtook is given back before
 // tryOnce returns ctx's error, rather than left to its TTL.
 func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Request) (driver.Grant, error) {
 	actx, cancel := d.attemptContext(ctx)
 	defer cancel()
 	mode := redisscript.Incr
-	if req.Fair {
+	switch {
+	case req.Fair && req.Wait:
+		// A Lock queues if not granted, and its queued attempt looks at
+		// the queue: this one only asks whether there is one.
+		mode = redisscript.FairFirst
+	case req.Fair:
 		mode = redisscript.Fair
 	}
-	sent := driver.Now()
 	granted, n, err := k.Acquire(actx, d.rdb, req.Owner, req.TTL, req.Holder, mode, d.wake)
 	switch {
 	case err != nil:
@@ -153,7 +158,10 @@ func (d *Driver) tryOnce(ctx context.Context, k *redisscript.Keys, req driver.Re
 		_, _ = k.Release(actx, d.rdb, req.Owner, d.wake)
 		return driver.Grant{}, ctx.Err()
 	case granted:
-		return driver.Grant{Token: uint64(n), Since: sent}, nil
+		// No Since: one round trip, so the lease is counted from the
+		// portable layer's reading of the clock before Acquire, which
+		// saves a reading here.
+		return driver.Grant{Token: uint64(n)}, nil
 	}
 	return driver.Grant{}, driver.ErrNotAcquired
 }

@@ -131,18 +131,29 @@ const (
 	Incr TokenMode = "incr"
 	// Fair: as Incr, but only if no live waiter is queued.
 	Fair TokenMode = "fair"
+	// FairFirst: as Incr, but only if nobody is queued; a queue, even of
+	// waiters that are gone, is left to FairAcquire, which looks at who is
+	// in it (n is then QueueFound). It is the first attempt of a fair Lock,
+	// which queues if not granted: it sends two keys and one argument less
+	// than Fair, and does not read the queue.
+	FairFirst TokenMode = "fairfirst"
 )
+
+// QueueFound is Acquire's n when a FairFirst attempt found a queue.
+const QueueFound = -3
 
 // Acquire makes one attempt to take the lock, without queueing. When
 // granted, n is the token; otherwise n is the holder's remaining PTTL in
 // ms (-1 if it has none, -2 if the lock is free but a waiter is first in
-// line: Fair). wake says how a Fair attempt that finds the lock free and a
-// waiter first wakes it.
+// line: Fair), or QueueFound (FairFirst). wake says how a Fair attempt that
+// finds the lock free and a waiter first wakes it.
 func (k *Keys) Acquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, mode TokenMode, wake Wake) (granted bool, n int64, err error) {
 	var cmd *redis.Cmd
 	switch tail := k.tail(holder); mode {
 	case Incr: // the default: no mode argument, and two keys, the lock and the fence
 		cmd = acquire.run(ctx, rdb, []*string{&k.Lock, &k.Fence}, owner, msArg(ttl), tail)
+	case FairFirst: // no mode argument either, and the queue as a third key
+		cmd = acquire.run(ctx, rdb, []*string{&k.Lock, &k.Fence, &k.Queue}, owner, msArg(ttl), tail)
 	default:
 		cmd = acquire.run(ctx, rdb, k.queueKeyPtrs(), owner, msArg(ttl), tail, mode.arg(), wake.arg())
 	}
