@@ -298,6 +298,71 @@ func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
 	}
 }
 
+// testFairReleaseBeforeTheBellKeepsTheOrder: a fair lease released before
+// its bell was taken (granted with nobody else queued, held less than the
+// bell's delay, lengthened here) is released by the plain release
+// statement, which does not read the queue (no multi-table UPDATE), so a
+// waiter that queued meanwhile is not handed the lock. Nobody passes it
+// all the same: another client's fair TryLock, right after the release,
+// is refused (the lock is free, or the waiter has it already), and the
+// waiter is granted the lock with the next token.
+func (s server) testFairReleaseBeforeTheBellKeepsTheOrder(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	db := s.sqlDB(t)
+	hd := s.open(t, s.Addr, fairTable)
+	hd.bells.delay = time.Minute
+	holder := dlock.New(hd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	other := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- lw
+	}()
+	waitForWaiters(t, holder, name, 1)
+	multi := func() int64 {
+		var k string
+		var v int64
+		if err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Com_update_multi'").Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	m0 := multi()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := multi() - m0; n != 0 {
+		t.Errorf("the release sent %d multi-table UPDATEs, want 0: it read the queue though its bell was not taken", n)
+	}
+	if ol, err := other.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a fair TryLock right after the release: %v (lease %v); want ErrNotAcquired, a waiter is queued", err, ol)
+		if ol != nil {
+			_ = ol.Unlock(ctx)
+		}
+	}
+	select {
+	case lw := <-got:
+		if lw == nil {
+			return
+		}
+		defer lw.Unlock(ctx)
+		if lw.Token() != l.Token()+1 {
+			t.Errorf("the waiter got token %d after the holder's %d", lw.Token(), l.Token())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queued waiter was not granted the lock after the release")
+	}
+}
+
 // testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
 // Lock returns, its entry is gone — Inspect shows no waiter — and the next
 // release hands the lock to the waiter behind it, with the next token.
