@@ -136,14 +136,7 @@
 //     that connection is busy with another statement, or there is none,
 //     it goes on a pooled connection and the bell is dropped after it. A
 //     waiter woken before the statement commits finds the lock not yet
-//     its own and the holder's bell not taken, and looks again. A fair
-//     lease whose bell is not taken yet — its grant found nobody else
-//     queued, and it is released within the bell's 5 ms — is released by
-//     the plain release statement, which does not read the queue
-//     (TestUncontendedLockSendsTwoStatements): a waiter that queued
-//     meanwhile is the first, finds the holder's bell not taken and looks
-//     again every 200 µs (then less often), finds the lock free and takes
-//     it, as nobody passes it (testFairReleaseBeforeTheBellKeepsTheOrder).
+//     its own and the holder's bell not taken, and looks again.
 //   - Wake-up: each queued waiter blocks in GET_LOCK on one user lock
 //     only: the first live waiter on the holder's bell, every other one on
 //     the queue lock of the live waiter just ahead of it, as ZooKeeper's

@@ -485,12 +485,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	if _, ok := h.Handle.(permit); ok {
 		return d.releasePermit(ctx, h)
 	}
-	// A fair lease whose bell is not taken yet — granted with nobody else
-	// queued, and held for less than the bell's delay — is released as a
-	// plain one is, without reading the queue: a waiter that queued since
-	// looks every fairPendingPoll while the bell is not taken, finds the
-	// lock free, and takes it in its turn (see releaseFair).
-	if _, ok := h.Handle.(fairLease); ok && !d.bells.pending(bellName(d.table, h.Name), h.Owner) {
+	if _, ok := h.Handle.(fairLease); ok {
 		held, err := d.releaseFair(ctx, h.Name, h.Owner)
 		if err == nil && !held {
 			err = fmt.Errorf("%w: mysqllock: %q was no longer held by this owner", driver.ErrLeaseLost, h.Name)
