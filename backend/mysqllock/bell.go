@@ -209,6 +209,17 @@ func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
 	b.signal()
 }
 
+// pending reports whether owner's claim on bell is still before its
+// from: its bell has not been taken for it, so nobody can be waiting on
+// it yet.
+func (b *bells) pending(bell, owner string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cs := b.want[bell]
+	i := claimOf(cs, owner)
+	return i >= 0 && cs[i].from.After(time.Now())
+}
+
 // extend moves the deadline of owner's claim on bell, if it still has one:
 // a renewal that completes after the release must not take the bell again.
 func (b *bells) extend(bell, owner string, deadline time.Time) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -17,10 +18,15 @@ import (
 //
 //   - Uncontended: Lock+Unlock of a free lock (as bench's workers call it),
 //     call by call with the floor — two DO 1 on one database/sql connection.
-//     x-floor is the lock's time over the floor's. Beside them, two durable
+//     x-floor is the lock's time over the floor's. Beside them, two
 //     one-row commits (UPDATEs) on one connection: the least a lock+unlock
-//     that writes its grant and its release costs at this server's
-//     innodb_flush_log_at_trx_commit (x-two-commits). stmts/op is what the
+//     that writes its grant and its release costs (x-two-commits). And the lock's own
+//     two statements, bare: the acquire and the release, prepared on one
+//     dedicated connection and sent with the arguments a Lock+Unlock sends,
+//     without the driver and the portable layer around them (bare-µs;
+//     x-bare is the lock's time over theirs, bare-x-floor theirs over the
+//     floor's): what the server's work costs, apart from the client's.
+//     stmts/op is what the
 //     server was sent per Lock+Unlock (the Questions counter, every
 //     connection of the driver's pool and its bell connection included),
 //     fsyncs/op its redo-log flushes (Innodb_data_fsyncs).
@@ -33,9 +39,13 @@ import (
 //     included) per counted grant. Contended8Hold1msFair: the same with
 //     dlock.WithFair.
 //
+// The server runs as bench's does (bench/results_test.go's mariadbArgs):
+// the log written at each commit and flushed once a second, so that the
+// figures are the round trips and the server's work, not a disk's flush.
+//
 // Run: go test ./backend/mysqllock -run '^$' -bench MariaDBVsFloor -benchtime 3x
 func BenchmarkMariaDBVsFloor(b *testing.B) {
-	s := server{testenv.StartMariaDB(b)}
+	s := server{testenv.StartMariaDBWith(b, "--innodb-flush-log-at-trx-commit=0", "--sync-binlog=0")}
 
 	b.Run("Uncontended", func(b *testing.B) {
 		c := dlock.New(s.open(b, s.Addr, ""), dlock.WithTTL(8*time.Second))
@@ -78,10 +88,45 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 				}
 			}
 		}
+		d := s.open(b, s.Addr, "")
+		if err := d.Migrate(ctx); err != nil {
+			b.Fatal(err)
+		}
+		bareConn, err := d.db.Conn(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bareConn.Close()
+		bareAcquire, err := bareConn.PrepareContext(ctx, d.q.acquire)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bareAcquire.Close()
+		bareRelease, err := bareConn.PrepareContext(ctx, d.q.release)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bareRelease.Close()
+		bareName := "bench/floor/bare"
+		holder := []byte(`{"host":"bench","pid":1,"acquired_at":"2026-12-06T00:00:00Z"}`)
+		bare := func() {
+			owner := driver.NewNonce()
+			args := []any{[]byte(bareName), owner, holder, nil, micros(8 * time.Second)}
+			args = appendSlots(args, DefaultTable, bareName)
+			args = append(args, owner, holder, nil, micros(8*time.Second))
+			if _, err := bareAcquire.ExecContext(ctx, args...); err != nil {
+				b.Fatal(err)
+			}
+			rargs := appendSlots(nil, DefaultTable, bareName)
+			if _, err := bareRelease.ExecContext(ctx, append(rargs, []byte(bareName), owner)...); err != nil {
+				b.Fatal(err)
+			}
+		}
 		for range 50 { // warm: table, statements, connections
 			lockUnlock()
 			twoDo()
 			twoCommits()
+			bare()
 		}
 		time.Sleep(50 * time.Millisecond) // the bell keeper catches up
 		const counted = 200
@@ -95,7 +140,7 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 
 		// The three take turns call by call, in a rotating order, so that a
 		// burst of load on the machine lands on all of them.
-		cases := []func(){lockUnlock, twoDo, twoCommits}
+		cases := []func(){lockUnlock, twoDo, twoCommits, bare}
 		spent := make([]time.Duration, len(cases))
 		i := 0
 		for b.Loop() {
@@ -107,13 +152,16 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 			}
 			i++
 		}
-		lock, fl, cm := spent[0], spent[1], spent[2]
+		lock, fl, cm, br := spent[0], spent[1], spent[2], spent[3]
 		n := float64(b.N)
 		b.ReportMetric(float64(lock.Microseconds())/n, "lock+unlock-µs")
 		b.ReportMetric(float64(fl.Microseconds())/n, "floor-µs")
 		b.ReportMetric(float64(cm.Microseconds())/n, "two-commits-µs")
+		b.ReportMetric(float64(br.Microseconds())/n, "bare-µs")
 		b.ReportMetric(float64(lock)/float64(fl), "x-floor")
 		b.ReportMetric(float64(lock)/float64(cm), "x-two-commits")
+		b.ReportMetric(float64(lock)/float64(br), "x-bare")
+		b.ReportMetric(float64(br)/float64(fl), "bare-x-floor")
 		b.ReportMetric(float64(q1-q0)/counted, "stmts/op")
 		b.ReportMetric(float64(f1-f0)/counted, "fsyncs/op")
 	})

@@ -136,7 +136,19 @@
 //     that connection is busy with another statement, or there is none,
 //     it goes on a pooled connection and the bell is dropped after it. A
 //     waiter woken before the statement commits finds the lock not yet
-//     its own and the holder's bell not taken, and looks again.
+//     its own and the holder's bell not taken, and looks again. A fair
+//     lease whose bell is not taken yet — its grant found nobody else
+//     queued, and it is released within the bell's 5 ms — is released by
+//     the plain release statement, which does not read the queue
+//     (TestUncontendedLockSendsTwoStatements): a waiter that queued
+//     meanwhile is the first, finds the holder's bell not taken and looks
+//     again every 200 µs (then less often), finds the lock free and takes
+//     it, as nobody passes it (testFairReleaseBeforeTheBellKeepsTheOrder).
+//     A waiter that takes the lock with its own attempt, as here, gives
+//     up its queue lock before its Lock returns (one more statement): its
+//     entry, which no hand-off ended, is then no longer live, so no
+//     release hands the lock to it again
+//     (testFairWaiterGrantedByItsOwnAttemptLeavesTheQueue).
 //   - Wake-up: each queued waiter blocks in GET_LOCK on one user lock
 //     only: the first live waiter on the holder's bell, every other one on
 //     the queue lock of the live waiter just ahead of it, as ZooKeeper's

@@ -327,6 +327,9 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 			return driver.Grant{Token: uint64(token), Since: seen, Handle: fairLease{}}, nil
 		case waitFree:
 			g, _, err := d.tryFair(context.WithoutCancel(ctx), req, q.seq)
+			if err == nil && !q.endEntry() {
+				clean = false
+			}
 			if g, err := driver.GiveBackIfEnded(ctx, g, err, d.fairGiveBack(req)); !errors.Is(err, driver.ErrNotAcquired) {
 				return g, err
 			}
@@ -367,6 +370,21 @@ func (q *queued) wait(ctx context.Context) (g driver.Grant, err error) {
 		}
 		seen = sent
 	}
+}
+
+// endEntry gives up the queue lock of a waiter that its own attempt
+// granted, before its Lock returns (or gives the lock back): its entry,
+// which no hand-off ended, is then no longer live, so no release hands the
+// lock to it — to an owner whose Lock has returned — again. It reports
+// whether the session is still clean; if not, the caller ends the
+// session, which drops the lock as well.
+func (q *queued) endEntry() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	// A literal ("dlock:q" and hex digits): a text statement, one round
+	// trip.
+	_, err := q.s.conn.ExecContext(ctx, fmt.Sprintf("DO RELEASE_LOCK('%s')", q.lock))
+	return err == nil
 }
 
 // enqueue takes the waiter's queue lock and adds its entry, in one round
@@ -499,6 +517,9 @@ func (q *queued) leave(clean bool) {
 	d.lmu.Unlock()
 	go func() {
 		defer d.slotWG.Done()
+		if d.leaveAfter > 0 {
+			time.Sleep(d.leaveAfter)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 		defer cancel()
 		// A literal ("dlock:q" and hex digits): a text statement, one

@@ -304,6 +304,130 @@ func (s server) testFairHandOffDropsTheBellInTheRelease(t *testing.T) {
 	}
 }
 
+// testFairReleaseBeforeTheBellKeepsTheOrder: a fair lease released before
+// its bell was taken (granted with nobody else queued, held less than the
+// bell's delay, lengthened here) is released by the plain release
+// statement, which does not read the queue (no multi-table UPDATE), so a
+// waiter that queued meanwhile is not handed the lock. Nobody passes it
+// all the same: another client's fair TryLock, right after the release,
+// is refused (the lock is free, or the waiter has it already), and the
+// waiter is granted the lock with the next token.
+func (s server) testFairReleaseBeforeTheBellKeepsTheOrder(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	db := s.sqlDB(t)
+	hd := s.open(t, s.Addr, fairTable)
+	hd.bells.delay = time.Minute
+	holder := dlock.New(hd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	other := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	waiter := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lw, err := waiter.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- lw
+	}()
+	waitForWaiters(t, holder, name, 1)
+	multi := func() int64 {
+		var k string
+		var v int64
+		if err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Com_update_multi'").Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	m0 := multi()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := multi() - m0; n != 0 {
+		t.Errorf("the release sent %d multi-table UPDATEs, want 0: it read the queue though its bell was not taken", n)
+	}
+	if ol, err := other.Mutex(name).TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a fair TryLock right after the release: %v (lease %v); want ErrNotAcquired, a waiter is queued", err, ol)
+		if ol != nil {
+			_ = ol.Unlock(ctx)
+		}
+	}
+	select {
+	case lw := <-got:
+		if lw == nil {
+			return
+		}
+		defer lw.Unlock(ctx)
+		if lw.Token() != l.Token()+1 {
+			t.Errorf("the waiter got token %d after the holder's %d", lw.Token(), l.Token())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queued waiter was not granted the lock after the release")
+	}
+}
+
+// testFairWaiterGrantedByItsOwnAttemptLeavesTheQueue: a queued waiter that
+// finds the lock free and takes it with its own attempt (here, after a
+// release before the bell, which hands nothing on) is no longer a live
+// entry once its Lock returns: its release at once hands the lock to the
+// waiter behind it, with the next token, not back to its own entry — an
+// owner whose Lock has returned, which would hold the lock until its TTL.
+func (s server) testFairWaiterGrantedByItsOwnAttemptLeavesTheQueue(t *testing.T) {
+	ctx := testenv.Context(t, 60*time.Second)
+	hd := s.open(t, s.Addr, fairTable)
+	hd.bells.delay = time.Minute
+	holder := dlock.New(hd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	fd := s.open(t, s.Addr, fairTable)
+	fd.leaveAfter = time.Second // its entry is deleted late: it must be dead already
+	first := dlock.New(fd, dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	second := dlock.New(s.open(t, s.Addr, fairTable), dlock.WithFair(), dlock.WithTTL(10*time.Second))
+	name := "fair/" + t.Name()
+	l, err := holder.Mutex(name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := func(c *dlock.Client) <-chan *dlock.Lease {
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			lw, err := c.Mutex(name).Lock(ctx)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- lw
+		}()
+		return got
+	}
+	got1 := lock(first)
+	waitForWaiters(t, holder, name, 1)
+	got2 := lock(second)
+	waitForWaiters(t, holder, name, 2)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l1 := <-got1
+	if l1 == nil {
+		return
+	}
+	if err := l1.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got2:
+		if l2 == nil {
+			return
+		}
+		defer l2.Unlock(ctx)
+		if l2.Token() != l1.Token()+1 {
+			t.Errorf("the second waiter got token %d after the first's %d: the release handed the lock to another owner first", l2.Token(), l1.Token())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second waiter was not granted the lock within 5s of the first's release (its TTL is 10s): the release handed it to the first waiter's entry again")
+	}
+}
+
 // testFairCancelledWaiterLeavesBeforeLockReturns: when a cancelled fair
 // Lock returns, its entry is gone — Inspect shows no waiter — and the next
 // release hands the lock to the waiter behind it, with the next token.

@@ -84,6 +84,9 @@ type Driver struct {
 	// fairWaits counts the outcomes of this driver's waitFair statements,
 	// by outcome (the tests count wake-ups with it).
 	fairWaits [10]atomic.Int64
+	// leaveAfter delays a granted fair waiter's leaving the queue, which
+	// runs in the background (0; tests lengthen it).
+	leaveAfter time.Duration
 }
 
 var (
@@ -341,17 +344,80 @@ func (d *Driver) Acquire(ctx context.Context, req driver.Request) (driver.Grant,
 		g, _, err := d.tryFair(ctx, req, notQueued)
 		return g, err
 	}
+	var r driver.Retrier = d
 	if req.Wait && req.Limit <= 1 {
 		if err := d.yield(ctx, req.Name); err != nil {
 			return driver.Grant{}, err
 		}
+		g, p, err := d.lockFirst(ctx, req)
+		if p == nil {
+			return g, err
+		}
+		r = p
 	}
-	g, err := driver.AcquireByRetry(ctx, req, d)
+	g, err := driver.AcquireByRetry(ctx, req, r)
+	return g, d.unbound(ctx, err)
+}
+
+// unbound turns the end of an attempt's own bound, while the caller still
+// waits, into ErrUnavailable.
+func (d *Driver) unbound(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		// The bound of one attempt ran out while the caller still waits.
 		err = d.fail(ctx, err)
 	}
-	return g, err
+	return err
+}
+
+// lockFirst makes a plain Lock's first attempt on the caller's goroutine,
+// detached from ctx as driver.AcquireByRetry's attempts are (a grant that
+// comes as ctx ends is given back), after subscribing, so that an attempt
+// that finds the lock held arms the waiter. If the lock is held it returns
+// the Retrier for AcquireByRetry to wait with: its subscription is that
+// one, and its first attempt reports this attempt's outcome without a
+// statement. So an uncontended Lock starts no goroutine.
+func (d *Driver) lockFirst(ctx context.Context, req driver.Request) (driver.Grant, *primed, error) {
+	if err := ctx.Err(); err != nil {
+		return driver.Grant{}, nil, err
+	}
+	wake, stop, err := d.Subscribe(ctx, req.Name)
+	if err != nil {
+		return driver.Grant{}, nil, err
+	}
+	g, retryAfter, err := d.TryAcquire(context.WithoutCancel(ctx), req)
+	g, err = driver.GiveBackIfEnded(ctx, g, err, func(rctx context.Context) {
+		_ = d.Release(rctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
+	})
+	if !errors.Is(err, driver.ErrNotAcquired) {
+		stop()
+		return g, nil, d.unbound(ctx, err)
+	}
+	return driver.Grant{}, &primed{Driver: d, wake: wake, stop: stop, retryAfter: retryAfter, first: true}, nil
+}
+
+// primed is the driver as the Retrier of a Lock whose first attempt
+// lockFirst made: it hands AcquireByRetry the subscription made for it,
+// and reports that attempt's refusal as its first attempt.
+type primed struct {
+	*Driver
+	wake       <-chan struct{}
+	stop       func()
+	retryAfter time.Duration
+	first      bool
+}
+
+// TryAcquire implements driver.Retrier.
+func (p *primed) TryAcquire(ctx context.Context, req driver.Request) (driver.Grant, time.Duration, error) {
+	if p.first {
+		p.first = false
+		return driver.Grant{}, p.retryAfter, driver.ErrNotAcquired
+	}
+	return p.Driver.TryAcquire(ctx, req)
+}
+
+// Subscribe implements driver.Subscriber.
+func (p *primed) Subscribe(context.Context, string) (<-chan struct{}, func(), error) {
+	return p.wake, p.stop, nil
 }
 
 // TryAcquire implements driver.Retrier: one INSERT … ON DUPLICATE KEY
@@ -422,7 +488,12 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	if _, ok := h.Handle.(permit); ok {
 		return d.releasePermit(ctx, h)
 	}
-	if _, ok := h.Handle.(fairLease); ok {
+	// A fair lease whose bell is not taken yet — granted with nobody else
+	// queued, and held for less than the bell's delay — is released as a
+	// plain one is, without reading the queue: a waiter that queued since
+	// looks every fairPendingPoll while the bell is not taken, finds the
+	// lock free, and takes it in its turn (see releaseFair).
+	if _, ok := h.Handle.(fairLease); ok && !d.bells.pending(bellName(d.table, h.Name), h.Owner) {
 		held, err := d.releaseFair(ctx, h.Name, h.Owner)
 		if err == nil && !held {
 			err = fmt.Errorf("%w: mysqllock: %q was no longer held by this owner", driver.ErrLeaseLost, h.Name)

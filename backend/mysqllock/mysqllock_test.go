@@ -109,6 +109,8 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("FairReleaseWakesOnlyTheNextWaiter", s.testFairReleaseWakesOnlyTheNextWaiter)
 	t.Run("FairCancelledWaiterLeavesBeforeLockReturns", s.testFairCancelledWaiterLeavesBeforeLockReturns)
 	t.Run("FairHandOffDropsTheBellInTheRelease", s.testFairHandOffDropsTheBellInTheRelease)
+	t.Run("FairReleaseBeforeTheBellKeepsTheOrder", s.testFairReleaseBeforeTheBellKeepsTheOrder)
+	t.Run("FairWaiterGrantedByItsOwnAttemptLeavesTheQueue", s.testFairWaiterGrantedByItsOwnAttemptLeavesTheQueue)
 	t.Run("HostileNamesAreStoredAndMatchedExactly", s.testHostileNames)
 	t.Run("TableNameIsQuoted", s.testTableName)
 	t.Run("UserWithoutCreateGetsGrantAdvice", s.testNoCreatePrivilege)

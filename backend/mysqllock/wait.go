@@ -9,9 +9,9 @@ import (
 )
 
 // The waiter side of the bells. A waiting Lock registers with its driver
-// (no I/O); its goroutine starts waiting on the server only after an
-// attempt of this driver found the lock held ("armed"), so an uncontended
-// Lock costs nothing more than a TryLock. A lock held by this same driver is
+// (no I/O, no goroutine); its goroutine is started, and waits on the
+// server, only once an attempt of this driver found the lock held
+// ("armed"), so an uncontended Lock costs nothing more than a TryLock. A lock held by this same driver is
 // waited for in-process: Release wakes this driver's waiters directly, and
 // no session waits on a bell that only this process could ring.
 
@@ -71,8 +71,10 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (<-chan struct{}, f
 	w := &waiter{d: d, ln: ln, name: name, bell: bellName(d.table, name), slots: waitingPrefix(d.table, name), slot: -1,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{})}
 	ln.waiters[w] = struct{}{}
+	if ln.isArmed {
+		w.start()
+	}
 	d.lmu.Unlock()
-	go w.run()
 	return w.wake, w.stop, nil
 }
 
@@ -90,6 +92,9 @@ func (d *Driver) attemptFailed(name string, sem bool) {
 	if !ln.isArmed {
 		ln.isArmed = true
 		close(ln.armed)
+		for w := range ln.waiters {
+			w.start()
+		}
 	}
 	close(ln.failed)
 	ln.failed = make(chan struct{})
@@ -202,6 +207,19 @@ type waiter struct {
 	stopped chan struct{}
 	exited  chan struct{}
 	once    sync.Once
+
+	// started: run was started; ended: stop was called (run is never
+	// started after it). Both are guarded by the driver's lmu.
+	started, ended bool
+}
+
+// start starts the waiter's goroutine unless it runs or was stopped. The
+// caller holds d.lmu.
+func (w *waiter) start() {
+	if !w.started && !w.ended {
+		w.started = true
+		go w.run()
+	}
 }
 
 // Wait statement outcomes (see queries.go).
@@ -441,8 +459,15 @@ const (
 
 func (w *waiter) stop() {
 	w.once.Do(func() {
+		w.d.lmu.Lock()
+		w.ended = true
+		started := w.started
+		w.d.lmu.Unlock()
 		close(w.stopped)
 		defer w.d.unregister(w.name, w)
+		if !started {
+			return // never armed: no goroutine, no statement
+		}
 		wait := stopGrace
 		deadline := time.Now().Add(stopBound)
 		for {

@@ -16,48 +16,77 @@ import (
 
 // TestUncontendedLockSendsTwoStatements: the package doc's "a Lock+Unlock
 // that nobody waits for and that ends within bellDelay sends two
-// statements: the acquire and the release". The server's Questions
-// counter, which counts every statement of every connection (the driver's
-// pool and its bell connection alike), grows by two per Lock+Unlock. The
-// bell's delay is lengthened so that a slow machine cannot make a
-// Lock+Unlock outlast it.
+// statements: the acquire and the release", plain and fair, and "a fair
+// lease whose bell is not taken yet is released by the plain release
+// statement". The server's Questions counter, which counts every
+// statement of every connection (the driver's pool and its bell
+// connection alike), grows by two per Lock+Unlock; Com_update_multi, the
+// multi-table UPDATEs (the fair hand-off, which reads the queue), by
+// none. The bell's delay is lengthened so that a slow machine cannot make
+// a Lock+Unlock outlast it.
 func TestUncontendedLockSendsTwoStatements(t *testing.T) {
 	s := server{testenv.StartMariaDB(t)}
 	db := s.sqlDB(t)
 	db.SetMaxOpenConns(1)
-	d := s.open(t, s.Addr, "")
-	d.bells.delay = time.Minute
-	c := dlock.New(d, dlock.WithTTL(10*time.Second))
-	ctx := testenv.Context(t, time.Minute)
-	m := c.Mutex("uncontended")
-	lockUnlock := func() {
-		l, err := m.Lock(ctx)
+	counters := func() (questions, multi int64) {
+		rows, err := db.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_update_multi')")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Unlock(ctx); err != nil {
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var v int64
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			if k == "Questions" {
+				questions = v
+			} else {
+				multi = v
+			}
+		}
+		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
+		return questions, multi
 	}
-	lockUnlock() // the table, the prepared statements, the bell connection
-	time.Sleep(100 * time.Millisecond)
-	questions := func() int64 {
-		var k string
-		var v int64
-		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&k, &v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	const n = 50
-	before := questions()
-	for range n {
-		lockUnlock()
-	}
-	time.Sleep(100 * time.Millisecond) // a bell statement would be sent by now
-	// The second SHOW STATUS counts itself.
-	if got := questions() - before - 1; got != 2*n {
-		t.Errorf("%d Lock+Unlock sent %d statements, want %d", n, got, 2*n)
+	for _, mode := range []struct {
+		name string
+		opts []dlock.Option
+	}{{"Plain", nil}, {"Fair", []dlock.Option{dlock.WithFair()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			d := s.open(t, s.Addr, "")
+			d.bells.delay = time.Minute
+			c := dlock.New(d, append([]dlock.Option{dlock.WithTTL(10 * time.Second)}, mode.opts...)...)
+			ctx := testenv.Context(t, time.Minute)
+			m := c.Mutex("uncontended/" + mode.name)
+			lockUnlock := func() {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lockUnlock() // the tables, the prepared statements, the bell connection
+			time.Sleep(100 * time.Millisecond)
+			const n = 50
+			q0, m0 := counters()
+			for range n {
+				lockUnlock()
+			}
+			time.Sleep(100 * time.Millisecond) // a bell statement would be sent by now
+			q1, m1 := counters()
+			// The second SHOW STATUS counts itself.
+			if got := q1 - q0 - 1; got != 2*n {
+				t.Errorf("%d Lock+Unlock sent %d statements, want %d", n, got, 2*n)
+			}
+			if got := m1 - m0; got != 0 {
+				t.Errorf("%d Lock+Unlock sent %d multi-table UPDATEs (releases that read the queue), want 0", n, got)
+			}
+		})
 	}
 }
 
