@@ -214,11 +214,13 @@ const signalsVersion = "signals-in-main-loop"
 
 // holdVersion is the change ID under which the mutex workflow holds a
 // waiter's acquire open as it would hold its wait (acquireReq.Hold), and
-// lets the first heldWaits client waiters hold their requests open, where
-// runs started before let the first longPolls hold and the next three
-// poll by update. A hand-off then costs two updates, the waiter's acquire
-// and the holder's release, not three (acquire, wait, release), while the
-// queue keeps as many updates in flight as before: seven. Asked once, when
+// lets every waiter of a queue of at most heldWaits client waiters hold
+// its request open, where runs started before let the first longPolls
+// hold and the next three poll by update (as a longer queue still does,
+// see polls). A hand-off among up to eight clients then costs two updates,
+// the waiter's acquire and the holder's release, not three (acquire, wait,
+// release), while the queue keeps as many updates in flight as before:
+// seven. Asked once, when
 // a run starts, as probeVersion: a run started before keeps its rule until
 // it continues as new.
 const holdVersion = "acquire-holds-open"
@@ -226,8 +228,8 @@ const holdVersion = "acquire-holds-open"
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
 // one. So only the first client waiters of the queue hold their waits
-// open — heldWaits of them (holdVersion), longPolls in runs started
-// before — and the waiters behind them poll, each at the time the grants
+// open — all of a queue of up to heldWaits (holdVersion), else longPolls
+// (see polls) — and the waiters behind them poll, each at the time the grants
 // ahead of it should take (pollAfter), which leaves room for the holder's
 // release and renewals and for arrivals.
 const (
@@ -236,9 +238,15 @@ const (
 )
 
 // polls is how many client waiters at the front of the queue hold their
-// waits open in this run (see holdVersion).
+// waits open now. Under holdVersion, every one of a queue of at most
+// heldWaits client waiters does (8 clients taking turns hold 7); a longer
+// queue keeps to the rule of the runs before — longPolls hold, and the
+// next ones poll by update — so that its pollers' requests, which renew
+// their places, and arrivals leave room for the holder's renewals below
+// the server's limit (testManyWaiters: 24 waiters behind a holder of 10s
+// TTL; with 7 held its renewals were refused until its lease ended).
 func (m *mutex) polls() int {
-	if m.holdAcquires {
+	if m.holdAcquires && m.clientsAhead(len(m.s.Queue)) <= heldWaits {
 		return heldWaits
 	}
 	return longPolls
@@ -541,7 +549,14 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 			slice := waitSlice(m.s.Queue[i].TTL)
 			m.listening[r.Owner]++
 			_, err := workflow.AwaitWithTimeout(ctx, slice, func() bool {
-				return m.draining || m.queued(r.Owner) < 0
+				if m.draining {
+					return true
+				}
+				i := m.queued(r.Owner)
+				// Under holdVersion the queue may grow past heldWaits:
+				// a wait no longer among the first polls() returns, and
+				// its waiter polls.
+				return i < 0 || (m.holdAcquires && r.Poll && m.clientsAhead(i) >= m.polls())
 			})
 			if m.listening[r.Owner]--; m.listening[r.Owner] <= 0 {
 				delete(m.listening, r.Owner)
@@ -558,6 +573,9 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(m.s.Queue[i].TTL)
+		if m.holdAcquires {
+			return m.queuedReply(now, r.Poll, i, m.s.Queue[i].TTL), nil
+		}
 		return reply{Status: stQueued}, nil
 	}
 	return reply{Status: stGone}, nil
