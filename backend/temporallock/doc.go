@@ -86,8 +86,9 @@
 // speculative task fails the server aborts every update in flight, which
 // can leave the lock granted to a waiter that never hears of it. So dlock
 // keeps updates few and below the limit. While the queue holds at most
-// seven client waiters, each holds an update open, its acquire or its
-// wait; in a longer queue only the first four do. A waiter behind them
+// seven client waiters (counting each holder of a semaphore's permits or
+// a read lock past the first as one), each holds an update open, its
+// acquire or its wait; in a longer queue only the first four do. A waiter behind them
 // gets an immediate "queued" (one whose wait was held open returns so
 // when the queue grows past seven) with a time to ask again: about when
 // the grants ahead of it should be done, at least 250ms and at most a wait

@@ -239,14 +239,16 @@ const (
 
 // polls is how many client waiters at the front of the queue hold their
 // waits open now. Under holdVersion, every one of a queue of at most
-// heldWaits client waiters does (8 clients taking turns hold 7); a longer
-// queue keeps to the rule of the runs before — longPolls hold, and the
+// heldWaits client waiters does (8 clients taking turns hold 7), counting
+// every holder past the first as a waiter (each may have a release or a
+// renewal in flight: a semaphore's permits); a longer queue keeps to the
+// rule of the runs before — longPolls hold, and the
 // next ones poll by update — so that its pollers' requests, which renew
 // their places, and arrivals leave room for the holder's renewals below
 // the server's limit (testManyWaiters: 24 waiters behind a holder of 10s
 // TTL; with 7 held its renewals were refused until its lease ended).
 func (m *mutex) polls() int {
-	if m.holdAcquires && m.clientsAhead(len(m.s.Queue)) <= heldWaits {
+	if m.holdAcquires && m.clientsAhead(len(m.s.Queue))+len(m.s.More) <= heldWaits {
 		return heldWaits
 	}
 	return longPolls
