@@ -19,14 +19,17 @@ import (
 // the waiter's process channel: a waiter in the state a fair Lock may
 // find on arrival, with the lock free — a release woke it and it has not
 // taken the lock yet (expiresMs ahead), or it died in the queue
-// (expiresMs past).
+// (expiresMs past: no entry, as its key has expired).
 func queueWaiter(t *testing.T, rdb *redis.Client, name, owner, proc string, expiresMs int64) {
 	t.Helper()
 	k := redisscript.KeysFor(redisscript.DefaultPrefix, name)
 	ctx := context.Background()
-	entry := strconv.FormatInt(expiresMs, 10) + " 60000 " + proc + " {}"
-	if err := rdb.HSet(ctx, k.Waiters, owner, entry, "", name).Err(); err != nil {
-		t.Fatal(err)
+	// "<ttl ms> <process channel> <len(name)> <name><holder>" (queue.lua)
+	entry := "60000 " + proc + " " + strconv.Itoa(len(name)) + " " + name + "{}"
+	if left := time.Until(time.UnixMilli(expiresMs)); left > 0 {
+		if err := rdb.Set(ctx, k.Waiters+owner, entry, left).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := rdb.RPush(ctx, k.Queue, owner).Err(); err != nil {
 		t.Fatal(err)
