@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-
 	"github.com/dlock/dlock"
 )
 
@@ -65,8 +63,7 @@ func BenchmarkTemporal(b *testing.B) {
 // per workflow, which the fair mode keeps within (see the package doc).
 // Reported besides hand-offs: updates (and updates-with-start) sent per
 // grant, and how many failed — refused for the in-flight limit, or aborted
-// by the server — and were retried by the SDK; in fair mode, the mutex
-// workflow's tasks per grant, from its history. All workers start at once,
+// by the server — and were retried by the SDK. All workers start at once,
 // so a few arrivals can be refused at the start.
 func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 	ctx := context.Background()
@@ -103,35 +100,4 @@ func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
 	b.ReportMetric(float64(updates.calls.Load())/float64(b.N), "updates/grant")
 	b.ReportMetric(float64(updates.failed.Load()), "failed-updates")
-	if mode == ModeFair {
-		tasks, err := workflowTasks(ctx, cs[0].Driver().(*Driver), WorkflowID(mode, name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(tasks)/float64(b.N), "wftasks/grant")
-	}
-}
-
-// workflowTasks counts the workflow tasks completed in the history of the
-// workflow id, over every run of its continue-as-new chain.
-func workflowTasks(ctx context.Context, d *Driver, id string) (int, error) {
-	n := 0
-	for runID := ""; ; {
-		hist, err := collectHistory(d.c.GetWorkflowHistory(ctx, id, runID, false, 0))
-		if err != nil {
-			return 0, err
-		}
-		runID = ""
-		for _, e := range hist.Events {
-			switch e.GetEventType() {
-			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-				n++
-			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-				runID = e.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
-			}
-		}
-		if runID == "" {
-			return n, nil
-		}
-	}
 }

@@ -14,19 +14,15 @@
 // of waiters, and the fencing-token counter. A client asks for the lock with
 // update-with-start — the workflow is started if it is not running — and
 // gets a synchronous answer: granted (with a token), busy (TryLock), or
-// queued. A waiter queued in a short queue (see "Many waiters" below) has its
-// acquire held open by the workflow as a wait, described next, so that it
-// learns of its grant from the acquire itself: a hand-off then costs two
-// updates, the waiter's acquire and the holder's release. Otherwise, and
-// when that acquire's slice ends, the queued waiter sends "wait" updates;
-// each is held open by the workflow until the waiter is granted the lock
-// (it returns at once then), or for a wait slice at most — a third of the
-// TTL, between 1s and 20s, and never more than half the TTL — after which
-// the waiter asks again. A long-poll update rather than a signal back was
-// chosen because a client process is not a workflow and cannot receive
-// signals, and because it doubles as the waiter's heartbeat: a waiter that
-// stops asking (it crashed) is dropped from the queue within its TTL. A
-// Lock whose context ends sends a "release" signal, which removes it from the queue
+// queued. A queued waiter then sends "wait" updates; each is held open by
+// the workflow until the waiter is granted the lock (it returns at once
+// then), or for a wait slice at most — a third of the TTL, between 1s and
+// 20s, and never more than half the TTL — after which the waiter asks
+// again. A long-poll update rather than a signal back was chosen because
+// a client process is not a workflow and cannot receive signals, and
+// because it doubles as the waiter's heartbeat: a waiter that stops asking
+// (it crashed) is dropped from the queue within its TTL. A Lock whose
+// context ends sends a "release" signal, which removes it from the queue
 // (or gives back a grant that raced the cancellation), once its last
 // request reached the workflow, and returns only when the server has the
 // signal: it is then in the workflow's history, handled after that
@@ -85,42 +81,26 @@
 // 400ms, 800ms, …. Each update also runs a workflow task, and when a
 // speculative task fails the server aborts every update in flight, which
 // can leave the lock granted to a waiter that never hears of it. So dlock
-// keeps updates few and below the limit. While the queue holds at most
-// seven client waiters (counting each holder of a semaphore's permits or
-// a read lock past the first as one), each holds an update open, its
-// acquire or its wait; in a longer queue only the first four do. A waiter behind them
-// gets an immediate "queued" (one whose wait was held open returns so
-// when the queue grows past seven) with a time to ask again: about when
-// the grants ahead of it should be done, at least 250ms and at most a wait
-// slice (see above). A grant is expected to take the recent turnover (hold
-// plus hand-over), or, once the present holder has held the lock over a
-// second and over four times that, as long as it has held, so a queue
-// behind a long hold asks seldom: 24 waiters behind a holder of 2s ask
-// fewer than 5 times a second. The next three waiters ask by update (one
-// that finds its waiter among the first four is held open at once); the
-// waiters farther back ask by a "place" query, which takes no update slot
-// and adds nothing to the history, and send a wait only when the query
-// says they are near the front, or once a wait slice to renew their place.
-// A steady queue of any length thus keeps at most seven updates in flight
-// (seven held, or four held and three polls), leaving room for the
-// holder's release and renewals and for arrivals (testManyWaiters: 24
-// waiters, no update refused, the holder keeps its lease). Arrivals
-// themselves are not bounded: many Locks of one name sent at the same
-// instant can still reach the limit, once. A waiter that arrives in a
-// queue of at most seven learns of its grant from its acquire, sending no
-// wait, when it is granted within a wait slice
-// (testQueuedAcquireIsHeldOpen); a Lock cancelled meanwhile sends its
-// release once the acquire is in the workflow, so that it leaves the queue
-// at once (testCancelledHeldAcquireLeavesNoWaiter). Runs started by
-// versions of this package that answered every acquire at once let the
-// first four waiters hold their waits open whatever the queue's length,
-// and keep doing so until they continue as new (change ID
-// "acquire-holds-open"; TestReplayRecordedHistories replays both); a
-// client of such a version sends a wait after its acquire, as before.
-// The cost: a waiter far back asks a few times while it moves up, and
-// when holds are shorter than its polling interval, or a long hold is
-// followed by short ones, the lock can sit granted to it for up to that
-// interval before it learns.
+// keeps updates few and below the limit. Only the first four client
+// waiters in the queue hold their waits open. A waiter behind them gets an immediate "queued"
+// with a time to ask again: about when the grants ahead of it should be
+// done, at least 250ms and at most a wait slice (see above). A grant is
+// expected to take the recent turnover (hold plus hand-over), or, once the
+// present holder has held the lock over a second and over four times that,
+// as long as it has held, so a queue behind a long hold asks seldom: 24
+// waiters behind a holder of 2s ask fewer than 5 times a second. The next
+// three waiters ask by update (one that finds its waiter among the first
+// four is held open at once); the waiters farther back ask by a "place"
+// query, which takes no update slot and adds nothing to the history, and
+// send a wait only when the query says they are near the front, or once a
+// wait slice to renew their place. A steady queue of any length thus keeps
+// at most four waits and three polls in flight, leaving room for the
+// holder's release and renewals and for arrivals. Arrivals themselves are
+// not bounded: many Locks of one name sent at the same instant can still
+// reach the limit, once. The cost: a waiter far back asks a few times while
+// it moves up, and when holds are shorter than its polling interval, or a
+// long hold is followed by short ones, the lock can sit granted to it for
+// up to that interval before it learns.
 //
 // # Semaphores and read-write locks (fair mode)
 //

@@ -25,20 +25,17 @@ const (
 
 // fairAcquire asks the name's mutex workflow for the lock by
 // update-with-start (starting the workflow if it is not running) and gets a
-// synchronous granted, busy or queued. A waiter queued near the front has
-// its acquire held open as a wait (acquireReq.Hold), so it returns granted
-// as soon as the lock is granted to it; otherwise, or when that slice ends,
-// the waiter long-polls with "wait" updates, each of which returns as soon
-// as the lock is granted to it, or after a slice of its TTL; each also
-// renews its place in the queue, so a waiter that crashed is dropped
-// within its TTL.
+// synchronous granted, busy or queued. A queued waiter then long-polls with
+// "wait" updates, each of which returns as soon as the lock is granted to
+// it, or after a slice of its TTL; each also renews its place in the queue,
+// so a waiter that crashed is dropped within its TTL.
 //
 // Every call runs detached from ctx so that its outcome is known; when ctx
 // ends first, the owner's entry is removed (or its grant released) once the
 // call in flight has reached the workflow, so a cancelled Lock leaves
 // nothing behind.
 func (d *Driver) fairAcquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	ar := acquireReq{Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, Wait: req.Wait, Poll: true, Hold: req.Wait}
+	ar := acquireReq{Owner: req.Owner, TTL: req.TTL, Holder: req.Holder, Wait: req.Wait, Poll: true}
 	sent := driver.Now()
 	rep, err := d.acquireDetached(ctx, req, ar)
 	if err != nil {
@@ -198,22 +195,19 @@ func (d *Driver) place(ctx context.Context, req driver.Request, timeout time.Dur
 // fairAcquire.
 func (d *Driver) acquireDetached(ctx context.Context, req driver.Request, ar acquireReq) (reply, error) {
 	for {
-		accepted, done := make(chan struct{}), make(chan struct{})
+		done := make(chan struct{})
 		var rep reply
 		var err error
 		go func() {
 			defer close(done)
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 			defer cancel()
-			rep, err = d.acquireUpdate(cctx, req.Name, ar, accepted)
+			rep, err = d.acquireUpdate(cctx, req.Name, ar)
 		}()
 		select {
 		case <-done:
 		case <-ctx.Done():
-			// Once the acquire is in the workflow (it may be held open
-			// there, see acquireReq.Hold), a release sent now is handled
-			// after it: it ends the acquire and leaves the queue.
-			d.leaveQueue(req, accepted)
+			d.leaveQueue(req, done)
 			return reply{}, ctx.Err()
 		}
 		if err == nil {
@@ -294,15 +288,7 @@ func leaveBound(ttl time.Duration) time.Duration {
 	return min(leaveTimeout, ttl)
 }
 
-// acquireUpdate sends one "acquire" by update-with-start and closes
-// accepted once the workflow has taken it (or the call failed). An acquire
-// that may be held open (ar.Hold) returns from the call at acceptance and
-// then waits for its outcome; any other returns once it is answered.
-func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq, accepted chan<- struct{}) (reply, error) {
-	stage := client.WorkflowUpdateStageCompleted
-	if ar.Hold {
-		stage = client.WorkflowUpdateStageAccepted
-	}
+func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq) (reply, error) {
 	start := d.c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       d.workflowID(name),
 		TaskQueue:                d.cfg.taskQueue,
@@ -315,10 +301,9 @@ func (d *Driver) acquireUpdate(ctx context.Context, name string, ar acquireReq, 
 		UpdateOptions: client.UpdateWorkflowOptions{
 			UpdateName:   updAcquire,
 			Args:         []any{ar},
-			WaitForStage: stage,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
-	close(accepted)
 	var rep reply
 	if err == nil {
 		err = h.Get(ctx, &rep)

@@ -106,12 +106,6 @@ type acquireReq struct {
 	// Poll: as in ownerReq; a waiter queued too far back to hold a wait
 	// open is told at once when to ask.
 	Poll bool `json:",omitempty"`
-	// Hold: a waiter queued near enough the front to hold a wait open has
-	// its acquire held open as that wait would be (see holdVersion), and
-	// sends no wait of its own. Runs that do not hold acquires (started
-	// before holdVersion, or by workers of older versions of this
-	// package) answer "queued" at once, and the waiter sends a wait.
-	Hold bool `json:",omitempty"`
 }
 
 type ownerReq struct {
@@ -182,11 +176,6 @@ type mutex struct {
 	// receiving them (receiveSignals).
 	signals       [3]workflow.ReceiveChannel
 	signalsInLoop bool
-	// holdAcquires: an acquire that asks for it (acquireReq.Hold) is held
-	// open like a wait, and the first heldWaits client waiters hold
-	// theirs open (see holdVersion); runs started before replay with
-	// longPolls.
-	holdAcquires bool
 }
 
 // probeVersion is the change ID under which the mutex workflow probes
@@ -212,47 +201,13 @@ const countedVersion = "counted-leases"
 // workflow at all (testHeldLockKeepsOneGoroutine).
 const signalsVersion = "signals-in-main-loop"
 
-// holdVersion is the change ID under which the mutex workflow holds a
-// waiter's acquire open as it would hold its wait (acquireReq.Hold), and
-// lets every waiter of a queue of at most heldWaits client waiters hold
-// its request open, where runs started before let the first longPolls
-// hold and the next three poll by update (as a longer queue still does,
-// see polls). A hand-off among up to eight clients then costs two updates,
-// the waiter's acquire and the holder's release, not three (acquire, wait,
-// release), while the queue keeps as many updates in flight as before:
-// seven. Asked once, when
-// a run starts, as probeVersion: a run started before keeps its rule until
-// it continues as new.
-const holdVersion = "acquire-holds-open"
-
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
-// one. So only the first client waiters of the queue hold their waits
-// open — all of a queue of up to heldWaits (holdVersion), else longPolls
-// (see polls) — and the waiters behind them poll, each at the time the grants
+// one. So only the first longPolls client waiters of the queue hold their
+// waits open; the waiters behind them poll, each at the time the grants
 // ahead of it should take (pollAfter), which leaves room for the holder's
-// release and renewals and for arrivals.
-const (
-	longPolls = 4
-	heldWaits = queryFrom
-)
-
-// polls is how many client waiters at the front of the queue hold their
-// waits open now. Under holdVersion, every one of a queue of at most
-// heldWaits client waiters does (8 clients taking turns hold 7), counting
-// every holder past the first as a waiter (each may have a release or a
-// renewal in flight: a semaphore's permits); a longer queue keeps to the
-// rule of the runs before — longPolls hold, and the
-// next ones poll by update — so that its pollers' requests, which renew
-// their places, and arrivals leave room for the holder's renewals below
-// the server's limit (testManyWaiters: 24 waiters behind a holder of 10s
-// TTL; with 7 held its renewals were refused until its lease ended).
-func (m *mutex) polls() int {
-	if m.holdAcquires && m.clientsAhead(len(m.s.Queue))+len(m.s.More) <= heldWaits {
-		return heldWaits
-	}
-	return longPolls
-}
+// renewals and for arrivals.
+const longPolls = 4
 
 // queryFrom is how many client waiters must be ahead of a polling waiter
 // for it to poll by the "place" query rather than by update. Keep updates
@@ -291,7 +246,7 @@ func (m *mutex) pollAfter(now time.Time, ahead int, ttl time.Duration) time.Dura
 	if held := now.Sub(m.pickedUp); m.s.Holder != nil && !m.pickedUp.IsZero() && held > max(4*per, time.Second) {
 		per = held
 	}
-	return min(max(per*time.Duration(ahead-m.polls()+1), minPoll), waitSlice(ttl))
+	return min(max(per*time.Duration(ahead-longPolls+1), minPoll), waitSlice(ttl))
 }
 
 // MutexWorkflow is the fair mutex of one lock name: a FIFO queue of
@@ -325,7 +280,6 @@ func MutexWorkflow(ctx workflow.Context, s mutexState) error {
 		m.signals[i] = workflow.GetSignalChannel(ctx, name)
 	}
 	m.signalsInLoop = workflow.GetVersion(ctx, signalsVersion, workflow.DefaultVersion, 1) >= 1
-	m.holdAcquires = workflow.GetVersion(ctx, holdVersion, workflow.DefaultVersion, 1) >= 1
 	if !m.signalsInLoop {
 		m.receiveSignals(ctx)
 	}
@@ -379,7 +333,7 @@ func (m *mutex) register(ctx workflow.Context) error {
 		name string
 		fn   any
 	}{
-		{updAcquire, m.acquireUpdate},
+		{updAcquire, func(ctx workflow.Context, r acquireReq) (reply, error) { return m.acquire(ctx, r), nil }},
 		{updWait, m.wait},
 		{updExtend, func(ctx workflow.Context, r extendReq) (reply, error) { return m.extend(ctx, r), nil }},
 		{updRelease, func(ctx workflow.Context, r ownerReq) (reply, error) { return m.release(ctx, r.Owner), nil }},
@@ -504,23 +458,11 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	return m.queuedReply(now, r.Poll && e.ReplyTo == nil, len(m.s.Queue)-1, r.TTL)
 }
 
-// acquireUpdate answers the "acquire" update: as acquire does, but a
-// client waiter that asks for it (Hold) and is queued near enough the
-// front to hold a wait open has its acquire held open as that wait
-// (holdVersion), so that it learns of its grant without another update.
-func (m *mutex) acquireUpdate(ctx workflow.Context, r acquireReq) (reply, error) {
-	rep := m.acquire(ctx, r)
-	if r.Hold && m.holdAcquires && r.ReplyTo == nil && rep.Status == stQueued && rep.RetryAfter == 0 {
-		return m.wait(ctx, ownerReq{Owner: r.Owner, Poll: r.Poll})
-	}
-	return rep, nil
-}
-
 // queuedReply tells the client waiter at queue position i that it is
 // queued, and, if it polls (see ownerReq) and is too far back to hold a
 // wait open, when to ask again.
 func (m *mutex) queuedReply(now time.Time, poll bool, i int, ttl time.Duration) reply {
-	if ahead := m.clientsAhead(i); poll && ahead >= m.polls() {
+	if ahead := m.clientsAhead(i); poll && ahead >= longPolls {
 		return reply{Status: stQueued, RetryAfter: m.pollAfter(now, ahead, ttl), Query: ahead >= queryFrom}
 	}
 	return reply{Status: stQueued}
@@ -551,14 +493,7 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 			slice := waitSlice(m.s.Queue[i].TTL)
 			m.listening[r.Owner]++
 			_, err := workflow.AwaitWithTimeout(ctx, slice, func() bool {
-				if m.draining {
-					return true
-				}
-				i := m.queued(r.Owner)
-				// Under holdVersion the queue may grow past heldWaits:
-				// a wait no longer among the first polls() returns, and
-				// its waiter polls.
-				return i < 0 || (m.holdAcquires && r.Poll && m.clientsAhead(i) >= m.polls())
+				return m.draining || m.queued(r.Owner) < 0
 			})
 			if m.listening[r.Owner]--; m.listening[r.Owner] <= 0 {
 				delete(m.listening, r.Owner)
@@ -575,9 +510,6 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(m.s.Queue[i].TTL)
-		if m.holdAcquires {
-			return m.queuedReply(now, r.Poll, i, m.s.Queue[i].TTL), nil
-		}
 		return reply{Status: stQueued}, nil
 	}
 	return reply{Status: stGone}, nil

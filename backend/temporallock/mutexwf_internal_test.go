@@ -6,23 +6,17 @@ import (
 	"time"
 )
 
-// When polling waiters ask again. The first client waiters hold their
-// waits open (longPolls of them, or heldWaits in runs under holdVersion); every waiter behind them polls within [minPoll, wait
+// When polling waiters ask again. The first longPolls client waiters hold
+// their waits open; every waiter behind them polls within [minPoll, wait
 // slice], as often as the turnover says while holds are short, and seldom
 // behind a hold that has lasted, however many wait: a queue of 24 behind a
 // holder of 2s sends a few polls a second, not one per waiter per minPoll.
 // Waiters up to queryFrom poll by update, the ones behind by query.
 func TestPollAfter(t *testing.T) {
-	for _, hold := range []bool{false, true} {
-		t.Run(fmt.Sprintf("holdAcquires=%v", hold), func(t *testing.T) { testPollAfter(t, hold) })
-	}
-}
-
-func testPollAfter(t *testing.T, hold bool) {
 	const ttl = 15 * time.Second
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	queue := func(waiters int, turnover, held time.Duration) *mutex {
-		m := &mutex{listening: map[string]int{}, turnover: turnover, pickedUp: now.Add(-held), holdAcquires: hold}
+		m := &mutex{listening: map[string]int{}, turnover: turnover, pickedUp: now.Add(-held)}
 		m.s.Holder = &entry{Owner: "holder", TTL: ttl, GrantedAt: now.Add(-held)}
 		for i := range waiters {
 			m.s.Queue = append(m.s.Queue, entry{Owner: fmt.Sprint(i), TTL: ttl})
@@ -34,9 +28,9 @@ func testPollAfter(t *testing.T, hold bool) {
 		r := 0.0
 		for i := range m.s.Queue {
 			rep := m.queuedReply(now, true, i, ttl)
-			if i < m.polls() {
+			if i < longPolls {
 				if rep.RetryAfter != 0 {
-					t.Fatalf("waiter %d of the first %d told to poll after %v, want a wait held open", i, m.polls(), rep.RetryAfter)
+					t.Fatalf("waiter %d of the first %d told to poll after %v, want a wait held open", i, longPolls, rep.RetryAfter)
 				}
 				continue
 			}
@@ -65,11 +59,10 @@ func testPollAfter(t *testing.T, hold bool) {
 	}
 	// Short holds: the first poller is back in time for its turn.
 	m := queue(24, 300*time.Millisecond, 10*time.Millisecond)
-	k := m.polls()
-	if got, want := m.queuedReply(now, true, k, ttl).RetryAfter, 300*time.Millisecond; got != want {
-		t.Errorf("turnover 300ms: waiter %d polls after %v, want %v", k, got, want)
+	if got, want := m.queuedReply(now, true, longPolls, ttl).RetryAfter, 300*time.Millisecond; got != want {
+		t.Errorf("turnover 300ms: waiter %d polls after %v, want %v", longPolls, got, want)
 	}
-	if got, want := m.queuedReply(now, true, k+3, ttl).RetryAfter, 4*300*time.Millisecond; got != want {
-		t.Errorf("turnover 300ms: waiter %d polls after %v, want %v", k+3, got, want)
+	if got, want := m.queuedReply(now, true, longPolls+3, ttl).RetryAfter, 4*300*time.Millisecond; got != want {
+		t.Errorf("turnover 300ms: waiter %d polls after %v, want %v", longPolls+3, got, want)
 	}
 }

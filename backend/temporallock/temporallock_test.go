@@ -135,8 +135,6 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("LaterPermitExpiresAlone", func(t *testing.T) { testLaterPermitExpiresAlone(t, srv) })
 	t.Run("LeavingWaiterLetsOthersIn", func(t *testing.T) { testLeavingWaiterLetsOthersIn(t, srv) })
 	t.Run("HeldLockKeepsOneGoroutineInTheWorker", func(t *testing.T) { testHeldLockKeepsOneGoroutine(t, srv) })
-	t.Run("QueuedAcquireIsHeldOpenUntilItsGrant", func(t *testing.T) { testQueuedAcquireIsHeldOpen(t, srv) })
-	t.Run("CancelledHeldAcquireLeavesNoWaiter", func(t *testing.T) { testCancelledHeldAcquireLeavesNoWaiter(t, srv) })
 	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ManyCancelledWaitersLeaveWithoutTakingUpdateSlots", func(t *testing.T) { testManyCancelledWaiters(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
