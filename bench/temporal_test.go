@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	tworker "go.temporal.io/sdk/worker"
@@ -32,6 +35,133 @@ func benchFloorWorkflow(ctx workflow.Context) error {
 		return err
 	}
 	return workflow.Await(ctx, func() bool { return false })
+}
+
+// The raw hand-off reference: a workflow that passes a turn between its
+// clients with the fewest updates a hand-off can take, two: the next
+// holder's "take" (held open until the turn is its) and the holder's
+// "give".
+const (
+	turnTaskQueue = "dlock-bench-turn"
+	turnWorkflow  = "BenchTurn"
+	turnTake      = "take"
+	turnGive      = "give"
+)
+
+// benchTurnWorkflow runs until it is terminated. A "take" returns when the
+// turn is its caller's: at once if nobody has it, else once the takes
+// ahead of it were given on, in arrival order. A "give" passes the turn to
+// the oldest take waiting, or frees it. No lease, no token, no owner
+// check, no renewal, no bound on the history: the least a turn passed by
+// updates costs.
+func benchTurnWorkflow(ctx workflow.Context) error {
+	held := false
+	var queue []string
+	granted := map[string]bool{}
+	if err := workflow.SetUpdateHandler(ctx, turnTake, func(ctx workflow.Context, id string) error {
+		if !held {
+			held = true
+			return nil
+		}
+		queue = append(queue, id)
+		err := workflow.Await(ctx, func() bool { return granted[id] })
+		delete(granted, id)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandler(ctx, turnGive, func(ctx workflow.Context) error {
+		if len(queue) == 0 {
+			held = false
+			return nil
+		}
+		granted[queue[0]] = true
+		queue = queue[1:]
+		return nil
+	}); err != nil {
+		return err
+	}
+	return workflow.Await(ctx, func() bool { return false })
+}
+
+// temporalHandoff is the raw hand-off reference: workers pass a turn by
+// benchTurnWorkflow (one per key, started by the first take), each worker
+// with its own client and SDK worker, as dlock's. A waiter whose context
+// ends keeps its take open in the background and gives the turn on when
+// it comes, so that the next round is not stuck behind it.
+func temporalHandoff(srv *testenv.Temporal) *lib {
+	ho := &lib{backend: "temporal", name: "reference: raw hand-off", role: handoff,
+		how: "not a library: a workflow that passes a turn, two updates a hand-off: take (update-with-start, held open until the turn is the caller's, FIFO) and give; no lease, token or renewal; every worker runs its own SDK worker, as dlock's"}
+	nonce := rand.Text()
+	ho.open = func(t testing.TB, ttl time.Duration) worker {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := client.DialContext(ctx, client.Options{HostPort: srv.Addr, Namespace: srv.Namespace, Logger: quietSDK()})
+		if err != nil {
+			t.Fatalf("temporal: %v", err)
+		}
+		w := tworker.New(c, turnTaskQueue, tworker.Options{})
+		w.RegisterWorkflowWithOptions(benchTurnWorkflow, workflow.RegisterOptions{Name: turnWorkflow})
+		if err := w.Start(); err != nil {
+			t.Fatalf("temporal worker: %v", err)
+		}
+		id := func(key string) string { return "bench-turn-" + nonce + "-" + strings.ReplaceAll(key, " ", "_") }
+		update := func(ctx context.Context, key, name string, args ...any) error {
+			var h client.WorkflowUpdateHandle
+			var err error
+			if name == turnTake {
+				h, err = c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+					StartWorkflowOperation: c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+						ID: id(key), TaskQueue: turnTaskQueue, WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+					}, turnWorkflow),
+					UpdateOptions: client.UpdateWorkflowOptions{UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted},
+				})
+			} else {
+				h, err = c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id(key), UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+			}
+			if err != nil {
+				return err
+			}
+			return h.Get(ctx, nil)
+		}
+		give := func(key string) { _ = update(context.Background(), key, turnGive) }
+		var keys []string
+		return worker{
+			lock: func(ctx context.Context, key string) (func(), error) {
+				if !slices.Contains(keys, key) {
+					keys = append(keys, key)
+				}
+				done := make(chan error, 1)
+				go func() {
+					tctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					done <- update(tctx, key, turnTake, rand.Text())
+				}()
+				select {
+				case err := <-done:
+					if err != nil {
+						return nil, err
+					}
+					return func() { give(key) }, nil
+				case <-ctx.Done():
+					go func() {
+						if <-done == nil {
+							give(key)
+						}
+					}()
+					return nil, ctx.Err()
+				}
+			},
+			close: func() {
+				for _, key := range keys {
+					_ = c.TerminateWorkflow(context.Background(), id(key), "", "benchmark done")
+				}
+				w.Stop()
+				c.Close()
+			},
+		}
+	}
+	return ho
 }
 
 // quietSDK drops the Temporal SDK's log lines.
@@ -87,5 +217,5 @@ func temporalLibs(srv *testenv.Temporal) []*lib {
 			},
 		}
 	}
-	return []*lib{dl, fl}
+	return []*lib{dl, fl, temporalHandoff(srv)}
 }
