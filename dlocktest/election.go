@@ -109,7 +109,8 @@ func (s *suite) testElectionOneLeader(t *testing.T) {
 }
 
 // Two observers watch while three candidates lead in turn, each for a few
-// observation intervals, with no leader in between: both see the same
+// observation intervals and until both observers have reported it, with
+// no leader in between: both see the same
 // sequence — each leader with its value and term, in order, and nobody
 // between them.
 func (s *suite) testElectionObserve(t *testing.T) {
@@ -137,6 +138,21 @@ func (s *suite) testElectionObserve(t *testing.T) {
 	}
 	<-ready
 	<-ready
+	// seenBoth waits, up to 20s, until both observers have reported n
+	// leaderships: each term lasts at least five observation intervals,
+	// and until both have seen it, so that a slow read (a loaded machine)
+	// cannot skip a term. A term never seen shows below.
+	seenBoth := func(n int) {
+		time.Sleep(5 * dlock.ObserveInterval)
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(dlock.ObserveInterval) {
+			mu.Lock()
+			m := min(len(seen[0]), len(seen[1]))
+			mu.Unlock()
+			if m >= n {
+				return
+			}
+		}
+	}
 	var want []dlock.Leadership
 	for i := range 3 {
 		value := fmt.Sprintf("leader-%d", i)
@@ -145,24 +161,15 @@ func (s *suite) testElectionObserve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, dlock.Leadership{Value: value, Term: l.Token()}, dlock.Leadership{})
-		time.Sleep(5 * dlock.ObserveInterval)
+		want = append(want, dlock.Leadership{Value: value, Term: l.Token()})
+		seenBoth(1 + len(want))
 		if err := e.Resign(ctx, l); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(5 * dlock.ObserveInterval)
+		want = append(want, dlock.Leadership{})
+		seenBoth(1 + len(want))
 	}
 	want = append([]dlock.Leadership{{}}, want...) // nobody led before
-	// The last change may take a slow read to be seen: wait for it (a
-	// missed one shows below), then stop the observers.
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(dlock.ObserveInterval) {
-		mu.Lock()
-		n := min(len(seen[0]), len(seen[1]))
-		mu.Unlock()
-		if n >= len(want) {
-			break
-		}
-	}
 	stop()
 	wg.Wait()
 	for i, got := range seen {
