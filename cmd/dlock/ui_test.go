@@ -172,6 +172,21 @@ func eval[T any](t *testing.T, br *browser, js string) T {
 	return run(t, br, chromedp.Evaluate[T](js))
 }
 
+// click clicks the element css selects, found and clicked in one step of
+// the page's script. The page rebuilds its table at each update, so a node
+// that chromedp.Click has found can be gone before its click is dispatched
+// ("Could not find node with given id").
+func (br *browser) click(t *testing.T, css string) {
+	t.Helper()
+	sel, _ := json.Marshal(css)
+	testenv.Eventually(t, 20*time.Second, "the page to show "+css, func() error {
+		if !eval[bool](t, br, `(() => { const e = document.querySelector(`+string(sel)+`); if (!e) return false; e.click(); return true })()`) {
+			return errors.New("not shown")
+		}
+		return nil
+	})
+}
+
 func (br *browser) seenDialogs() []string {
 	br.mu.Lock()
 	defer br.mu.Unlock()
@@ -391,7 +406,7 @@ func TestUIShowsLocksLiveInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	br.do(t, chromedp.Click(chromedp.CSS(`#locks tr[data-name="`+backup+`"] button.break`)))
+	br.click(t, `#locks tr[data-name="`+backup+`"] button.break`)
 	if res := d.wait(t); res.code != exitLeaseLost {
 		t.Errorf("the holder broken from the page: %s; want status %d", res, exitLeaseLost)
 	}
@@ -405,7 +420,7 @@ func TestUIShowsLocksLiveInABrowser(t *testing.T) {
 	}
 
 	// A click on a lock shows its own timeline.
-	br.do(t, chromedp.Click(chromedp.CSS(`#locks tr[data-name="ui/reports/daily"] td.name`)))
+	br.click(t, `#locks tr[data-name="ui/reports/daily"] td.name`)
 	names := eval[[]string](t, br, `[...document.querySelectorAll("#timeline tbody tr td:nth-child(2)")].map(td => td.textContent)`)
 	if len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return n != "ui/reports/daily" }) {
 		t.Errorf("the timeline of the clicked lock ui/reports/daily shows events of %q", names)
