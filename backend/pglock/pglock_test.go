@@ -445,6 +445,68 @@ func TestURLOpTimeoutMustBePositive(t *testing.T) {
 	}
 }
 
+// TestSessionAttemptRefusedByALeaseFreesItsAdvisoryLock: a session-mode
+// TryLock that gets the advisory lock but finds a lease-mode holder's row
+// frees the advisory lock before it returns, and keeps its connection for
+// the next attempt. Closing the connection instead left the lock to the
+// server process's exit, after the call had returned: a TryLock right after
+// the lease's release then found the name held (a fresh-clone CI run did).
+func TestSessionAttemptRefusedByALeaseFreesItsAdvisoryLock(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	lease := newClient(t, srv.URL(srv.Addr, ""))
+	session := newClient(t, srv.URL(srv.Addr, "application_name=session-client"), pglock.WithSessionLocks())
+	watch, err := pgx.Connect(ctx, srv.URL(srv.Addr, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	l, err := lease.Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[int32]bool{}
+	for i := range 10 {
+		if l2, err := session.Mutex("job").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			if l2 != nil {
+				_ = l2.Unlock(ctx)
+			}
+			t.Fatalf("attempt %d: TryLock of a name a lease holds: %v, want ErrNotAcquired", i, err)
+		}
+		var held int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Errorf("attempt %d: %d advisory locks held after the refused TryLock returned; want 0", i, held)
+		}
+		rows, err := watch.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'session-client'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range got {
+			pids[pid] = true
+		}
+	}
+	// The session connection, and at most one of the client's pool.
+	if len(pids) > 2 {
+		t.Errorf("10 refused attempts ran on %d server processes; want the same connection each time", len(pids))
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := session.Mutex("job").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock right after the lease's release: %v", err)
+	}
+	_ = l2.Unlock(ctx)
+}
+
 // TestLeaseAndSessionClientsShareATable: a lease-mode and a session-mode
 // client of one table each respect the other's live row.
 func TestLeaseAndSessionClientsShareATable(t *testing.T) {

@@ -307,6 +307,14 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 	}
 	sent := driver.Now() // the TTL starts with the row, after the wait
 	g, retryAfter, err := d.tryAcquire(ctx, conn, req, &k)
+	if errors.Is(err, driver.ErrNotAcquired) {
+		// A lease of the table holds the name. Free the advisory lock now,
+		// not when the server has noticed a closed connection: a Lock that
+		// comes right after that lease's release must not find it held by
+		// this attempt's exiting server process.
+		x.giveBack(ctx, d)
+		return driver.Grant{}, retryAfter, err
+	}
 	if err != nil {
 		x.closeLocked()
 		return driver.Grant{}, retryAfter, err
@@ -316,6 +324,25 @@ func (d *Driver) lockOn(ctx context.Context, conn *pgx.Conn, req driver.Request,
 	g.Lost = x.lost
 	go x.watch()
 	return g, 0, nil
+}
+
+// unlockAllSQL frees every advisory lock of the session, and lets its
+// connection idle without being disconnected, for the next session lock.
+const unlockAllSQL = "SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', '0', false)"
+
+// giveBack frees the advisory lock of an attempt that did not get the row,
+// and keeps the connection for the next session lock (or closes it if the
+// statement fails). The caller holds x.mu.
+func (x *session) giveBack(ctx context.Context, d *Driver) {
+	octx, cancel := d.bound(ctx)
+	_, err := x.conn.Exec(octx, unlockAllSQL)
+	cancel()
+	if err != nil {
+		x.closeLocked()
+		return
+	}
+	x.endLocked()
+	x.set.park(x.conn)
 }
 
 // isLockTimeout reports a statement ended by lock_timeout.
@@ -356,7 +383,7 @@ func (x *session) release(ctx context.Context, d *Driver, h driver.Held) error {
 	// the advisory lock first waits for the row, and sees it free.
 	b := &pgx.Batch{}
 	b.Queue(d.releaseSQL, d.releaseArgs(h)...)
-	b.Queue("SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', '0', false)")
+	b.Queue(unlockAllSQL)
 	octx, cancel := d.bound(ctx)
 	defer cancel()
 	br := x.conn.SendBatch(octx, b)
