@@ -34,9 +34,13 @@ func (c *Client) Capabilities() driver.Capabilities { return c.caps }
 func (c *Client) Driver() driver.Driver { return c.d }
 
 // Close releases the leases this client still holds, including those
-// whose Unlock failed and whose deadline has not passed (best effort,
-// within driver.CleanupTimeout), and closes the backend connection. Leases it could not
-// release expire on the backend after their TTL.
+// whose Unlock failed and whose deadline has not passed, and closes the
+// backend connection. It is best effort, within driver.CleanupTimeout, and
+// sends at most as many releases at once as renewals (64): a client
+// holding a million locks neither starts a million goroutines nor sends a
+// million requests at once. Leases it could not release stay held on the
+// backend until their TTL runs out; the client stops renewing them, and
+// each ends (Done) at its deadline, lost.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -51,11 +55,27 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	ctx, cancel := driver.CleanupContext(context.Background())
 	defer cancel()
+	next := make(chan *Lease)
 	var wg sync.WaitGroup
-	for _, l := range held {
+	for range min(len(held), maxRenewals) {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = l.Unlock(ctx) }()
+		go func() {
+			defer wg.Done()
+			for l := range next {
+				if ctx.Err() != nil {
+					// Out of time: an Unlock now would make a clean-up
+					// of its own, one CleanupTimeout per lease.
+					l.abandon()
+					continue
+				}
+				_ = l.Unlock(ctx)
+			}
+		}()
 	}
+	for _, l := range held {
+		next <- l
+	}
+	close(next)
 	wg.Wait()
 	return c.d.Close()
 }

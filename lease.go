@@ -210,6 +210,22 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return classify(classifyCtx, err)
 }
 
+// abandon stops renewing a lease that Close had no time left to release,
+// as a release that failed does: the lock stays held on the backend until
+// its TTL runs out, and the lease ends at its deadline, as expired (no
+// request for it went unanswered).
+func (l *Lease) abandon() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unlocked || l.releasing || l.ended {
+		return
+	}
+	l.unlocked = true
+	l.stopTimers()
+	l.expiring = true
+	l.schedule()
+}
+
 func (l *Lease) held() driver.Held {
 	return driver.Held{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle}
 }

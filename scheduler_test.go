@@ -430,3 +430,131 @@ func TestUnlockTakesLeaseOutOfScheduler(t *testing.T) {
 		}
 	}
 }
+
+// releasesBlock is memlock whose releases wait until unblock is closed
+// (then release) or their context ends (then fail), counting how many are
+// in flight, and whose grants carry no loss signal.
+type releasesBlock struct {
+	*memlock.Driver
+	unblock chan struct{}
+	mu      sync.Mutex
+	calls   int
+	in      int
+	most    int
+}
+
+func (d *releasesBlock) Release(ctx context.Context, h driver.Held) error {
+	d.mu.Lock()
+	d.calls++
+	d.in++
+	d.most = max(d.most, d.in)
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.in--
+		d.mu.Unlock()
+	}()
+	select {
+	case <-d.unblock:
+		return d.Driver.Release(ctx, h)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: release: blocked by the test: %w", driver.ErrUnavailable, ctx.Err())
+	}
+}
+
+// Acquire drops memlock's own loss signal: only the client's deadline
+// ends a lease.
+func (d *releasesBlock) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.Driver.Acquire(ctx, req)
+	g.Lost = nil
+	return g, err
+}
+
+func (d *releasesBlock) counts() (calls, in, most int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls, d.in, d.most
+}
+
+func holdMany(t *testing.T, c *dlock.Client, n int, ttl time.Duration) []*dlock.Lease {
+	t.Helper()
+	ctx := testenv.Context(t, 30*time.Second)
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		l, err := c.Mutex(fmt.Sprintf("close/%d", i), dlock.WithTTL(ttl)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	return leases
+}
+
+// TestCloseSendsAtMostMaxRenewalsReleasesAtOnce: Close releases every
+// lease still held, with at most MaxRenewals releases in flight.
+func TestCloseSendsAtMostMaxRenewalsReleasesAtOnce(t *testing.T) {
+	srv := memlock.NewServer()
+	d := &releasesBlock{Driver: memlock.New(srv), unblock: make(chan struct{})}
+	c := dlock.New(d)
+	n := 3 * dlock.MaxRenewals
+	holdMany(t, c, n, time.Minute)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	testenv.Eventually(t, 30*time.Second, "every releaser busy", func() error {
+		if _, in, _ := d.counts(); in != dlock.MaxRenewals {
+			return fmt.Errorf("%d releases in flight", in)
+		}
+		return nil
+	})
+	close(d.unblock)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if calls, _, most := d.counts(); calls != n || most != dlock.MaxRenewals {
+		t.Errorf("Close sent %d releases, at most %d at once; want %d, at most (and here exactly) %d", calls, most, n, dlock.MaxRenewals)
+	}
+	other := dlock.New(memlock.New(srv))
+	defer other.Close()
+	for i := range n {
+		in, err := other.Inspect(context.Background(), fmt.Sprintf("close/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Held {
+			t.Fatalf("close/%d is still held after Close", i)
+		}
+	}
+}
+
+// TestCloseGivesUpOnTheRestAtItsBound: when the releases do not come back,
+// Close gives up at driver.CleanupTimeout: the leases it had not sent a
+// release for yet get none (each would otherwise make a clean-up of its
+// own, one CleanupTimeout each), and every lease ends at its deadline,
+// the unanswered releases as unreachable, the others as expired.
+func TestCloseGivesUpOnTheRestAtItsBound(t *testing.T) {
+	d := &releasesBlock{Driver: memlock.New(memlock.NewServer()), unblock: make(chan struct{})}
+	c := dlock.New(d)
+	n := 3 * dlock.MaxRenewals
+	// A TTL beyond Close's bound: the failed releases have come back
+	// before the deadlines.
+	leases := holdMany(t, c, n, driver.CleanupTimeout+3*time.Second)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	calls, _, _ := d.counts()
+	if calls != dlock.MaxRenewals {
+		t.Errorf("Close sent %d releases; want the first %d only", calls, dlock.MaxRenewals)
+	}
+	causes := map[string]int{}
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not ended 30s after its deadline", l.Name())
+		}
+		causes[dlock.LossCause(l.Err())]++
+	}
+	if want := map[string]int{dlock.LossUnreachable: calls, dlock.LossExpired: n - calls}; !maps.Equal(causes, want) {
+		t.Errorf("leases ended as %v, want %v", causes, want)
+	}
+}
