@@ -66,7 +66,11 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 	admin := newPool(t, rawURL)
 	listener := func() (int32, error) {
 		var pid int32
-		err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' ORDER BY backend_start DESC LIMIT 1").Scan(&pid)
+		// Idle: it has listened and holds its advisory lock. A connection
+		// ended while it is still being made fails the subscribe, and
+		// with it the Lock (ErrUnavailable), which then does not wait: a
+		// fresh-clone CI run terminated one in that window.
+		err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND state = 'idle' ORDER BY backend_start DESC LIMIT 1").Scan(&pid)
 		return pid, err
 	}
 
@@ -93,6 +97,11 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "a new LISTEN connection", func() error {
+		select {
+		case err := <-granted:
+			return testenv.Final(fmt.Errorf("the waiter's Lock returned while the lock was held: %v", err))
+		default:
+		}
 		pid, err := listener()
 		if err == nil && pid == old {
 			err = fmt.Errorf("only the terminated one (pid %d)", pid)
