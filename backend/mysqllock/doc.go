@@ -187,8 +187,10 @@
 //     a permit, or every second (the conformance suite's semaphore tests,
 //     run with WithFair). Read-write locks: not offered
 //     (Capabilities.RWMutex is false).
-//   - Entries of waiters that crashed are ended by the clock but stay in
-//     the table as rows; a waiter deletes only its own.
+//   - Entries of waiters that crashed or stalled are ended by their
+//     session's end or by the clock, and deleted, with its own, by the next
+//     waiter of the name that leaves the queue
+//     (testFairQueueSkipsAWaiterThatLeft counts the rows left).
 //
 // # Semaphores
 //

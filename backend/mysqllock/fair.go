@@ -528,7 +528,7 @@ func (q *queued) leave(clean bool) {
 		if err == nil {
 			var st *sql.Stmt
 			if st, err = q.fairStmt(d.q.dequeue); err == nil {
-				_, err = st.ExecContext(ctx, q.seq)
+				_, err = st.ExecContext(ctx, []byte(q.req.Name), q.seq)
 			}
 		}
 		d.putSession(q.s, err == nil)
@@ -551,7 +551,7 @@ func (q *queued) giveUp(ctx context.Context, clean bool) {
 }
 
 func (q *queued) dequeue(ctx context.Context) {
-	_, _ = exec(ctx, q.d, q.d.q.dequeue, q.seq)
+	_, _ = exec(ctx, q.d, q.d.q.dequeue, []byte(q.req.Name), q.seq)
 }
 
 // watchLocal registers a fair waiter of name with this driver, so that this

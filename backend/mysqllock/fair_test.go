@@ -118,7 +118,8 @@ func (s server) testFairTryLockDoesNotPassAQueuedWaiter(t *testing.T) {
 // testFairQueueSkipsAWaiterThatLeft: the release hands the lock past a
 // queued waiter that is no longer live — its session ended (crashed), or
 // it stopped renewing its entry (stalled) — to the next live one, which
-// gets the very next token: the dead entry was never granted.
+// gets the very next token: the dead entry was never granted. The live
+// waiter, when it leaves the queue, deletes the dead entry.
 func (s server) testFairQueueSkipsAWaiterThatLeft(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -158,10 +159,24 @@ func (s server) testFairQueueSkipsAWaiterThatLeft(t *testing.T) {
 			if lw == nil {
 				return
 			}
-			defer lw.Unlock(ctx)
 			if lw.Token() != l.Token()+1 {
 				t.Errorf("the live waiter got token %d after the holder's %d: the lock was handed to the dead entry first", lw.Token(), l.Token())
 			}
+			if err := lw.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The live waiter, leaving the queue, deleted the dead entry
+			// with its own.
+			testenv.Eventually(t, 10*time.Second, "no entry of "+name+" left in the queue table", func() error {
+				var n int
+				if err := s.sqlDB(t).QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+queueTable(wd.table)+"` WHERE name = ?", []byte(name)).Scan(&n); err != nil {
+					return testenv.Final(err)
+				}
+				if n != 0 {
+					return fmt.Errorf("%d rows", n)
+				}
+				return nil
+			})
 		})
 	}
 }

@@ -426,8 +426,13 @@ SELECT ?, ?, ?, ?, CONNECTION_ID(), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 const heartbeat = `UPDATE {q} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, bell = ?
 WHERE seq = ? AND expires_at > UTC_TIMESTAMP(6)`
 
-// dequeue deletes an entry. Parameter: seq.
-const dequeue = `DELETE FROM {q} WHERE seq = ?`
+// dequeue deletes an entry, and the name's entries that are no longer
+// live: those of waiters that crashed or stalled, which no other statement
+// deletes. Every statement reads only live entries, and an entry that is no
+// longer live never is again (its expiry is renewed only while it has not
+// passed; its queue lock is named by an owner key no other Lock uses, and
+// is taken before the entry is written). Parameters: name, seq.
+const dequeue = `DELETE w FROM {q} AS w WHERE w.name = ? AND (w.seq = ? OR NOT ({live}))`
 
 // queueAhead counts the live entries of a name queued ahead of seq: a fair
 // semaphore's grant, in its transaction, counts them with the live
