@@ -248,8 +248,8 @@ func TestPermitRenewalNeedsAMajority(t *testing.T) {
 	drop(nodes[1].Addr)
 	select {
 	case <-mine.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("permit still held after two nodes of three dropped it")
+	case <-time.After(10 * time.Second): // a renewed permit would stay
+		t.Fatal("permit still held 10s (ten TTLs) after two nodes of three dropped it")
 	}
 	select {
 	case <-theirs.Done():
@@ -389,8 +389,8 @@ func TestPermitRenewalChecksTheSlot(t *testing.T) {
 	}
 	select {
 	case <-l.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("permit still held after two nodes of three gave its owner another slot")
+	case <-time.After(10 * time.Second): // a renewed permit would stay
+		t.Fatal("permit still held 10s (ten TTLs) after two nodes of three gave its owner another slot")
 	}
 }
 
