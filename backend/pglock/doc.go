@@ -49,7 +49,9 @@
 //     Waiting below), woken by LISTEN/NOTIFY on one LISTEN connection per
 //     Driver, shared by all its waiters (not one per waiter). Should the
 //     LISTEN connection break, the driver makes it again while its
-//     waiters go on waiting (TestBrokenListenConnectionIsMadeAgain).
+//     waiters go on waiting (TestBrokenListenConnectionIsMadeAgain); so
+//     too when the server ends its first one before it listens
+//     (TestListenConnectionEndedWhileMadeIsMadeAgain).
 //   - Grant.Recovered (for WithLockDelay) is true when the grant ended a
 //     lease that was not released: expired, crashed or broken.
 //

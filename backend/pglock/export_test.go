@@ -8,3 +8,11 @@ func LockNameSQL(d *Driver) string { return d.lockNameSQL }
 
 // FastAcquireSQL returns d's fastAcquireSQL, bound to its table.
 func FastAcquireSQL(d *Driver) string { return d.fastAcquireSQL }
+
+// ListenKey returns the advisory lock d's LISTEN connection holds while it
+// lives (set once d's table is bound: after Migrate or a first call).
+func ListenKey(d *Driver) int64 {
+	d.listen.mu.Lock()
+	defer d.listen.mu.Unlock()
+	return d.listen.key
+}

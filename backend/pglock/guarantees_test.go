@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/pglock"
 	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -67,9 +68,8 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 	listener := func() (int32, error) {
 		var pid int32
 		// Idle: it has listened and holds its advisory lock. A connection
-		// ended while it is still being made fails the subscribe, and
-		// with it the Lock (ErrUnavailable), which then does not wait: a
-		// fresh-clone CI run terminated one in that window.
+		// ended before that is TestListenConnectionEndedWhileMadeIsMadeAgain's
+		// case.
 		err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND state = 'idle' ORDER BY backend_start DESC LIMIT 1").Scan(&pid)
 		return pid, err
 	}
@@ -123,6 +123,78 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal(errors.New("the waiter was never granted the released lock"))
+	}
+}
+
+// TestListenConnectionEndedWhileMadeIsMadeAgain: the first LISTEN
+// connection of a waiter's driver is ended by the server before it
+// listens (here while it waits for its advisory lock, which another
+// session holds); the driver makes it again, and the waiter, still
+// waiting, is granted the lock when the holder releases it. The Lock
+// failed with that connection's error before.
+func TestListenConnectionEndedWhileMadeIsMadeAgain(t *testing.T) {
+	srv, rawURL, ctx := startAlone(t)
+	admin := newPool(t, rawURL)
+	holder := dlock.New(newDriver(t, rawURL), dlock.WithTTL(time.Minute))
+	l, err := holder.Mutex("listen/made").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := newDriver(t, srv.URL(srv.Addr, "application_name=waiter"))
+	if err := wd.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := pglock.ListenKey(wd)
+	blocker, err := admin.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Release()
+	if _, err := blocker.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	waiter := dlock.New(wd, dlock.WithTTL(time.Minute))
+	granted := make(chan error, 1)
+	go func() {
+		lw, err := waiter.Mutex("listen/made").Lock(ctx)
+		if err == nil {
+			err = lw.Unlock(ctx)
+		}
+		granted <- err
+	}()
+	var made int32
+	testenv.Eventually(t, 30*time.Second, "the waiter's LISTEN connection waiting for its advisory lock", func() error {
+		return admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND wait_event_type = 'Lock'").Scan(&made)
+	})
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", made); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blocker.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "a LISTEN connection made again", func() error {
+		select {
+		case err := <-granted:
+			return testenv.Final(fmt.Errorf("the waiter's Lock returned while the lock was held: %v", err))
+		default:
+		}
+		var pid int32
+		err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND state = 'idle'").Scan(&pid)
+		if err == nil && pid == made {
+			err = fmt.Errorf("only the terminated one (pid %d)", pid)
+		}
+		return err
+	})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatalf("waiter after its LISTEN connection was made again: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was never granted the released lock")
 	}
 }
 

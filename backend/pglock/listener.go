@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -134,20 +135,35 @@ func (l *listener) start(ctx context.Context) error {
 		return nil
 	}
 	conn, err := l.connect(ctx)
-	if err != nil {
+	var ended *endedWhileMade
+	if err != nil && (!errors.As(err, &ended) || ctx.Err() != nil) {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		conn.Close(context.Background())
+		if conn != nil {
+			conn.Close(context.Background())
+		}
 		return context.Canceled
 	}
 	l.running = true
-	l.live = true
+	// A first connection that the server took but ended before it
+	// listened (terminated, or its LISTEN timed out) is made again in the
+	// background, as a broken one is: the caller waits on, is woken when
+	// the connection listens, and meanwhile looks for itself at its
+	// heartbeat. A server that refuses connections fails the caller now.
+	l.live = conn != nil
 	go l.loop(conn)
 	return nil
 }
+
+// endedWhileMade is a connection that the server took but that failed
+// before it listened.
+type endedWhileMade struct{ err error }
+
+func (e *endedWhileMade) Error() string { return e.err.Error() }
+func (e *endedWhileMade) Unwrap() error { return e.err }
 
 func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
@@ -166,7 +182,7 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 		pgx.Identifier{channel}.Sanitize(), pgx.Identifier{reply}.Sanitize(), key),
 		pgx.QueryExecModeSimpleProtocol); err != nil {
 		conn.Close(context.Background())
-		return nil, err
+		return nil, &endedWhileMade{err}
 	}
 	return conn, nil
 }
@@ -175,33 +191,35 @@ func (l *listener) connect(ctx context.Context) (*pgx.Conn, error) {
 var reconnectBackoff = driver.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second, Jitter: 0.5}
 
 // loop receives notifications until the listener is closed, reconnecting
-// when the connection breaks.
+// when the connection breaks; it starts by connecting if conn is nil.
 func (l *listener) loop(conn *pgx.Conn) {
 	defer close(l.done)
 	l.mu.Lock()
 	reply := l.reply
 	l.mu.Unlock()
 	for {
-		for {
-			n, err := conn.WaitForNotification(l.ctx)
-			if err != nil {
-				break
+		if conn != nil {
+			for {
+				n, err := conn.WaitForNotification(l.ctx)
+				if err != nil {
+					break
+				}
+				l.heard.Add(1)
+				if n.Channel == reply {
+					l.handOff(n.Payload)
+				} else {
+					l.wake(n.Payload)
+				}
 			}
-			l.heard.Add(1)
-			if n.Channel == reply {
-				l.handOff(n.Payload)
-			} else {
-				l.wake(n.Payload)
+			conn.Close(context.Background())
+			l.mu.Lock()
+			l.live = false
+			l.mu.Unlock()
+			if l.ctx.Err() != nil {
+				return
 			}
+			l.wakeAll()
 		}
-		conn.Close(context.Background())
-		l.mu.Lock()
-		l.live = false
-		l.mu.Unlock()
-		if l.ctx.Err() != nil {
-			return
-		}
-		l.wakeAll()
 		for try := 0; ; try++ {
 			if reconnectBackoff.Wait(l.ctx, try) != nil {
 				return
