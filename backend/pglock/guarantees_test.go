@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/pglock"
 	"github.com/dlock/dlock/dlocktest"
@@ -79,15 +81,7 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter := dlock.New(newDriver(t, srv.URL(srv.Addr, "application_name=waiter")), dlock.WithTTL(time.Minute))
-	granted := make(chan error, 1)
-	go func() {
-		lw, err := waiter.Mutex("listen/broken").Lock(ctx)
-		if err == nil {
-			err = lw.Unlock(ctx)
-		}
-		granted <- err
-	}()
+	w := lockInBackground(ctx, dlock.New(newDriver(t, srv.URL(srv.Addr, "application_name=waiter")), dlock.WithTTL(time.Minute)), "listen/broken")
 	var old int32
 	testenv.Eventually(t, 30*time.Second, "the waiter's LISTEN connection", func() (err error) {
 		old, err = listener()
@@ -96,32 +90,68 @@ func TestBrokenListenConnectionIsMadeAgain(t *testing.T) {
 	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", old); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "a new LISTEN connection", func() error {
+	w.listensAgain(t, admin, old)
+	w.grantedAtRelease(t, l)
+}
+
+// backgroundLock is a Lock waiting in the background, while another
+// client holds its name, by a driver whose connections are named
+// "waiter"; it unlocks at once when granted.
+type backgroundLock struct {
+	ctx     context.Context
+	granted chan error
+}
+
+func lockInBackground(ctx context.Context, c *dlock.Client, name string) *backgroundLock {
+	w := &backgroundLock{ctx: ctx, granted: make(chan error, 1)}
+	go func() {
+		lw, err := c.Mutex(name).Lock(ctx)
+		if err == nil {
+			err = lw.Unlock(ctx)
+		}
+		w.granted <- err
+	}()
+	return w
+}
+
+// listensAgain waits until the waiter's driver listens (idle) on a
+// connection other than the one of server process old; the Lock must not
+// return meanwhile.
+func (w *backgroundLock) listensAgain(t *testing.T, admin *pgxpool.Pool, old int32) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, "a LISTEN connection made again", func() error {
 		select {
-		case err := <-granted:
+		case err := <-w.granted:
 			return testenv.Final(fmt.Errorf("the waiter's Lock returned while the lock was held: %v", err))
 		default:
 		}
-		pid, err := listener()
+		var pid int32
+		err := admin.QueryRow(w.ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND state = 'idle' ORDER BY backend_start DESC LIMIT 1").Scan(&pid)
 		if err == nil && pid == old {
 			err = fmt.Errorf("only the terminated one (pid %d)", pid)
 		}
 		return err
 	})
 	select {
-	case err := <-granted:
+	case err := <-w.granted:
 		t.Fatalf("the waiter's Lock returned while the lock was held: %v", err)
 	default:
 	}
-	if err := l.Unlock(ctx); err != nil {
+}
+
+// grantedAtRelease releases the holder's lease l and checks that the
+// waiter is then granted.
+func (w *backgroundLock) grantedAtRelease(t *testing.T, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(w.ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-granted:
+	case err := <-w.granted:
 		if err != nil {
 			t.Fatalf("waiter after its LISTEN connection was made again: %v", err)
 		}
-	case <-ctx.Done():
+	case <-w.ctx.Done():
 		t.Fatal(errors.New("the waiter was never granted the released lock"))
 	}
 }
@@ -153,15 +183,7 @@ func TestListenConnectionEndedWhileMadeIsMadeAgain(t *testing.T) {
 	if _, err := blocker.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
 		t.Fatal(err)
 	}
-	waiter := dlock.New(wd, dlock.WithTTL(time.Minute))
-	granted := make(chan error, 1)
-	go func() {
-		lw, err := waiter.Mutex("listen/made").Lock(ctx)
-		if err == nil {
-			err = lw.Unlock(ctx)
-		}
-		granted <- err
-	}()
+	w := lockInBackground(ctx, dlock.New(wd, dlock.WithTTL(time.Minute)), "listen/made")
 	var made int32
 	testenv.Eventually(t, 30*time.Second, "the waiter's LISTEN connection waiting for its advisory lock", func() error {
 		return admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND wait_event_type = 'Lock'").Scan(&made)
@@ -172,30 +194,8 @@ func TestListenConnectionEndedWhileMadeIsMadeAgain(t *testing.T) {
 	if _, err := blocker.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "a LISTEN connection made again", func() error {
-		select {
-		case err := <-granted:
-			return testenv.Final(fmt.Errorf("the waiter's Lock returned while the lock was held: %v", err))
-		default:
-		}
-		var pid int32
-		err := admin.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'waiter' AND query LIKE 'LISTEN %' AND state = 'idle'").Scan(&pid)
-		if err == nil && pid == made {
-			err = fmt.Errorf("only the terminated one (pid %d)", pid)
-		}
-		return err
-	})
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-granted:
-		if err != nil {
-			t.Fatalf("waiter after its LISTEN connection was made again: %v", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("the waiter was never granted the released lock")
-	}
+	w.listensAgain(t, admin, made)
+	w.grantedAtRelease(t, l)
 }
 
 // TestServerRestartWithinTTLKeepsTheLock: the package doc's "Server
