@@ -24,7 +24,9 @@ type Client struct {
 // New returns a Client over a backend driver (for example
 // redislock.New(rdb)). Options given here are the defaults of every Mutex.
 func New(d driver.Driver, opts ...Option) *Client {
-	return &Client{d: d, caps: d.Capabilities(), o: defaultOptions().with(opts), leases: map[*Lease]struct{}{}}
+	c := &Client{d: d, caps: d.Capabilities(), o: defaultOptions().with(opts), leases: map[*Lease]struct{}{}}
+	c.renewers.batch, _ = d.(driver.BatchExtender)
+	return c
 }
 
 // Capabilities reports what the backend promises.

@@ -15,6 +15,13 @@
 // request stuck on a server that cannot answer (a member cut from its
 // cluster) does not cost the lease while a retry can be answered.
 //
+// A client sends at most 64 renewals at once. Leases taken together come
+// due together; where the backend can renew many in one request (etcd,
+// Redis, PostgreSQL, MySQL/MariaDB: driver.BatchExtender), the renewals queued
+// behind those 64 go out in batches of up to 256, so that a process
+// holding a million locks spends a round trip on 256 renewals, not on
+// each. A lone renewal still goes out at once, by itself.
+//
 // A lease can also be lost while you still believe you hold it: a long GC
 // pause, a network partition, an administrator's Break. dlock makes the loss
 // observable: Lease.Done is closed, and the context given to a Do callback

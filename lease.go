@@ -404,10 +404,25 @@ func (l *Lease) expired() {
 // renew extends the lease once, on one of its client's renewers
 // (renewals), and schedules the next renewal (or a retry).
 func (l *Lease) renew() {
+	sent, bound, ok := l.renewBegin()
+	if !ok {
+		return
+	}
+	ctx, cancel := driver.WithDeadline(context.Background(), bound)
+	err := l.c.d.Extend(ctx, l.held(), l.ttl)
+	cancel()
+	l.renewEnd(sent, err)
+}
+
+// renewBegin marks a renewal in flight and returns when it is sent and the
+// time it must be answered by; ok is false when there is nothing to renew
+// (the lease was released or has ended, or its deadline passed before the
+// renewal could be sent: then it is lost here).
+func (l *Lease) renewBegin() (sent, bound time.Time, ok bool) {
 	l.mu.Lock()
 	if l.unlocked || l.ended {
 		l.mu.Unlock()
-		return
+		return sent, bound, false
 	}
 	deadline := l.deadlineTime()
 	if !l.expiring {
@@ -420,20 +435,21 @@ func (l *Lease) renew() {
 	// stuck on one server (a member cut from its cluster, a connection
 	// that went silent) must not use up the whole lease when a retry,
 	// possibly to a healthy server, would be answered.
-	sent := driver.Now()
+	sent = driver.Now()
 	if !sent.Before(deadline) {
 		// The renewal came due after the deadline (the process was paused, or
 		// starved): the lease ran out before a renewal could be sent.
 		l.mu.Unlock()
 		l.expired()
-		return
+		return sent, bound, false
 	}
 	l.renewing = true
 	l.mu.Unlock()
-	ctx, cancel := driver.WithDeadline(context.Background(), minTime(deadline, sent.Add(l.ttl/3)))
-	err := l.c.d.Extend(ctx, l.held(), l.ttl)
-	cancel()
+	return sent, minTime(deadline, sent.Add(l.ttl/3)), true
+}
 
+// renewEnd settles a renewal begun by renewBegin at sent, answered with err.
+func (l *Lease) renewEnd(sent time.Time, err error) {
 	if err != nil && (errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotHeld)) {
 		l.lose(lossOf(l.goneCause(err, driver.Now()), fmt.Errorf("%w: %q: renewal refused: %w", ErrLeaseLost, l.name, err)))
 		return

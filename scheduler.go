@@ -1,7 +1,10 @@
 package dlock
 
 import (
+	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dlock/dlock/driver"
 )
@@ -34,8 +37,15 @@ const maxRenewals = 64
 
 // renewals runs a client's due renewals, at most maxRenewals at once, in
 // the order they came due. Its lock comes after a lease's: due adds under
-// the lease's lock, and a renewer runs Lease.renew holding neither.
+// the lease's lock, and a renewer runs Lease.renew holding neither. When
+// the backend renews many leases in one request (driver.BatchExtender), a
+// renewer that finds renewals queued takes up to driver.MaxBatch of them
+// into one request: a lone renewal goes out at once, by itself, and a
+// burst of them (leases taken together come due together) costs a round
+// trip per batch rather than per lease.
 type renewals struct {
+	batch driver.BatchExtender // nil: the backend renews one lease a request
+
 	mu      sync.Mutex
 	queue   []*Lease
 	running int
@@ -57,8 +67,9 @@ func (r *renewals) add(l *Lease) {
 
 // run renews l, then the queued leases, until none is left.
 func (r *renewals) run(l *Lease) {
+	l.renew()
+	var batch []*Lease
 	for {
-		l.renew()
 		r.mu.Lock()
 		if len(r.queue) == 0 {
 			r.running--
@@ -66,9 +77,59 @@ func (r *renewals) run(l *Lease) {
 			r.mu.Unlock()
 			return
 		}
-		l = r.queue[0]
-		r.queue[0] = nil
-		r.queue = r.queue[1:]
+		n := 1
+		if r.batch != nil {
+			n = min(len(r.queue), driver.MaxBatch)
+		}
+		batch = append(batch[:0], r.queue[:n]...)
+		clear(r.queue[:n])
+		r.queue = r.queue[n:]
 		r.mu.Unlock()
+		if len(batch) == 1 {
+			batch[0].renew()
+		} else {
+			r.renewBatch(batch)
+		}
+		clear(batch)
 	}
 }
+
+// renewBatch renews ls in one request. The request is bounded by the
+// earliest of their bounds (each lease's deadline, or a third of its TTL):
+// leases queued together came due together, and one answered late proves
+// nothing for any of them.
+func (r *renewals) renewBatch(ls []*Lease) {
+	ext := make([]driver.Extension, 0, len(ls))
+	sent := make([]time.Time, 0, len(ls))
+	live := ls[:0]
+	var bound time.Time
+	for _, l := range ls {
+		s, b, ok := l.renewBegin()
+		if !ok {
+			continue
+		}
+		if len(live) == 0 || b.Before(bound) {
+			bound = b
+		}
+		live = append(live, l)
+		sent = append(sent, s)
+		ext = append(ext, driver.Extension{Held: l.held(), TTL: l.ttl})
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := driver.WithDeadline(context.Background(), bound)
+	errs := r.batch.ExtendBatch(ctx, ext)
+	cancel()
+	for i, l := range live {
+		err := errBatchAnswer
+		if len(errs) == len(live) {
+			err = errs[i]
+		}
+		l.renewEnd(sent[i], err)
+	}
+}
+
+// errBatchAnswer settles the renewals of a batch whose backend did not
+// answer each of them (a driver's bug): each is retried, as a failed one.
+var errBatchAnswer = fmt.Errorf("%w: the batched renewal did not answer every lease", ErrUnavailable)

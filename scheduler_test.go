@@ -558,3 +558,132 @@ func TestCloseGivesUpOnTheRestAtItsBound(t *testing.T) {
 		t.Errorf("leases ended as %v, want %v", causes, want)
 	}
 }
+
+// batchingExtend is a backend that renews leases in batches
+// (driver.BatchExtender). Its first renewals sent one by one block until
+// the test opens the gate, so that the others queue; it records the names
+// of those, and the size of every batch.
+type batchingExtend struct {
+	*memlock.Driver
+	gate chan struct{}
+
+	mu      sync.Mutex
+	singles map[string]bool
+	batches []int
+}
+
+func (d *batchingExtend) Extend(ctx context.Context, h driver.Held, ttl time.Duration) error {
+	d.mu.Lock()
+	d.singles[h.Name] = true
+	d.mu.Unlock()
+	<-d.gate
+	return d.Driver.Extend(ctx, h, ttl)
+}
+
+func (d *batchingExtend) ExtendBatch(ctx context.Context, b []driver.Extension) []error {
+	d.mu.Lock()
+	d.batches = append(d.batches, len(b))
+	d.mu.Unlock()
+	errs := make([]error, len(b))
+	for i, e := range b {
+		errs[i] = d.Driver.Extend(ctx, e.Held, e.TTL)
+	}
+	return errs
+}
+
+func (d *batchingExtend) Acquire(ctx context.Context, req driver.Request) (driver.Grant, error) {
+	g, err := d.Driver.Acquire(ctx, req)
+	g.Lost = nil // only the renewal's answer tells a lease it was broken
+	return g, err
+}
+
+func (d *batchingExtend) sent() (singles map[string]bool, batches []int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.singles), slices.Clone(d.batches)
+}
+
+// TestQueuedRenewalsGoOutInBatches: when a client's leases come due
+// together and every renewer is busy, the renewals that queue go out in
+// batches of at most driver.MaxBatch, each lease in one batch; the leases
+// a batch renews stay held (their deadline moves on), and those it finds
+// broken are lost, as broken, each by its own answer.
+func TestQueuedRenewalsGoOutInBatches(t *testing.T) {
+	d := &batchingExtend{Driver: memlock.New(memlock.NewServer()), gate: make(chan struct{}), singles: map[string]bool{}}
+	c := dlock.New(d)
+	defer c.Close()
+	ctx := testenv.Context(t, 30*time.Second)
+	const queued = 2*driver.MaxBatch + 100
+	leases := make([]*dlock.Lease, dlock.MaxRenewals+queued)
+	for i := range leases {
+		l, err := c.Mutex(fmt.Sprintf("batched/%d", i), dlock.WithTTL(6*time.Second)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	// Every lease comes due 2s after its grant; the first MaxRenewals block
+	// in Extend, the rest queue.
+	time.Sleep(time.Until(leases[len(leases)-1].Expires().Add(-4*time.Second + 500*time.Millisecond)))
+	singles, batches := d.sent()
+	if len(singles) != dlock.MaxRenewals || len(batches) != 0 {
+		t.Fatalf("before the renewers were free: %d renewals sent one by one and %d batches, want %d and none", len(singles), len(batches), dlock.MaxRenewals)
+	}
+	broken := map[string]bool{}
+	for _, l := range leases {
+		if len(broken) < 10 && !singles[l.Name()] {
+			broken[l.Name()] = true
+			if err := d.Break(ctx, l.Name()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := make([]time.Time, len(leases))
+	for i, l := range leases {
+		before[i] = l.Expires()
+	}
+	close(d.gate)
+	testenv.Eventually(t, 3*time.Second, "every lease renewed or lost", func() error {
+		for i, l := range leases {
+			select {
+			case <-l.Done():
+				continue
+			default:
+			}
+			if !l.Expires().After(before[i]) {
+				return fmt.Errorf("%s not renewed yet", l.Name())
+			}
+		}
+		return nil
+	})
+	singles, batches = d.sent()
+	total := 0
+	for _, n := range batches {
+		total += n
+		if n > driver.MaxBatch {
+			t.Errorf("a batch of %d renewals, want at most %d", n, driver.MaxBatch)
+		}
+	}
+	// Renewals of the leases that were sent one by one may have come due
+	// again meanwhile (a renewal every 2s); those of the queued ones not.
+	if total != queued || len(singles) != dlock.MaxRenewals {
+		t.Errorf("%d renewals went out in %d batches (%v) and %d one by one, want the %d queued ones in batches and %d one by one", total, len(batches), batches, len(singles), queued, dlock.MaxRenewals)
+	}
+	if min := (queued + driver.MaxBatch - 1) / driver.MaxBatch; len(batches) < min {
+		t.Errorf("%d batches, want at least %d", len(batches), min)
+	}
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+			if !broken[l.Name()] {
+				t.Errorf("%s lost though renewed: %v", l.Name(), l.Err())
+			} else if cause := dlock.LossCause(l.Err()); cause != dlock.LossBroken {
+				t.Errorf("%s lost as %q, want %q", l.Name(), cause, dlock.LossBroken)
+			}
+		default:
+			if broken[l.Name()] {
+				t.Errorf("%s was broken but its lease goes on", l.Name())
+			}
+		}
+	}
+}

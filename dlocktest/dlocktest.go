@@ -65,6 +65,9 @@ func Run(t *testing.T, h Harness) {
 			test{"FairWaitersAreGrantedInArrivalOrder", s.testFIFO},
 			test{"FairQueueSkipsWaiterThatGaveUp", s.testFairCancel})
 	}
+	if _, ok := probe.(driver.BatchExtender); ok {
+		parallel = append(parallel, test{"BatchRenewalRenewsEachLeaseAndReportsEachLoss", s.testBatchRenewal})
+	}
 	if s.caps.Semaphore {
 		parallel = append(parallel, s.semaphoreTests()...)
 	} else {

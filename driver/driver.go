@@ -231,3 +231,41 @@ type Watcher interface {
 	// compaction), the channel is closed before ctx ends.
 	WatchHolder(ctx context.Context, name string) (<-chan Info, error)
 }
+
+// BatchExtender is implemented by a backend that can renew many leases in
+// one request to its engine. A client holding many leases that come due
+// together (a million names taken in a few minutes) renews them with it,
+// up to MaxBatch at once, instead of one request each: the renewals of N
+// leases then cost N/MaxBatch round trips, where one request each could
+// take the engine's whole capacity. The portable layer uses it only for
+// renewals that queue behind a full set of requests in flight, so a lone
+// renewal is still one Extend, with no added delay.
+type BatchExtender interface {
+	// ExtendBatch renews each lease of b for its TTL, as Extend would, and
+	// returns one error per lease, in order: nil when it was renewed, one
+	// wrapping ErrLeaseLost when it no longer belongs to its owner, any
+	// other when its renewal could not be settled (the portable layer
+	// retries it, as a failed Extend). ctx bounds the whole batch.
+	ExtendBatch(ctx context.Context, b []Extension) []error
+}
+
+// Extension is one lease of a BatchExtender.ExtendBatch.
+type Extension struct {
+	Held Held
+	TTL  time.Duration
+}
+
+// MaxBatch is the most leases the portable layer renews in one
+// ExtendBatch. A backend whose engine bounds a request's size (a packet,
+// an argument count) must accept at least this many of the largest names
+// (1024 bytes).
+const MaxBatch = 256
+
+// ExtendEach renews each lease of b with Extend, one after another: a
+// BatchExtender's fallback for the leases it has no batched statement for
+// (semaphore permits, session-held locks).
+func ExtendEach(ctx context.Context, d Driver, b []Extension, errs []error) {
+	for i, e := range b {
+		errs[i] = d.Extend(ctx, e.Held, e.TTL)
+	}
+}

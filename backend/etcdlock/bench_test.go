@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/backend/etcdlock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -304,4 +306,18 @@ func BenchmarkHeldLocks(b *testing.B) {
 		}
 		wg.Wait()
 	}
+}
+
+// BenchmarkRenewals renews 20,000 held leases one request each (a
+// KeepAliveOnce and a Get) against batched (driver.BatchExtender: one
+// keep-alive stream and read transactions per batch), side by side
+// (dlocktest.BenchRenewals).
+// Run: go test ./backend/etcdlock -run '^$' -bench Renewals -benchtime 3x
+func BenchmarkRenewals(b *testing.B) {
+	d, err := etcdlock.New(newClient(b, benchServer(b).Endpoints()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	dlocktest.BenchRenewals(b, d, 20000)
 }

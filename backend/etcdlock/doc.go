@@ -37,6 +37,12 @@
 // is named by the lease, so it is ours or gone; see keys.go) and keeps the
 // lease for the next acquire, which saves two writes per lock and unlock;
 // an idle lease has no keys and simply expires. Extend renews the lease and checks that the key is still ours.
+// Renewals that come due together go out in batches (driver.BatchExtender):
+// the keep-alives of up to 256 leases on one lease stream, and the reads
+// of their keys in read-only transactions of 128 (etcd's default
+// --max-txn-ops), where Extend opens a keep-alive stream per lease
+// (BenchmarkRenewals: 5.8× the renewals a second, 20,000 leases; the
+// conformance suite's BatchRenewalRenewsEachLeaseAndReportsEachLoss).
 // Break deletes the holder's key; the holder learns from a watch on its own
 // key (Grant.Lost) before its next renewal
 // (TestBreakIsNoticedByTheHolderAtOnce), and at the latest at that renewal.

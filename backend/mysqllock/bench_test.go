@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -255,4 +256,12 @@ func statements(b *testing.B, db *sql.DB, counters ...string) int64 {
 		total += v
 	}
 	return total
+}
+
+// BenchmarkRenewals renews 20,000 held leases one statement each against
+// batched (driver.BatchExtender), side by side (dlocktest.BenchRenewals).
+// Run: go test ./backend/mysqllock -run '^$' -bench Renewals -benchtime 3x
+func BenchmarkRenewals(b *testing.B) {
+	s := server{testenv.StartMariaDB(b)}
+	dlocktest.BenchRenewals(b, s.open(b, s.Addr, ""), 20000)
 }

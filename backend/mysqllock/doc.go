@@ -21,6 +21,15 @@
 // reports, through LAST_INSERT_ID(expr), whether someone waits); Break
 // expires the lease whoever holds it.
 //
+// A client holding many leases renews those that come due together in
+// batches (driver.BatchExtender): one owner-checked UPDATE of up to 256
+// leases of one TTL, and, only when it renewed fewer than it was given, a
+// SELECT of those it renewed; semaphore permits are renewed one by one.
+// The conformance suite's BatchRenewalRenewsEachLeaseAndReportsEachLoss
+// checks that a batch renews each live lease and refuses each released,
+// expired or taken one; BenchmarkRenewals measures the two ways side by
+// side (17.7× the renewals a second of one UPDATE each, 20,000 leases).
+//
 // # Waiting: bells
 //
 // A waiter does not poll the table at a fixed interval. Every Driver keeps

@@ -293,12 +293,14 @@ type queries struct {
 	permitRelease, permitBreak, permitInspect, permitList, permitWait string
 
 	createQueue, acquireFair, releaseFair, enqueue, heartbeat, dequeue, queueAhead, queueWaiters, waitFair string
+
+	extendMany, heldMany [len(batchSlots)]string // see batch.go
 }
 
 func newQueries(quotedTable, quotedPermits, quotedQueue string) queries {
 	r := strings.NewReplacer("{t}", quotedTable, "{p}", quotedPermits, "{q}", quotedQueue, "{live}", queueLive,
 		"{waiting}", waitingSlots, "{takeSlot}", takeSlot)
-	return queries{
+	q := queries{
 		createTable: r.Replace(createTable),
 		acquire:     r.Replace(acquire),
 		extend:      r.Replace(extend),
@@ -330,6 +332,8 @@ func newQueries(quotedTable, quotedPermits, quotedQueue string) queries {
 		queueWaiters: r.Replace(queueWaiters),
 		waitFair:     r.Replace(waitFair),
 	}
+	q.extendMany, q.heldMany = manyQueries(r)
+	return q
 }
 
 // Fair waiting (driver.Request.Fair; see the package doc and fair.go). {q}

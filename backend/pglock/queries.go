@@ -137,6 +137,15 @@ FROM {{table}} WHERE name = $1 AND NOT EXISTS (SELECT FROM ins)`
 UPDATE {{table}} SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
 WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()`
 
+	// extendManySQL is extendSQL for many leases of one TTL at once
+	// (driver.BatchExtender): it returns the ones it renewed.
+	// $1 names, $2 their owners, $3 TTL in µs.
+	extendManySQL = `
+UPDATE {{table}} AS l SET expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+FROM unnest($1::bytea[], $2::text[]) AS b(name, owner)
+WHERE l.name = b.name AND l.owner = b.owner AND l.expires_at > clock_timestamp()
+RETURNING l.name, l.owner`
+
 	// releaseSQL frees its owner's live lease and wakes the waiters (the
 	// notification is delivered when the statement commits).
 	// $1 name, $2 owner, $3 channel, $4 payload.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -225,4 +226,15 @@ func BenchmarkHeldLocksHeap(b *testing.B) {
 		}
 		_ = mutexes
 	}
+}
+
+// BenchmarkRenewals renews 20,000 held leases one request each against
+// batched (driver.BatchExtender: one pipeline per batch), side by side
+// (dlocktest.BenchRenewals).
+// Run: go test ./backend/redislock -run '^$' -bench Renewals -benchtime 3x
+func BenchmarkRenewals(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	dlocktest.BenchRenewals(b, newDriver(b, rdb), 20000)
 }

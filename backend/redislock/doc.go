@@ -81,6 +81,13 @@
 // a release that finds nobody queued publishes nothing
 // (TestReleaseWithNobodyQueuedPublishesNothing).
 //
+// Renewals that come due together go out in batches
+// (driver.BatchExtender): the owner-checked extend script of up to 256
+// leases in one pipeline, one round trip (one per node of a cluster);
+// semaphore permits and readers' leases are renewed one by one
+// (BenchmarkRenewals: 5.7× the renewals a second, 20,000 leases; the
+// conformance suite's BatchRenewalRenewsEachLeaseAndReportsEachLoss).
+//
 // # Semaphores
 //
 // A semaphore (dlock's Semaphore, driver.Request.Limit > 1) keeps its

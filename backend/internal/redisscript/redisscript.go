@@ -283,6 +283,45 @@ func (k *Keys) Extend(ctx context.Context, rdb redis.Scripter, owner string, ttl
 	return n == 1, err
 }
 
+// ExtendMany is Extend for many locks in one pipeline: one round trip
+// (one per node of a cluster) for all. held[i] reports whether keys[i]
+// was still owners[i]'s, and was renewed for ttls[i]; errs[i] why its
+// renewal could not be settled. The renewals that found the server
+// without the script (NOSCRIPT: not loaded yet, or flushed) are sent
+// again with the script itself (EVAL), in a second pipeline.
+func ExtendMany(ctx context.Context, rdb redis.UniversalClient, keys []*Keys, owners []string, ttls []time.Duration) (held []bool, errs []error) {
+	held, errs = make([]bool, len(keys)), make([]error, len(keys))
+	send := func(idx []int, run func(redis.Pipeliner, int) *redis.Cmd) (noScript []int) {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(idx))
+		for k, i := range idx {
+			cmds[k] = run(pipe, i)
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		for k, c := range cmds {
+			n, err := c.Int64()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				noScript = append(noScript, idx[k])
+			}
+			held[idx[k]], errs[idx[k]] = n == 1, err
+		}
+		return noScript
+	}
+	all := make([]int, len(keys))
+	for i := range all {
+		all[i] = i
+	}
+	noScript := send(all, func(p redis.Pipeliner, i int) *redis.Cmd {
+		return p.EvalSha(ctx, extend.sha, []string{keys[i].Lock}, owners[i], msArg(ttls[i]))
+	})
+	if len(noScript) > 0 {
+		send(noScript, func(p redis.Pipeliner, i int) *redis.Cmd {
+			return p.Eval(ctx, extend.src, []string{keys[i].Lock}, owners[i], msArg(ttls[i]))
+		})
+	}
+	return held, errs
+}
+
 // HeldBy reads the lock, with a plain GET (no script), and reports whether
 // it holds owner's grant with token: the check a waiter makes of a
 // hand-off it learnt from a message (see fair.go in redislock).

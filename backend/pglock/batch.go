@@ -1,0 +1,72 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// ExtendBatch implements driver.BatchExtender: the leases of b held by
+// their rows (not by a session's advisory lock) that share a TTL are
+// renewed by one statement, which returns those it renewed. Session-held
+// locks and semaphore permits are renewed one by one.
+func (d *Driver) ExtendBatch(ctx context.Context, b []driver.Extension) []error {
+	errs := make([]error, len(b))
+	byTTL := map[time.Duration][]int{}
+	for i, e := range b {
+		switch e.Held.Handle.(type) {
+		case *session, permit:
+			errs[i] = d.Extend(ctx, e.Held, e.TTL)
+		default:
+			byTTL[e.TTL] = append(byTTL[e.TTL], i)
+		}
+	}
+	for ttl, idx := range byTTL {
+		if len(idx) == 1 {
+			errs[idx[0]] = d.extend(ctx, d.pool, b[idx[0]].Held, ttl)
+			continue
+		}
+		renewed, err := d.extendMany(ctx, b, idx, ttl)
+		for _, i := range idx {
+			h := b[i].Held
+			switch {
+			case err != nil:
+				errs[i] = err
+			case !renewed[h.Name+"\x00"+h.Owner]:
+				errs[i] = fmt.Errorf("%w: %q expired or was taken over", driver.ErrLeaseLost, h.Name)
+			}
+		}
+	}
+	return errs
+}
+
+// extendMany renews the leases b[idx], all of TTL ttl, and returns the set
+// of those it renewed (name, NUL, owner).
+func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int, ttl time.Duration) (map[string]bool, error) {
+	names, owners := make([][]byte, len(idx)), make([]string, len(idx))
+	for k, i := range idx {
+		names[k], owners[k] = []byte(b[i].Held.Name), b[i].Held.Owner
+	}
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	rows, err := d.pool.Query(octx, d.extendManySQL, names, owners, ttl.Microseconds())
+	if err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	defer rows.Close()
+	renewed := make(map[string]bool, len(idx))
+	var name []byte
+	var owner string
+	for rows.Next() {
+		if err := rows.Scan(&name, &owner); err != nil {
+			return nil, d.fail(ctx, err)
+		}
+		renewed[string(name)+"\x00"+owner] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, d.fail(ctx, err)
+	}
+	return renewed, nil
+}
