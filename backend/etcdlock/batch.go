@@ -56,9 +56,10 @@ func (d *Driver) ExtendBatch(ctx context.Context, b []driver.Extension) []error 
 // before it answered.
 func (d *Driver) keepAliveMany(ctx context.Context, hds []*holding) []error {
 	errs := make([]error, len(hds))
+	answered := map[clientv3.LeaseID]bool{}
 	fail := func(op string, err error) []error {
-		for i := range errs {
-			if errs[i] == nil {
+		for i, hd := range hds {
+			if !answered[hd.lease.id] {
 				errs[i] = unavailable(ctx, op, err)
 			}
 		}
@@ -85,7 +86,6 @@ func (d *Driver) keepAliveMany(ctx context.Context, hds []*holding) []error {
 		}
 		sendErr <- stream.CloseSend()
 	}()
-	answered := map[clientv3.LeaseID]bool{}
 	for len(answered) < len(waiting) {
 		resp, err := stream.Recv()
 		if err != nil {
