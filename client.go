@@ -26,6 +26,10 @@ type Client struct {
 func New(d driver.Driver, opts ...Option) *Client {
 	c := &Client{d: d, caps: d.Capabilities(), o: defaultOptions().with(opts), leases: map[*Lease]struct{}{}}
 	c.renewers.batch, _ = d.(driver.BatchExtender)
+	c.renewers.limit = maxRenewals
+	if c.renewers.batch != nil {
+		c.renewers.limit = maxBatchRenewals
+	}
 	return c
 }
 

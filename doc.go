@@ -17,9 +17,10 @@
 //
 // A client sends at most 64 renewals at once. Leases taken together come
 // due together; where the backend can renew many in one request (etcd,
-// Redis, PostgreSQL, MySQL/MariaDB: driver.BatchExtender), the renewals queued
-// behind those 64 go out in batches of up to 256, so that a process
-// holding a million locks spends a round trip on 256 renewals, not on
+// Redis, PostgreSQL, MySQL/MariaDB: driver.BatchExtender), the client
+// sends at most 4 requests at once, and the renewals that come due while
+// they are out go together in the next, up to 256 a request: a process
+// holding a million locks spends a round trip on many renewals, not on
 // each. A lone renewal still goes out at once, by itself.
 //
 // A lease can also be lost while you still believe you hold it: a long GC

@@ -503,8 +503,8 @@ func (l *Lease) renewEnd(sent time.Time, err error) {
 //   - LossExpired: the TTL ran out though no request for the lease was
 //     left unanswered: the holder was late — a paused process or starved
 //     timers, whose renewal was not even sent before the deadline (also
-//     one that waited for a renewer while the client's maxRenewals, 64,
-//     had theirs in flight) — or the
+//     one that waited for a renewer while the client's renewals in
+//     flight, 64 requests or 4 batches, were unanswered) — or the
 //     backend said the lease was gone once the deadline had passed. A
 //     lease that ran out on the server early (an operator shortened its
 //     TTL) is seen as broken.

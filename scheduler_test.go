@@ -604,17 +604,19 @@ func (d *batchingExtend) sent() (singles map[string]bool, batches []int) {
 }
 
 // TestQueuedRenewalsGoOutInBatches: when a client's leases come due
-// together and every renewer is busy, the renewals that queue go out in
-// batches of at most driver.MaxBatch, each lease in one batch; the leases
-// a batch renews stay held (their deadline moves on), and those it finds
-// broken are lost, as broken, each by its own answer.
+// together on a backend that renews many in one request, MaxBatchRenewals
+// renewals go out alone and the rest queue while they are unanswered; the
+// queued ones then go out in batches of at most driver.MaxBatch, each
+// lease in one batch; the leases a batch renews stay held (their deadline
+// moves on), and those it finds broken are lost, as broken, each by its
+// own answer.
 func TestQueuedRenewalsGoOutInBatches(t *testing.T) {
 	d := &batchingExtend{Driver: memlock.New(memlock.NewServer()), gate: make(chan struct{}), singles: map[string]bool{}}
 	c := dlock.New(d)
 	defer c.Close()
 	ctx := testenv.Context(t, 30*time.Second)
 	const queued = 2*driver.MaxBatch + 100
-	leases := make([]*dlock.Lease, dlock.MaxRenewals+queued)
+	leases := make([]*dlock.Lease, dlock.MaxBatchRenewals+queued)
 	for i := range leases {
 		l, err := c.Mutex(fmt.Sprintf("batched/%d", i), dlock.WithTTL(6*time.Second)).Lock(ctx)
 		if err != nil {
@@ -622,12 +624,12 @@ func TestQueuedRenewalsGoOutInBatches(t *testing.T) {
 		}
 		leases[i] = l
 	}
-	// Every lease comes due 2s after its grant; the first MaxRenewals block
+	// Every lease comes due 2s after its grant; the first MaxBatchRenewals block
 	// in Extend, the rest queue.
 	time.Sleep(time.Until(leases[len(leases)-1].Expires().Add(-4*time.Second + 500*time.Millisecond)))
 	singles, batches := d.sent()
-	if len(singles) != dlock.MaxRenewals || len(batches) != 0 {
-		t.Fatalf("before the renewers were free: %d renewals sent one by one and %d batches, want %d and none", len(singles), len(batches), dlock.MaxRenewals)
+	if len(singles) != dlock.MaxBatchRenewals || len(batches) != 0 {
+		t.Fatalf("before the renewers were free: %d renewals sent one by one and %d batches, want %d and none", len(singles), len(batches), dlock.MaxBatchRenewals)
 	}
 	broken := map[string]bool{}
 	for _, l := range leases {
@@ -666,8 +668,8 @@ func TestQueuedRenewalsGoOutInBatches(t *testing.T) {
 	}
 	// Renewals of the leases that were sent one by one may have come due
 	// again meanwhile (a renewal every 2s); those of the queued ones not.
-	if total != queued || len(singles) != dlock.MaxRenewals {
-		t.Errorf("%d renewals went out in %d batches (%v) and %d one by one, want the %d queued ones in batches and %d one by one", total, len(batches), batches, len(singles), queued, dlock.MaxRenewals)
+	if total != queued || len(singles) != dlock.MaxBatchRenewals {
+		t.Errorf("%d renewals went out in %d batches (%v) and %d one by one, want the %d queued ones in batches and %d one by one", total, len(batches), batches, len(singles), queued, dlock.MaxBatchRenewals)
 	}
 	if min := (queued + driver.MaxBatch - 1) / driver.MaxBatch; len(batches) < min {
 		t.Errorf("%d batches, want at least %d", len(batches), min)
