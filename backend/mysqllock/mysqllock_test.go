@@ -120,6 +120,8 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("CancelledWaiterGivesItsSlotBack", s.testCancelledWaiterGivesSlotBack)
 	t.Run("GrantWithWaitersTakesItsBellAtOnce", s.testGrantWithWaitersTakesBellAtOnce)
 	t.Run("HeldLockTakesItsBellSoon", s.testHeldLockTakesBellSoon)
+	t.Run("QuietBellsAreBounded", s.testQuietBellsAreBounded)
+	t.Run("WaitedGrantTakesItsBellPastTheQuietBound", s.testWaitedGrantTakesBellPastTheQuietBound)
 	t.Run("ReleaseAndHolderDeathRingTheBell", s.testBellRings)
 	t.Run("BellIsKeptWhileLeaseIsRenewed", s.testBellKept)
 	t.Run("CutConnectionsReconnectAndKeepLease", s.testCutKeepsLease)

@@ -231,8 +231,22 @@ func (s server) testCancelledWaiterGivesSlotBack(t *testing.T) {
 // that the one granted after the release holds its bell within the test
 // only because its grant saw the other waiting.
 func (s server) testGrantWithWaitersTakesBellAtOnce(t *testing.T) {
+	s.waitedGrantTakesItsBell(t, "waited-grant", func(b *bells) { b.delay = time.Minute })
+}
+
+// testWaitedGrantTakesBellPastTheQuietBound: the package doc's "a grant
+// that found someone waiting takes its bell whatever the bound". As
+// testGrantWithWaitersTakesBellAtOnce, with the two waiters' drivers
+// allowed no bell for a lease nobody waited for.
+func (s server) testWaitedGrantTakesBellPastTheQuietBound(t *testing.T) {
+	s.waitedGrantTakesItsBell(t, "waited-grant-unbounded", func(b *bells) { b.maxQuiet = 0 })
+}
+
+// waitedGrantTakesItsBell: two clients, their drivers' bells set up by
+// with, wait for a held lock; the one granted at its release holds its
+// bell, which its grant took because the other was waiting.
+func (s server) waitedGrantTakesItsBell(t *testing.T, name string, with func(*bells)) {
 	db := s.sqlDB(t)
-	name := "waited-grant"
 	holder := s.client(t, dlock.WithTTL(30*time.Second))
 	ctx := testenv.Context(t, time.Minute)
 	l, err := holder.Mutex(name).Lock(ctx)
@@ -242,7 +256,7 @@ func (s server) testGrantWithWaitersTakesBellAtOnce(t *testing.T) {
 	got := make(chan *dlock.Lease, 2)
 	for range 2 {
 		d := s.open(t, s.Addr, "")
-		d.bells.delay = time.Minute
+		with(d.bells)
 		c := dlock.New(d, dlock.WithTTL(30*time.Second))
 		go func() {
 			l, err := c.Mutex(name).Lock(ctx)
@@ -271,6 +285,44 @@ func (s server) testGrantWithWaitersTakesBellAtOnce(t *testing.T) {
 	}
 	if second := <-got; second != nil {
 		_ = second.Unlock(ctx)
+	}
+}
+
+// testQuietBellsAreBounded: the package doc's "a Driver holds at most
+// 1,024 bells of leases that nobody waited for". With the bound lowered to 2,
+// a client holding 5 such locks holds 2 bells, and keeps holding 2.
+func (s server) testQuietBellsAreBounded(t *testing.T) {
+	db := s.sqlDB(t)
+	d := s.open(t, s.Addr, "")
+	d.bells.maxQuiet = 2
+	c := dlock.New(d, dlock.WithTTL(30*time.Second))
+	ctx := testenv.Context(t, time.Minute)
+	var names []string
+	for i := range 5 {
+		names = append(names, fmt.Sprintf("quiet/%d", i))
+		l, err := c.Mutex(names[i]).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(ctx)
+	}
+	held := func() (n int) {
+		for _, name := range names {
+			if bellHeld(t, db, name) {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, 10*time.Second, "the holder to take two bells", func() error {
+		if n := held(); n != 2 {
+			return fmt.Errorf("%d bells held", n)
+		}
+		return nil
+	})
+	time.Sleep(100 * bellDelay) // the keeper's later rounds take no more
+	if n := held(); n != 2 {
+		t.Errorf("%d of 5 quiet locks hold their bell, want the bound: 2", n)
 	}
 }
 
