@@ -118,6 +118,11 @@ type bells struct {
 	id      uint64 // the connection's CONNECTION_ID(), 0 while there is none
 	closed  bool
 	started bool
+	// inRound is set while a keeper round may take bells it chose before
+	// a drop: a drop then needs the keeper, whether or not the bell is
+	// held. full is set when the last round left maxQuiet bells held: a
+	// claim nobody waited for then needs no round of its own.
+	inRound, full bool
 
 	once  sync.Once
 	ready chan struct{} // closed after the first connection attempt
@@ -126,8 +131,9 @@ type bells struct {
 	ended chan struct{} // closed when run has returned
 
 	// connMu serializes the statements on conn: the keeper's rounds, and
-	// the fair releases sent on it (execDropping). It guards conn, stmts
-	// and have, and is taken before mu.
+	// the fair releases sent on it (execDropping). It guards conn and
+	// stmts, and is taken before mu. have is written holding both, and
+	// read holding either (drop reads it under mu).
 	connMu sync.Mutex
 	rounds atomic.Int64         // the keeper's statements: tests count them
 	stmts  map[string]*sql.Stmt // prepared on conn
@@ -206,6 +212,12 @@ func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
 	} else {
 		b.want[bell] = append(b.want[bell], c)
 	}
+	if !waited && b.full {
+		// No bell for it now (maxQuietBells): the round after a bell is
+		// dropped takes one for it, if it still wants one.
+		b.mu.Unlock()
+		return
+	}
 	if !waited && b.timer != nil {
 		if b.early.IsZero() || from.Before(b.early) {
 			b.early = from
@@ -257,8 +269,11 @@ func (b *bells) drop(bell, owner string) {
 	if len(cs) == 0 {
 		delete(b.want, bell)
 	}
+	// Nothing to drop unless the bell is held, or a round under way may
+	// take it (past maxQuietBells most leases never hold their bell).
+	needed := b.have[bell] || b.inRound
 	b.mu.Unlock()
-	if ok && c.from.After(time.Now()) {
+	if !needed || ok && c.from.After(time.Now()) {
 		return // its bell was not taken for it: nothing to drop
 	}
 	b.signal()
@@ -303,7 +318,9 @@ func (b *bells) execDropping(ctx context.Context, bell, owner, query string, arg
 		if ctx.Err() == nil && isServerError(err) {
 			// Rolled back, but RELEASE_LOCK may have run: the keeper
 			// takes the bell again while a lease wants it.
+			b.mu.Lock()
 			delete(b.have, bell)
+			b.mu.Unlock()
 			signal = true
 			return nil, false, nil
 		}
@@ -312,10 +329,10 @@ func (b *bells) execDropping(ctx context.Context, bell, owner, query string, arg
 		return nil, true, err
 	}
 	b.last = time.Now()
+	b.mu.Lock()
 	if n, err := r.RowsAffected(); err == nil && n > 0 {
 		delete(b.have, bell) // dropped by the statement
 	}
-	b.mu.Lock()
 	cs := b.want[bell]
 	if i := claimOf(cs, owner); i >= 0 {
 		cs = append(cs[:i], cs[i+1:]...)
@@ -443,9 +460,9 @@ func (b *bells) connect() {
 		discard(c)
 		return
 	}
-	b.conn, b.have, b.gaveUp, b.last, b.stmts = c, map[string]bool{}, map[string]bool{}, time.Now(), map[string]*sql.Stmt{}
+	b.conn, b.gaveUp, b.last, b.stmts = c, map[string]bool{}, time.Now(), map[string]*sql.Stmt{}
 	b.mu.Lock()
-	b.id = id
+	b.id, b.have, b.full = id, map[string]bool{}, false
 	b.mu.Unlock()
 }
 
@@ -468,6 +485,12 @@ func (b *bells) sync() time.Duration {
 	next := now.Add(bellKeepAlive)
 	wanted := map[string]bool{} // true: someone waited at a grant that wants it
 	b.mu.Lock()
+	b.inRound = true
+	defer func() {
+		b.mu.Lock()
+		b.inRound = false
+		b.mu.Unlock()
+	}()
 	for bell, owners := range b.want {
 		taken, waited := false, false
 		kept := owners[:0]
@@ -546,6 +569,7 @@ func (b *bells) sync() time.Duration {
 		return bellRetry
 	}
 	b.last = time.Now()
+	b.mu.Lock()
 	for _, bell := range drops {
 		delete(b.have, bell)
 	}
@@ -556,5 +580,7 @@ func (b *bells) sync() time.Duration {
 			b.gaveUp[bell] = true
 		}
 	}
+	b.full = len(b.have) >= b.maxQuiet
+	b.mu.Unlock()
 	return max(time.Until(next), time.Millisecond)
 }

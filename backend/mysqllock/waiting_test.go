@@ -290,7 +290,9 @@ func (s server) waitedGrantTakesItsBell(t *testing.T, name string, with func(*be
 
 // testQuietBellsAreBounded: the package doc's "a Driver holds at most
 // 1,024 bells of leases that nobody waited for". With the bound lowered to 2,
-// a client holding 5 such locks holds 2 bells, and keeps holding 2.
+// a client holding 5 such locks holds 2 bells, and keeps holding 2; as
+// they are released, one by one, the bells go with them, and the locks
+// still held take the room they leave.
 func (s server) testQuietBellsAreBounded(t *testing.T) {
 	db := s.sqlDB(t)
 	d := s.open(t, s.Addr, "")
@@ -298,15 +300,16 @@ func (s server) testQuietBellsAreBounded(t *testing.T) {
 	c := dlock.New(d, dlock.WithTTL(30*time.Second))
 	ctx := testenv.Context(t, time.Minute)
 	var names []string
+	var leases []*dlock.Lease
 	for i := range 5 {
 		names = append(names, fmt.Sprintf("quiet/%d", i))
 		l, err := c.Mutex(names[i]).Lock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Unlock(ctx)
+		leases = append(leases, l)
 	}
-	held := func() (n int) {
+	held := func(names []string) (n int) {
 		for _, name := range names {
 			if bellHeld(t, db, name) {
 				n++
@@ -315,14 +318,29 @@ func (s server) testQuietBellsAreBounded(t *testing.T) {
 		return n
 	}
 	testenv.Eventually(t, 10*time.Second, "the holder to take two bells", func() error {
-		if n := held(); n != 2 {
+		if n := held(names); n != 2 {
 			return fmt.Errorf("%d bells held", n)
 		}
 		return nil
 	})
 	time.Sleep(100 * bellDelay) // the keeper's later rounds take no more
-	if n := held(); n != 2 {
+	if n := held(names); n != 2 {
 		t.Errorf("%d of 5 quiet locks hold their bell, want the bound: 2", n)
+	}
+	for i, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := min(2, len(names)-i-1)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d bells held after %d releases", want, i+1), func() error {
+			if usedLock(t, db, bellName(DefaultTable, names[i])) {
+				return fmt.Errorf("the released %s still holds its bell", names[i])
+			}
+			if n := held(names[i+1:]); n != want {
+				return fmt.Errorf("%d bells held", n)
+			}
+			return nil
+		})
 	}
 }
 
@@ -350,4 +368,14 @@ func (s server) testHeldLockTakesBellSoon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// usedLock reports whether any session holds the user lock name.
+func usedLock(t testing.TB, db *sql.DB, name string) bool {
+	t.Helper()
+	var id sql.NullInt64
+	if err := db.QueryRow("SELECT IS_USED_LOCK(?)", name).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id.Valid
 }
