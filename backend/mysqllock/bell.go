@@ -118,11 +118,12 @@ type bells struct {
 	id      uint64 // the connection's CONNECTION_ID(), 0 while there is none
 	closed  bool
 	started bool
-	// inRound is set while a keeper round may take bells it chose before
-	// a drop: a drop then needs the keeper, whether or not the bell is
-	// held. full is set when the last round left maxQuiet bells held: a
-	// claim nobody waited for then needs no round of its own.
-	inRound, full bool
+	// taking are the bells a keeper round is taking: a drop of one of
+	// them needs the keeper, though the bell is not held yet. full is set
+	// when the last round left maxQuiet bells held: a claim nobody waited
+	// for then needs no round of its own.
+	taking map[string]bool
+	full   bool
 
 	once  sync.Once
 	ready chan struct{} // closed after the first connection attempt
@@ -269,9 +270,9 @@ func (b *bells) drop(bell, owner string) {
 	if len(cs) == 0 {
 		delete(b.want, bell)
 	}
-	// Nothing to drop unless the bell is held, or a round under way may
-	// take it (past maxQuietBells most leases never hold their bell).
-	needed := b.have[bell] || b.inRound
+	// Nothing to drop unless the bell is held, or a round under way is
+	// taking it (past maxQuietBells most leases never hold their bell).
+	needed := b.have[bell] || b.taking[bell]
 	b.mu.Unlock()
 	if !needed || ok && c.from.After(time.Now()) {
 		return // its bell was not taken for it: nothing to drop
@@ -480,17 +481,22 @@ func (b *bells) disconnect() {
 
 // sync does one round of work and says when the next is due.
 func (b *bells) sync() time.Duration {
+	if b.conn == nil {
+		b.mu.Lock()
+		idle := len(b.want) == 0
+		b.mu.Unlock()
+		if idle {
+			return bellKeepAlive
+		}
+		if b.connect(); b.conn == nil {
+			return time.Second
+		}
+	}
 	now := time.Now()
 	keepAlive := b.last.Add(bellKeepAlive)
 	next := now.Add(bellKeepAlive)
 	wanted := map[string]bool{} // true: someone waited at a grant that wants it
 	b.mu.Lock()
-	b.inRound = true
-	defer func() {
-		b.mu.Lock()
-		b.inRound = false
-		b.mu.Unlock()
-	}()
 	for bell, owners := range b.want {
 		taken, waited := false, false
 		kept := owners[:0]
@@ -514,16 +520,9 @@ func (b *bells) sync() time.Duration {
 			wanted[bell] = waited
 		}
 	}
-	b.mu.Unlock()
-
-	if b.conn == nil {
-		if len(wanted) == 0 {
-			return time.Until(next)
-		}
-		if b.connect(); b.conn == nil {
-			return time.Second
-		}
-	}
+	// The round's drops and takes are chosen under mu too, and the takes
+	// published (taking): a release from here on whose bell is among them
+	// asks for another round, which drops the bell again.
 	for bell := range b.gaveUp {
 		if _, ok := wanted[bell]; !ok {
 			delete(b.gaveUp, bell)
@@ -538,10 +537,20 @@ func (b *bells) sync() time.Duration {
 	held := len(b.have) - len(drops)
 	for bell, waited := range wanted {
 		if !b.have[bell] && !b.gaveUp[bell] && (waited || held < b.maxQuiet) {
+			if b.taking == nil {
+				b.taking = map[string]bool{}
+			}
 			takes = append(takes, bell)
+			b.taking[bell] = true
 			held++
 		}
 	}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.taking = nil
+		b.mu.Unlock()
+	}()
 	if len(drops)+len(takes) == 0 && now.Before(keepAlive) {
 		return max(time.Until(minTime(next, keepAlive)), time.Millisecond)
 	}
