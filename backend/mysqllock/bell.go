@@ -124,6 +124,12 @@ type bells struct {
 	// for then needs no round of its own.
 	taking map[string]bool
 	full   bool
+	// dirty are the bells whose claims changed since the keeper's last
+	// round, or wait for their from: with the bells held, all a round
+	// looks at. Every bellKeepAlive (nextFull), and after a new
+	// connection, a round looks at every claim.
+	dirty    map[string]bool
+	nextFull time.Time
 
 	once  sync.Once
 	ready chan struct{} // closed after the first connection attempt
@@ -157,7 +163,7 @@ type claim struct {
 }
 
 func newBells(db *sql.DB) *bells {
-	return &bells{db: db, delay: bellDelay, maxQuiet: maxQuietBells, want: map[string][]claim{},
+	return &bells{db: db, delay: bellDelay, maxQuiet: maxQuietBells, want: map[string][]claim{}, dirty: map[string]bool{},
 		ready: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{}),
 		have: map[string]bool{}, gaveUp: map[string]bool{}}
 }
@@ -214,11 +220,12 @@ func (b *bells) hold(bell, owner string, deadline time.Time, waited bool) {
 		b.want[bell] = append(b.want[bell], c)
 	}
 	if !waited && b.full {
-		// No bell for it now (maxQuietBells): the round after a bell is
-		// dropped takes one for it, if it still wants one.
+		// No bell for it now (maxQuietBells): a round that looks at every
+		// claim takes one for it, if there is room then.
 		b.mu.Unlock()
 		return
 	}
+	b.dirty[bell] = true
 	if !waited && b.timer != nil {
 		if b.early.IsZero() || from.Before(b.early) {
 			b.early = from
@@ -271,8 +278,10 @@ func (b *bells) drop(bell, owner string) {
 		delete(b.want, bell)
 	}
 	// Nothing to drop unless the bell is held, or a round under way is
-	// taking it (past maxQuietBells most leases never hold their bell).
+	// taking it (past maxQuietBells most leases never hold their bell);
+	// the next round looks at it all the same.
 	needed := b.have[bell] || b.taking[bell]
+	b.dirty[bell] = true
 	b.mu.Unlock()
 	if !needed || ok && c.from.After(time.Now()) {
 		return // its bell was not taken for it: nothing to drop
@@ -321,6 +330,7 @@ func (b *bells) execDropping(ctx context.Context, bell, owner, query string, arg
 			// takes the bell again while a lease wants it.
 			b.mu.Lock()
 			delete(b.have, bell)
+			b.dirty[bell] = true
 			b.mu.Unlock()
 			signal = true
 			return nil, false, nil
@@ -345,6 +355,9 @@ func (b *bells) execDropping(ctx context.Context, bell, owner, query string, arg
 	// The keeper has work if the bell is still held for nobody, or wanted
 	// by another lease.
 	signal = b.have[bell] != (len(cs) > 0 && cs[0].from.Before(time.Now()))
+	if signal {
+		b.dirty[bell] = true
+	}
 	b.mu.Unlock()
 	return r, true, nil
 }
@@ -463,7 +476,7 @@ func (b *bells) connect() {
 	}
 	b.conn, b.gaveUp, b.last, b.stmts = c, map[string]bool{}, time.Now(), map[string]*sql.Stmt{}
 	b.mu.Lock()
-	b.id, b.have, b.full = id, map[string]bool{}, false
+	b.id, b.have, b.full, b.nextFull = id, map[string]bool{}, false, time.Time{}
 	b.mu.Unlock()
 }
 
@@ -496,9 +509,10 @@ func (b *bells) sync() time.Duration {
 	keepAlive := b.last.Add(bellKeepAlive)
 	next := now.Add(bellKeepAlive)
 	wanted := map[string]bool{} // true: someone waited at a grant that wants it
-	b.mu.Lock()
-	for bell, owners := range b.want {
+	dirty := map[string]bool{}  // bells whose claims wait for their from
+	look := func(bell string) {
 		taken, waited := false, false
+		owners := b.want[bell]
 		kept := owners[:0]
 		for _, c := range owners {
 			switch {
@@ -506,25 +520,48 @@ func (b *bells) sync() time.Duration {
 				continue // the lease ran out by our clock
 			case c.from.After(now): // not yet: nobody waited at the grant
 				next = minTime(next, c.from)
+				dirty[bell] = true
 			default:
 				taken, waited = true, waited || !c.quiet
 			}
 			next = minTime(next, c.deadline)
 			kept = append(kept, c)
 		}
-		owners = kept
-		b.want[bell] = owners
-		if len(owners) == 0 {
+		if len(kept) == 0 {
 			delete(b.want, bell)
-		} else if taken {
-			wanted[bell] = waited
+		} else {
+			b.want[bell] = kept
+			if taken {
+				wanted[bell] = waited
+			}
 		}
 	}
+	b.mu.Lock()
+	// A round looks at the bells held and the dirty ones, so that it costs
+	// what changed rather than what is held (a Driver may hold a million
+	// locks, and most of them no bell); every bellKeepAlive, at all.
+	all := !now.Before(b.nextFull)
+	if all {
+		b.nextFull = now.Add(bellKeepAlive)
+		for bell := range b.want {
+			look(bell)
+		}
+	} else {
+		for bell := range b.have {
+			look(bell)
+		}
+		for bell := range b.dirty {
+			look(bell)
+		}
+	}
+	looked := b.dirty
+	b.dirty = dirty
+	next = minTime(next, b.nextFull)
 	// The round's drops and takes are chosen under mu too, and the takes
 	// published (taking): a release from here on whose bell is among them
 	// asks for another round, which drops the bell again.
 	for bell := range b.gaveUp {
-		if _, ok := wanted[bell]; !ok {
+		if _, ok := wanted[bell]; !ok && (all || looked[bell]) {
 			delete(b.gaveUp, bell)
 		}
 	}
