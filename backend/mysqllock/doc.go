@@ -53,7 +53,11 @@
 // gets no bell, and a waiter that comes while it is held looks with
 // back-off from 5 ms to 1 s, as for a holder without a bell; a grant that
 // found someone waiting takes its bell whatever the bound
-// (testWaitedGrantTakesBellPastTheQuietBound).
+// (testWaitedGrantTakesBellPastTheQuietBound). The keeper's rounds look at
+// the bells held and the claims that changed since the last; the room a
+// released bell leaves is given to another held lock at its look at every
+// claim, every 20 s (testQuietBellsAreBounded), so that a round costs
+// what changed, not what is held.
 // Bells are taken and dropped by a background goroutine after the row
 // changed, so they add no round trip to Acquire or Release (a fair
 // release drops its bell in its own statement: see Fair waiting). A mutex's
