@@ -260,12 +260,3 @@ type Extension struct {
 // an argument count) must accept at least this many of the largest names
 // (1024 bytes).
 const MaxBatch = 256
-
-// ExtendEach renews each lease of b with Extend, one after another: a
-// BatchExtender's fallback for the leases it has no batched statement for
-// (semaphore permits, session-held locks).
-func ExtendEach(ctx context.Context, d Driver, b []Extension, errs []error) {
-	for i, e := range b {
-		errs[i] = d.Extend(ctx, e.Held, e.TTL)
-	}
-}
