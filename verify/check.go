@@ -360,7 +360,11 @@ func Check(events []Event, p Params) *Result {
 				}
 			}
 		case OpExit:
-			if e.Err != "" && !killedProcs[e.Target] {
+			switch {
+			case e.Err == "" || killedProcs[e.Target]:
+			case e.Excuse != "":
+				r.Notes = append(r.Notes, fmt.Sprintf("client %s exited with %s: %s", e.Target, e.Err, e.Excuse))
+			default:
 				r.violate(CheckComplete, "client %s exited with %s: its history may be incomplete", e.Target, e.Err)
 			}
 		}

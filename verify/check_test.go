@@ -19,6 +19,10 @@ func TestMain(m *testing.M) {
 	if IsWorker() {
 		os.Exit(WorkerMain())
 	}
+	if mode := os.Getenv(raceChildEnv); mode != "" {
+		raceChild(mode)
+		os.Exit(0)
+	}
 	dlocktest.Main(m)
 }
 

@@ -104,6 +104,9 @@ type Event struct {
 	// clock, recorded with a grant (acquire ok) and each renewal (renew).
 	Expires time.Time `json:"expires,omitzero"`
 	Err     string    `json:"err,omitempty"`
+	// Excuse (exit) says why an exit with Err still leaves the process's
+	// history whole: the race detector's reports, none in dlock's code.
+	Excuse string `json:"excuse,omitempty"`
 	// Limit (acquire invoke) is a semaphore's permits: the hold may share
 	// the name with Limit - 1 others. Shared (acquire invoke) marks a
 	// reader's hold of a read-write lock: it may share the name with

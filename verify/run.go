@@ -469,6 +469,9 @@ func (h *harness) recordExits() {
 		e := Event{Op: OpExit, Target: c.proc}
 		if st := c.p.Cmd.ProcessState; st != nil && !st.Success() {
 			e.Err = st.String()
+			if st.ExitCode() == raceExitCode {
+				e.Excuse = foreignRaces(c.p.Log)
+			}
 		}
 		h.rec.record(e)
 	}
