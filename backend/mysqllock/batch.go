@@ -45,31 +45,20 @@ func manyQueries(r *strings.Replacer) (extend, held [len(batchSlots)]string) {
 // which it renewed. Semaphore permits are renewed one by one.
 func (d *Driver) ExtendBatch(ctx context.Context, b []driver.Extension) []error {
 	errs := make([]error, len(b))
-	byTTL := map[time.Duration][]int{}
-	for i, e := range b {
-		if _, ok := e.Held.Handle.(permit); ok {
-			errs[i] = d.extendPermit(ctx, e.Held, e.TTL)
-			continue
-		}
-		byTTL[e.TTL] = append(byTTL[e.TTL], i)
+	alone := func(e driver.Extension) bool {
+		_, ok := e.Held.Handle.(permit)
+		return ok
 	}
-	for ttl, idx := range byTTL {
-		for len(idx) > 0 {
-			n := min(len(idx), driver.MaxBatch)
-			d.extendMany(ctx, b, idx[:n], ttl, errs)
-			idx = idx[n:]
-		}
-	}
+	one := func(e driver.Extension) error { return d.Extend(ctx, e.Held, e.TTL) }
+	driver.ExtendGroups(b, errs, alone, one, func(idx []int, ttl time.Duration) {
+		d.extendMany(ctx, b, idx, ttl, errs)
+	})
 	return errs
 }
 
-// extendMany renews the leases b[idx] (at most driver.MaxBatch, all of
-// TTL ttl) and sets their errs.
+// extendMany renews the leases b[idx] (2 to driver.MaxBatch, all of TTL
+// ttl) and sets their errs.
 func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int, ttl time.Duration, errs []error) {
-	if len(idx) == 1 {
-		errs[idx[0]] = d.Extend(ctx, b[idx[0]].Held, ttl)
-		return
-	}
 	k := 0
 	for batchSlots[k] < len(idx) {
 		k++
@@ -89,7 +78,7 @@ func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int
 		switch {
 		case err != nil:
 			errs[i] = err
-		case renewed != nil && !renewed[h.Name+"\x00"+h.Owner]:
+		case renewed != nil && !renewed.Has(h):
 			d.bells.drop(bell, h.Owner)
 			errs[i] = fmt.Errorf("%w: mysqllock: %q is no longer held by this owner", driver.ErrLeaseLost, h.Name)
 		default:
@@ -100,8 +89,8 @@ func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int
 
 // renewMany runs extendMany at batchSlots[k] with pairs, of which n are
 // leases. It returns a nil set when it renewed all n, else the set of
-// those it renewed (name, NUL, owner).
-func (d *Driver) renewMany(ctx context.Context, k int, ttl time.Duration, pairs []any, n int) (map[string]bool, error) {
+// those it renewed.
+func (d *Driver) renewMany(ctx context.Context, k int, ttl time.Duration, pairs []any, n int) (driver.Renewed, error) {
 	r, err := exec(ctx, d, d.q.extendMany[k], append([]any{micros(ttl), d.bellArg(ctx)}, pairs...)...)
 	if err != nil {
 		return nil, err
@@ -122,14 +111,14 @@ func (d *Driver) renewMany(ctx context.Context, k int, ttl time.Duration, pairs 
 		return nil, d.fail(ctx, err)
 	}
 	defer rows.Close()
-	renewed := map[string]bool{}
+	renewed := driver.Renewed{}
 	for rows.Next() {
 		var name []byte
 		var owner string
 		if err := rows.Scan(&name, &owner); err != nil {
 			return nil, d.fail(ctx, err)
 		}
-		renewed[string(name)+"\x00"+owner] = true
+		renewed.Add(string(name), owner)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, d.fail(ctx, err)

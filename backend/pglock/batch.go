@@ -14,37 +14,32 @@ import (
 // locks and semaphore permits are renewed one by one.
 func (d *Driver) ExtendBatch(ctx context.Context, b []driver.Extension) []error {
 	errs := make([]error, len(b))
-	byTTL := map[time.Duration][]int{}
-	for i, e := range b {
+	alone := func(e driver.Extension) bool {
 		switch e.Held.Handle.(type) {
 		case *session, permit:
-			errs[i] = d.Extend(ctx, e.Held, e.TTL)
-		default:
-			byTTL[e.TTL] = append(byTTL[e.TTL], i)
+			return true
 		}
+		return false
 	}
-	for ttl, idx := range byTTL {
-		if len(idx) == 1 {
-			errs[idx[0]] = d.extend(ctx, d.pool, b[idx[0]].Held, ttl)
-			continue
-		}
+	one := func(e driver.Extension) error { return d.Extend(ctx, e.Held, e.TTL) }
+	driver.ExtendGroups(b, errs, alone, one, func(idx []int, ttl time.Duration) {
 		renewed, err := d.extendMany(ctx, b, idx, ttl)
 		for _, i := range idx {
 			h := b[i].Held
 			switch {
 			case err != nil:
 				errs[i] = err
-			case !renewed[h.Name+"\x00"+h.Owner]:
+			case !renewed.Has(h):
 				errs[i] = fmt.Errorf("%w: %q expired or was taken over", driver.ErrLeaseLost, h.Name)
 			}
 		}
-	}
+	})
 	return errs
 }
 
 // extendMany renews the leases b[idx], all of TTL ttl, and returns the set
-// of those it renewed (name, NUL, owner).
-func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int, ttl time.Duration) (map[string]bool, error) {
+// of those it renewed.
+func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int, ttl time.Duration) (driver.Renewed, error) {
 	names, owners := make([][]byte, len(idx)), make([]string, len(idx))
 	for k, i := range idx {
 		names[k], owners[k] = []byte(b[i].Held.Name), b[i].Held.Owner
@@ -56,14 +51,14 @@ func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int
 		return nil, d.fail(ctx, err)
 	}
 	defer rows.Close()
-	renewed := make(map[string]bool, len(idx))
+	renewed := make(driver.Renewed, len(idx))
 	var name []byte
 	var owner string
 	for rows.Next() {
 		if err := rows.Scan(&name, &owner); err != nil {
 			return nil, d.fail(ctx, err)
 		}
-		renewed[string(name)+"\x00"+owner] = true
+		renewed.Add(string(name), owner)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, d.fail(ctx, err)
