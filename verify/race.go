@@ -25,7 +25,9 @@ const dlockModule = "github.com/dlock/dlock"
 // from its cache while a workflow task runs, for one). It returns "" when
 // the log has no report, or one report has a frame of dlock's code in an
 // access: that exit stays a violation. The stacks of where the goroutines
-// were created are not looked at: dlock starts the dependency's workers.
+// were created are not looked at (dlock starts the dependency's workers);
+// the stack where a racy heap block was allocated ("Location is heap
+// block … allocated by") is, like an access's.
 func foreignRaces(logPath string) string {
 	f, err := os.Open(logPath)
 	if err != nil {
