@@ -47,7 +47,7 @@ const (
 )
 
 // locker takes the lock named key and returns the function that releases it.
-type locker func(ctx context.Context, key string) (unlock func(), err error)
+type locker func(ctx context.Context, key string) (unlock func() error, err error)
 
 // worker is one client of a library, with its own connection(s), as a
 // separate process would have.
@@ -74,10 +74,10 @@ type lib struct {
 
 // cached returns a locker that makes the per-name object (a mutex) once
 // per name in a row, as a program that locks one name in a loop does.
-func cached[M any](mk func(key string) M, lock func(ctx context.Context, m M) (func(), error)) locker {
+func cached[M any](mk func(key string) M, lock func(ctx context.Context, m M) (func() error, error)) locker {
 	var last string
 	var m M
-	return func(ctx context.Context, key string) (func(), error) {
+	return func(ctx context.Context, key string) (func() error, error) {
 		if key != last || last == "" {
 			m, last = mk(key), key
 		}
@@ -113,12 +113,12 @@ func dlockWorker(l *lib, c *dlock.Client, fair bool, closeAlso func()) worker {
 	}
 	return worker{
 		lock: cached(func(key string) *dlock.Mutex { return c.Mutex(key, opts...) },
-			func(ctx context.Context, m *dlock.Mutex) (func(), error) {
+			func(ctx context.Context, m *dlock.Mutex) (func() error, error) {
 				l, err := m.Lock(ctx)
 				if err != nil {
 					return nil, err
 				}
-				return func() { _ = l.Unlock(context.Background()) }, nil
+				return func() error { return l.Unlock(context.Background()) }, nil
 			}),
 		close: func() {
 			_ = c.Close()
@@ -159,11 +159,11 @@ func redisLibs(srv *testenv.Redis) []*lib {
 		rsc := redsync.New(goredis.NewPool(rdb))
 		return worker{
 			lock: cached(func(key string) *redsync.Mutex { return rsc.NewMutex("redsync/"+key, redsync.WithExpiry(ttl)) },
-				func(ctx context.Context, m *redsync.Mutex) (func(), error) {
+				func(ctx context.Context, m *redsync.Mutex) (func() error, error) {
 					if err := m.LockContext(ctx); err != nil {
 						return nil, err
 					}
-					return func() { _, _ = m.UnlockContext(context.Background()) }, nil
+					return func() error { _, err := m.UnlockContext(context.Background()); return err }, nil
 				}),
 			close: func() { _ = rdb.Close() },
 		}
@@ -175,12 +175,12 @@ func redisLibs(srv *testenv.Redis) []*lib {
 		c := bsmlock.New(rdb)
 		opt := &bsmlock.Options{RetryStrategy: bsmlock.LinearBackoff(time.Millisecond)}
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				l, err := c.Obtain(ctx, "bsm/"+key, ttl, opt)
 				if err != nil {
 					return nil, err
 				}
-				return func() { _ = l.Release(context.Background()) }, nil
+				return func() error { return l.Release(context.Background()) }, nil
 			},
 			close: func() { _ = rdb.Close() },
 		}
@@ -189,11 +189,11 @@ func redisLibs(srv *testenv.Redis) []*lib {
 	fl.open = func(t testing.TB, ttl time.Duration) worker {
 		rdb := fl.redisClient()
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				if err := rdb.Ping(ctx).Err(); err != nil {
 					return nil, err
 				}
-				return func() { _ = rdb.Ping(context.Background()).Err() }, nil
+				return func() error { return rdb.Ping(context.Background()).Err() }, nil
 			},
 			close: func() { _ = rdb.Close() },
 		}
@@ -211,7 +211,7 @@ return 0`)
 	fm.open = func(t testing.TB, ttl time.Duration) worker {
 		rdb := fm.redisClient()
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				keys := []string{"fenced/{" + key + "}:lock", "fenced/{" + key + "}:fence"}
 				owner := rand.Text()
 				n, err := fencedAcquire.Run(ctx, rdb, keys, owner, ttl.Milliseconds()).Int64()
@@ -221,7 +221,7 @@ return 0`)
 				if n == 0 {
 					return nil, errors.New("fenced minimum: lock held")
 				}
-				return func() { _ = fencedRelease.Run(context.Background(), rdb, keys[:1], owner).Err() }, nil
+				return func() error { return fencedRelease.Run(context.Background(), rdb, keys[:1], owner).Err() }, nil
 			},
 			close: func() { _ = rdb.Close() },
 		}
@@ -269,11 +269,11 @@ func etcdLibs(endpoint string) []*lib {
 		}
 		return worker{
 			lock: cached(func(key string) *concurrency.Mutex { return concurrency.NewMutex(s, "/mutex/"+key) },
-				func(ctx context.Context, m *concurrency.Mutex) (func(), error) {
+				func(ctx context.Context, m *concurrency.Mutex) (func() error, error) {
 					if err := m.Lock(ctx); err != nil {
 						return nil, err
 					}
-					return func() { _ = m.Unlock(context.Background()) }, nil
+					return func() error { return m.Unlock(context.Background()) }, nil
 				}),
 			close: func() { _ = s.Close(); _ = cli.Close() },
 		}
@@ -282,12 +282,12 @@ func etcdLibs(endpoint string) []*lib {
 	fl.open = func(t testing.TB, ttl time.Duration) worker {
 		cli := client(t, fl)
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				k := "/floor/" + key
 				if _, err := cli.Txn(ctx).Then(clientv3.OpPut(k, "x")).Commit(); err != nil {
 					return nil, err
 				}
-				return func() { _, _ = cli.Txn(context.Background()).Then(clientv3.OpDelete(k)).Commit() }, nil
+				return func() error { _, err := cli.Txn(context.Background()).Then(clientv3.OpDelete(k)).Commit(); return err }, nil
 			},
 			close: func() { _ = cli.Close() },
 		}
@@ -338,10 +338,10 @@ func etcdHandoff(client func(testing.TB, *lib) *clientv3.Client, check bool) *li
 		// would set one up again for every wait.
 		cli.Watch(ctx, "/handoff/\x00")
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				pfx := "/handoff/" + key + "/"
 				me := fmt.Sprintf("%s%x", pfx, int64(gr.ID))
-				unlock := func() { _, _ = cli.Delete(context.Background(), me) }
+				unlock := func() error { _, err := cli.Delete(context.Background(), me); return err }
 				resp, err := cli.Txn(ctx).Then(clientv3.OpGet(pfx, clientv3.WithLastCreate()...),
 					clientv3.OpPut(me, "", clientv3.WithLease(gr.ID))).Commit()
 				if err != nil {
@@ -446,11 +446,11 @@ func zkLibs(addr string) []*lib {
 		conn := zkConnect(t, addr)
 		return worker{
 			lock: cached(func(key string) *zk.Lock { return zk.NewLock(conn, "/zklock/"+key, zk.WorldACL(zk.PermAll)) },
-				func(ctx context.Context, l *zk.Lock) (func(), error) {
+				func(ctx context.Context, l *zk.Lock) (func() error, error) {
 					if err := l.Lock(); err != nil {
 						return nil, err
 					}
-					return func() { _ = l.Unlock() }, nil
+					return func() error { return l.Unlock() }, nil
 				}),
 			close: conn.Close,
 		}
@@ -462,12 +462,12 @@ func zkLibs(addr string) []*lib {
 			t.Fatalf("zookeeper: %v", err)
 		}
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				p, err := conn.Create("/floor/"+strings.ReplaceAll(key, "/", "-"), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 				if err != nil {
 					return nil, err
 				}
-				return func() { _ = conn.Delete(p, -1) }, nil
+				return func() error { return conn.Delete(p, -1) }, nil
 			},
 			close: conn.Close,
 		}
@@ -493,11 +493,11 @@ func postgresLibs(pg *testenv.Postgres) []*lib {
 			t.Fatalf("postgres: %v", err)
 		}
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
 					return nil, err
 				}
-				return func() { _, _ = conn.Exec(context.Background(), "SELECT 1") }, nil
+				return func() error { _, err := conn.Exec(context.Background(), "SELECT 1"); return err }, nil
 			},
 			close: func() { _ = conn.Close(context.Background()) },
 		}
@@ -585,20 +585,21 @@ func postgresRing(pg *testenv.Postgres) *lib {
 			}
 		}()
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				select {
 				case <-turn:
 				case <-ctx.Done():
 					return nil, ctx.Err()
 				}
-				return func() {
+				return func() error {
 					mu.Lock()
 					next := fmt.Sprintf("%s_%d", prefix, (i+1)%len(turns))
 					mu.Unlock()
-					_, _ = conn.Exec(context.Background(), `WITH u AS (
+					_, err := conn.Exec(context.Background(), `WITH u AS (
 	INSERT INTO notify_ring AS r VALUES ($1, 1) ON CONFLICT (name) DO UPDATE SET n = r.n + 1 RETURNING n
 )
 SELECT pg_notify($2, n::text) FROM u`, key, next)
+					return err
 				}, nil
 			},
 			close: func() {
@@ -630,11 +631,11 @@ func mariadbLibs(m *testenv.MariaDB) []*lib {
 		}
 		db.SetMaxOpenConns(1)
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				if _, err := db.ExecContext(ctx, "DO 1"); err != nil {
 					return nil, err
 				}
-				return func() { _, _ = db.ExecContext(context.Background(), "DO 1") }, nil
+				return func() error { _, err := db.ExecContext(context.Background(), "DO 1"); return err }, nil
 			},
 			close: func() { _ = db.Close() },
 		}

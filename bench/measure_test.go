@@ -189,6 +189,11 @@ type manyKeys struct {
 	errors             int
 	stopped            string // why the run stopped before every name was locked, if it did
 	firstErr           string // the first lock call's error, if one failed
+	// unlockErrors counts the unlocks that failed: for dlock, a lease
+	// lost while it was held (its Unlock reports ErrLeaseLost), so the
+	// names were not all held at once. firstUnlockErr is the first.
+	unlockErrors   int
+	firstUnlockErr string
 }
 
 // stoppedNote is ", stopped: why" if the run stopped early.
@@ -196,6 +201,9 @@ func (m *manyKeys) stoppedNote() string {
 	note := ""
 	if m.firstErr != "" {
 		note = ", the first error: " + m.firstErr
+	}
+	if m.unlockErrors > 0 {
+		note += fmt.Sprintf(", %d unlocks failed (a lease lost while held), the first: %s", m.unlockErrors, m.firstUnlockErr)
 	}
 	if m.stopped != "" {
 		note += ", stopped: " + m.stopped
@@ -239,13 +247,13 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 	defer cancel()
 	lockCtx, stopLocking := context.WithCancel(ctx)
 	defer stopLocking()
-	unlocks := make([][]func(), len(ws))
+	unlocks := make([][]func() error, len(ws))
 	names := make([][]string, len(ws))
 	for i := range ws {
 		for k := i; k < n; k += len(ws) {
 			names[i] = append(names[i], prefix+strconv.Itoa(k))
 		}
-		unlocks[i] = make([]func(), 0, len(names[i]))
+		unlocks[i] = make([]func() error, 0, len(names[i]))
 	}
 	heap0, g0 := testenv.LiveHeap()
 	mem0 := memAvailable()
@@ -319,16 +327,24 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 	m.heapPerLock = float64(heap1-heap0) / held
 	m.goroutinesPerLock = float64(g1-g0) / held
 	start = time.Now()
+	var unlockErrs atomic.Int64
+	var firstUnlockErr atomic.Value
 	for i := range ws {
 		wg.Go(func() {
 			for _, unlock := range unlocks[i] {
-				unlock()
+				if err := unlock(); err != nil && unlockErrs.Add(1) == 1 {
+					firstUnlockErr.Store(err.Error())
+				}
 			}
 		})
 	}
 	wg.Wait()
 	m.freeTime = time.Since(start)
 	m.errors = int(errs.Load())
+	m.unlockErrors = int(unlockErrs.Load())
+	if e, ok := firstUnlockErr.Load().(string); ok {
+		m.firstUnlockErr = e
+	}
 }
 
 func (m *manyKeys) lockPerSec() float64 { return float64(m.held) / m.lockTime.Seconds() }

@@ -84,24 +84,26 @@ func dlockPrims(t testing.TB, backend string, open dlockOpener) (libs []*primLib
 		}
 		l.open = func(t testing.TB) primWorker {
 			c := open(t)
-			lease := func(l *dlock.Lease, err error) (func(), error) {
+			lease := func(l *dlock.Lease, err error) (func() error, error) {
 				if err != nil {
 					return nil, err
 				}
-				return func() { _ = l.Unlock(context.Background()) }, nil
+				return func() error { return l.Unlock(context.Background()) }, nil
 			}
 			w := primWorker{close: func() { _ = c.Close() }}
 			switch p {
 			case semaphore:
 				w.take = cached(func(key string) *dlock.Semaphore { return c.Semaphore(key, limitP, opts...) },
-					func(ctx context.Context, s *dlock.Semaphore) (func(), error) { return lease(s.Acquire(ctx)) })
+					func(ctx context.Context, s *dlock.Semaphore) (func() error, error) { return lease(s.Acquire(ctx)) })
 			case rwmutex:
 				mk := func(key string) *dlock.RWMutex { return c.RWMutex(key, opts...) }
-				w.take = cached(mk, func(ctx context.Context, rw *dlock.RWMutex) (func(), error) { return lease(rw.Lock(ctx)) })
-				w.read = cached(mk, func(ctx context.Context, rw *dlock.RWMutex) (func(), error) { return lease(rw.RLock(ctx)) })
+				w.take = cached(mk, func(ctx context.Context, rw *dlock.RWMutex) (func() error, error) { return lease(rw.Lock(ctx)) })
+				w.read = cached(mk, func(ctx context.Context, rw *dlock.RWMutex) (func() error, error) { return lease(rw.RLock(ctx)) })
 			case election:
 				w.take = cached(func(key string) *dlock.Election { return c.Election(key, opts...) },
-					func(ctx context.Context, e *dlock.Election) (func(), error) { return lease(e.Campaign(ctx, "bench")) })
+					func(ctx context.Context, e *dlock.Election) (func() error, error) {
+						return lease(e.Campaign(ctx, "bench"))
+					})
 			}
 			return w
 		}
@@ -131,11 +133,11 @@ func etcdPrimIncumbents(endpoint string) []*primLib {
 		s, closeAll := session(t)
 		return primWorker{
 			take: cached(func(key string) *concurrency.Election { return concurrency.NewElection(s, "/election/"+key) },
-				func(ctx context.Context, e *concurrency.Election) (func(), error) {
+				func(ctx context.Context, e *concurrency.Election) (func() error, error) {
 					if err := e.Campaign(ctx, "bench"); err != nil {
 						return nil, err
 					}
-					return func() { _ = e.Resign(context.Background()) }, nil
+					return func() error { return e.Resign(context.Background()) }, nil
 				}),
 			close: closeAll,
 		}
@@ -146,17 +148,17 @@ func etcdPrimIncumbents(endpoint string) []*primLib {
 		s, closeAll := session(t)
 		mk := func(key string) *recipe.RWMutex { return recipe.NewRWMutex(s, "/rwmutex/"+key) }
 		return primWorker{
-			take: cached(mk, func(ctx context.Context, m *recipe.RWMutex) (func(), error) {
+			take: cached(mk, func(ctx context.Context, m *recipe.RWMutex) (func() error, error) {
 				if err := m.Lock(); err != nil {
 					return nil, err
 				}
-				return func() { _ = m.Unlock() }, nil
+				return func() error { return m.Unlock() }, nil
 			}),
-			read: cached(mk, func(ctx context.Context, m *recipe.RWMutex) (func(), error) {
+			read: cached(mk, func(ctx context.Context, m *recipe.RWMutex) (func() error, error) {
 				if err := m.RLock(); err != nil {
 					return nil, err
 				}
-				return func() { _ = m.RUnlock() }, nil
+				return func() error { return m.RUnlock() }, nil
 			}),
 			close: closeAll,
 		}

@@ -491,7 +491,7 @@ func (r *report) millionGoals() []goal {
 		for _, l := range b.lockLibs() {
 			m := r.manyRun(l, keysCLarge)
 			switch {
-			case m != nil && (m.errors > 0 || m.stopped != ""):
+			case m != nil && (m.errors > 0 || m.unlockErrors > 0 || m.stopped != ""):
 				failed = append(failed, fmt.Sprintf("%s (%d of %d names held%s)", l.name, m.held, m.n, m.stoppedNote()))
 			case m != nil && l.role == ours:
 				ran = append(ran, fmt.Sprintf("%s, %d workers: %.0f locks/s, %.0f unlocks/s, %.0f B of client heap and %.0f B of the machine's memory per held lock", l.name, m.workers, m.lockPerSec(), m.freePerSec(), m.heapPerLock, m.machinePerLock))
@@ -724,7 +724,7 @@ func (r *report) writeB(p func(string, ...any)) {
 func (r *report) writeC(p func(string, ...any)) {
 	p("## C. Many names\n\n")
 	p("The workers lock N distinct names between them and hold them all; then they unlock them all. Heap and goroutines per held lock: this process's live Go heap (after two GCs) and goroutine count while all N are held, minus before, ÷ N — the client's cost of holding a lock (it includes the benchmark's own closure per lock, a few dozen bytes). Machine memory per held lock: the machine's available memory (/proc/meminfo MemAvailable) before the locks minus while all are held, ÷ N — the client's and the server's cost together, and whatever else the shared machine did meanwhile (noisy for small N). ")
-	p("%d names run only for the libraries listed in the settings (`-million`), with %d workers, and only if the run's budget (`-budget`) and the machine's available memory allow (the time and the client's heap estimated from the library's small run); a run stops locking if the available memory falls below %d MiB, rather than let the machine run out.\n\n", *largeN, *millionW, minFreeMemory>>20)
+	p("%d names run only for the libraries listed in the settings (`-million`), with %d workers, and only if the run's budget (`-budget`) and the machine's available memory allow (the time and the client's heap estimated from the library's small run); a run stops locking if the available memory falls below %d MiB, rather than let the machine run out. Errors: the Locks that failed, and the Unlocks that failed (for dlock, a lease lost while it was held: those names were not all held at once).\n\n", *largeN, *millionW, minFreeMemory>>20)
 	p("| backend | library | names | workers | locks/s | unlocks/s | heap bytes per held lock | machine memory per held lock | goroutines per held lock | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range r.many {
 		// A few goroutines of earlier runs' clients may end meanwhile.

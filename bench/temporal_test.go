@@ -127,7 +127,7 @@ func temporalHandoff(srv *testenv.Temporal) *lib {
 		give := func(key string) { _ = update(context.Background(), key, turnGive) }
 		var keys []string
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				if !slices.Contains(keys, key) {
 					keys = append(keys, key)
 				}
@@ -142,7 +142,7 @@ func temporalHandoff(srv *testenv.Temporal) *lib {
 					if err != nil {
 						return nil, err
 					}
-					return func() { give(key) }, nil
+					return func() error { give(key); return nil }, nil
 				case <-ctx.Done():
 					go func() {
 						if <-done == nil {
@@ -204,11 +204,11 @@ func temporalLibs(srv *testenv.Temporal) []*lib {
 			return h.Get(ctx, nil)
 		}
 		return worker{
-			lock: func(ctx context.Context, key string) (func(), error) {
+			lock: func(ctx context.Context, key string) (func() error, error) {
 				if err := ping(ctx); err != nil {
 					return nil, err
 				}
-				return func() { _ = ping(context.Background()) }, nil
+				return func() error { return ping(context.Background()) }, nil
 			},
 			close: func() {
 				_ = c.TerminateWorkflow(context.Background(), id, "", "benchmark done")

@@ -75,14 +75,14 @@ func BenchmarkRedisUncontended(b *testing.B) {
 		if fair {
 			name = "dlock-driver-fair"
 		}
-		w := worker{lock: func(ctx context.Context, key string) (func(), error) {
+		w := worker{lock: func(ctx context.Context, key string) (func() error, error) {
 			req := driver.Request{Name: "driver/" + key, Owner: rand.Text(), TTL: 30 * time.Second, Wait: true, Fair: fair, Holder: holder}
 			g, err := d.Acquire(ctx, req)
 			if err != nil {
 				return nil, err
 			}
-			return func() {
-				_ = d.Release(context.Background(), driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
+			return func() error {
+				return d.Release(context.Background(), driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle})
 			}, nil
 		}}
 		rows = append(rows, &row{name: name, w: w, labels: pprof.Labels("lib", name)})
