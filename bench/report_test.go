@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +58,7 @@ type report struct {
 }
 
 func newReport() *report {
+	treeVersion()
 	return &report{
 		start: time.Now(), load0: loadAvg(),
 		serials: map[*lib]*serial{}, contentions: map[*lib]map[int]*contention{}, curves: map[string]*curve{},
@@ -960,16 +962,23 @@ func modVersion(path string) string {
 	return "?"
 }
 
+// treeVersion is the commit of the working tree, read once: newReport
+// reads it as the run starts, when it is the tree the run was built from
+// (a run of an hour may end after later commits).
+var treeVersion = sync.OnceValue(func() string {
+	out, err := exec.Command("git", "-C", "..", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "this tree"
+	}
+	return "dlock " + strings.TrimSpace(string(out))
+})
+
 // libVersion is the module version of a library; dlock's is the commit of
 // the working tree it was built from.
 func libVersion(l *lib) string {
 	switch {
 	case l.role == ours:
-		out, err := exec.Command("git", "-C", "..", "describe", "--always", "--dirty").Output()
-		if err != nil {
-			return "this tree"
-		}
-		return "dlock " + strings.TrimSpace(string(out))
+		return treeVersion()
 	case l.name == "redsync":
 		return "redsync " + modVersion("github.com/go-redsync/redsync/v4")
 	case l.name == "bsm-linear1ms":
