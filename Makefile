@@ -3,7 +3,7 @@
 # make check  gofmt, go vet, staticcheck
 # make verify every backend x fault x workload (mutex, semaphore, rwmutex, election) combination in the short profile, and its table
 # make bench  dlock side by side with the incumbent libraries: bench/RESULTS.md and bench/curves-*.svg
-# make bench-million  a million names held at once on every backend but Temporal: bench/million/RESULTS.md
+# make bench-million  a million names held at once, tried on every backend but Temporal: bench/million/RESULTS.md
 GO ?= go
 
 # Every package of every module that go.work lists: the repository is one
