@@ -481,7 +481,6 @@ func (r *report) writeGoals(p func(string, ...any)) {
 // at once (scenario C with -large names, for the libraries of -million).
 func (r *report) millionGoals() []goal {
 	var gs []goal
-	list := strings.Split(*million, ",")
 	for _, name := range allBackends {
 		what := fmt.Sprintf("a million names held at once: %s runs C with %d names", goalName[name], keysCLarge)
 		b := r.backend(name)
@@ -497,7 +496,7 @@ func (r *report) millionGoals() []goal {
 				failed = append(failed, fmt.Sprintf("%s (%d of %d names held%s)", l.name, m.held, m.n, m.stoppedNote()))
 			case m != nil && l.role == ours:
 				ran = append(ran, fmt.Sprintf("%s, %d workers: %.0f locks/s, %.0f unlocks/s, %.0f B of client heap and %.0f B of the machine's memory per held lock", l.name, m.workers, m.lockPerSec(), m.freePerSec(), m.heapPerLock, m.machinePerLock))
-			case m == nil && b.manyKey && slices.Contains(list, b.name+"/"+l.name):
+			case m == nil && b.manyKey && inMillion(b, l):
 				for _, sk := range r.skipped {
 					if sk.lib == l {
 						skipped = append(skipped, sk.why)

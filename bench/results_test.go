@@ -398,7 +398,7 @@ func (r *report) scenarioC(t *testing.T, b *backend, n int) {
 		workers = *millionW
 	}
 	for _, l := range b.lockLibs() {
-		if (large || *manyOnly) && !slices.Contains(strings.Split(*million, ","), b.name+"/"+l.name) {
+		if (large || *manyOnly) && !inMillion(b, l) {
 			continue
 		}
 		if large {
@@ -423,6 +423,11 @@ func (r *report) scenarioC(t *testing.T, b *backend, n int) {
 	}
 }
 
+// inMillion reports whether l of b is in -million's list.
+func inMillion(b *backend, l *lib) bool {
+	return slices.Contains(strings.Split(*million, ","), b.name+"/"+l.name)
+}
+
 // byLargeEstimate orders the backends that run C by the time their large
 // runs of -million would take, as largeEstimate puts it, shortest first.
 func (r *report) byLargeEstimate(backends []*backend) []*backend {
@@ -437,7 +442,7 @@ func (r *report) byLargeEstimate(backends []*backend) []*backend {
 		}
 		var d time.Duration
 		for _, l := range b.lockLibs() {
-			if slices.Contains(strings.Split(*million, ","), b.name+"/"+l.name) {
+			if inMillion(b, l) {
 				d += r.largeEstimate(l, *largeN)
 			}
 		}

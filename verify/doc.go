@@ -154,8 +154,8 @@
 // which the runtime puts only in place of a clean exit's 0) when the log
 // holds the detector's reports and none has a frame of dlock's code in
 // either access. That exit is a note naming the packages, not a violation.
-// The Temporal SDK's workflow cache eviction races with its own workflow
-// tasks in this way under the pause fault.
+// A CI run saw this once: under the pause fault, the Temporal SDK's
+// workflow cache eviction raced with its own workflow tasks.
 //
 // # What is checked
 //

@@ -57,11 +57,9 @@ func foreignRaces(logPath string) string {
 			// 7:", "Previous read at …") or a goroutine's creation.
 			inAccess = strings.Contains(line, " at 0x") && !strings.HasPrefix(line, "Goroutine ")
 		case inAccess && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   "):
-			fn := strings.TrimSpace(line)
-			if fn == dlockModule || strings.HasPrefix(fn, dlockModule+"/") || strings.HasPrefix(fn, dlockModule+".") {
-				ours = true
-			}
-			pkgs[framePackage(fn)] = true
+			p := framePackage(strings.TrimSpace(line))
+			ours = ours || p == dlockModule || strings.HasPrefix(p, dlockModule+"/")
+			pkgs[p] = true
 		}
 	}
 	if sc.Err() != nil || reports == 0 || ours || inReport {
