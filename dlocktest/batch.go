@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -20,6 +22,14 @@ import (
 // ErrLeaseLost for each one that was released, expired (and stays
 // expired), or broken and taken by another owner, whose lease it leaves
 // alone.
+//
+// A backend whose lease length is its own, not the one asked for (a
+// ZooKeeper lease lasts as long as its session allows), grants every lease
+// for that length L: its leases are kept alive one by one until the
+// expiring one is gone, then left unrenewed for L/2 before the batch; each
+// renewed lease must then outlive the deadline it had without the batch,
+// which Inspect cannot show on such a backend (ExpiresIn is 0), so its
+// Grant.Lost is watched instead.
 func (s *suite) testBatchRenewal(t *testing.T) {
 	d, other := s.driver(t), s.client(t)
 	bx := d.(driver.BatchExtender)
@@ -33,6 +43,8 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 	}
 	expiring := n - 1 // granted last, for one TTL, and left to expire
 	b := make([]driver.Extension, n)
+	lostSignals := make([]*driver.Signal, n)
+	fixed := time.Duration(0) // the backend's own lease length, if it has one
 	for i := range b {
 		name := s.name(t, fmt.Sprint(i))
 		if i == 0 {
@@ -49,7 +61,17 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire %d: %v", i, err)
 		}
+		if g.TTL > 0 && g.TTL < req.TTL {
+			if fixed != 0 && g.TTL != fixed {
+				t.Fatalf("Acquire %d granted %v, an earlier one %v: neither the TTL asked for (%v) nor one length for all", i, g.TTL, fixed, req.TTL)
+			}
+			fixed, req.TTL = g.TTL, g.TTL
+		}
+		lostSignals[i] = g.Lost
 		b[i] = driver.Extension{Held: driver.Held{Name: name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}, TTL: req.TTL}
+	}
+	if fixed != 0 && b[0].TTL != fixed {
+		t.Fatalf("Acquire 0 granted the TTL asked for, %v, later ones %v", b[0].TTL, fixed)
 	}
 	renewAt := time.Now().Add(2 * ttl)
 	defer func() {
@@ -75,7 +97,17 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 		defer mustUnlock(t, l)
 		lost[i] = "broken and taken by another owner"
 	}
-	testenv.Eventually(t, 5*ttl, "a lease left unrenewed to expire", func() error {
+	stopKeeping := func() time.Time { return time.Time{} }
+	if fixed != 0 {
+		var keep []driver.Held
+		for i, e := range b {
+			if _, gone := lost[i]; !gone && i != expiring {
+				keep = append(keep, e.Held)
+			}
+		}
+		stopKeeping = keepAlive(t, d, keep, fixed)
+	}
+	testenv.Eventually(t, 5*max(ttl, fixed), "a lease left unrenewed to expire", func() error {
 		in, err := other.Inspect(ctx, b[expiring].Held.Name)
 		if err == nil && in.Held {
 			err = fmt.Errorf("held, %v left", in.ExpiresIn)
@@ -84,6 +116,11 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 	})
 	lost[expiring] = "expired"
 	time.Sleep(time.Until(renewAt))
+	var unrenewedBy time.Time // fixed: the latest deadline of a lease the batch does not renew
+	if fixed != 0 {
+		unrenewedBy = stopKeeping().Add(fixed)
+		time.Sleep(fixed / 2)
+	}
 
 	sent := time.Now()
 	errs := bx.ExtendBatch(ctx, b)
@@ -102,6 +139,9 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 			t.Errorf("lease %d: ExtendBatch answered %v, want it renewed", i, err)
 			continue
 		}
+		if fixed != 0 {
+			continue // checked below, once its old deadline has passed
+		}
 		asked := time.Now()
 		in, err := other.Inspect(ctx, e.Name)
 		if err != nil {
@@ -118,6 +158,23 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 		// a backend's rounding of ExpiresIn.
 		if ends, want := asked.Add(left), sent.Add(b[i].TTL-ttl); !in.Held || ends.Before(want) {
 			t.Errorf("lease %d after ExtendBatch: held %v, %v left: not renewed for its TTL of %v", i, in.Held, left, b[i].TTL)
+		}
+	}
+	if fixed != 0 {
+		// Past the deadline each lease had without the batch, well before
+		// sent+L: a lease the batch did not renew has been lost by now.
+		time.Sleep(time.Until(unrenewedBy.Add(fixed / 6)))
+		for i, e := range b {
+			if _, gone := lost[i]; gone {
+				continue
+			}
+			if lostSignals[i].Fired() {
+				t.Errorf("lease %d: lost (%v) %v after the batch, past its deadline without it: not renewed for its length %v", i, lostSignals[i].Cause(), time.Since(sent), fixed)
+				continue
+			}
+			if in, err := other.Inspect(ctx, e.Held.Name); err != nil || !in.Held || in.Token != e.Held.Token && !slices.ContainsFunc(in.Permits, func(p dlock.Permit) bool { return p.Token == e.Held.Token }) {
+				t.Errorf("lease %d after ExtendBatch: held %v, token %d (want %d), error %v", i, in.Held, in.Token, e.Held.Token, err)
+			}
 		}
 	}
 	// Again, the backend now warm (a script loaded, a statement prepared):
@@ -141,6 +198,41 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 		if !in.Held || in.Token <= b[i].Held.Token || in.ExpiresIn > 2*ttl {
 			t.Errorf("lease %d's name after ExtendBatch: held %v, token %d (the stale one %d), %v left: the new holder's lease must be left alone", i, in.Held, in.Token, b[i].Held.Token, in.ExpiresIn)
 		}
+	}
+}
+
+// keepAlive renews the leases hs, one Extend each, every ttl/4, until the
+// returned stop is called; stop returns the time the last round of
+// renewals began: the deadline of a lease renewed no more is at most ttl
+// after it.
+func keepAlive(t *testing.T, d driver.Driver, hs []driver.Held, ttl time.Duration) (stop func() time.Time) {
+	done := make(chan struct{})
+	last := make(chan time.Time, 1)
+	go func() {
+		var began time.Time
+		defer func() { last <- began }()
+		tick := time.NewTicker(ttl / 4)
+		defer tick.Stop()
+		for {
+			began = time.Now()
+			for _, h := range hs {
+				ctx, cancel := context.WithTimeout(context.Background(), ttl/2)
+				err := d.Extend(ctx, h, ttl)
+				cancel()
+				if err != nil {
+					t.Errorf("keeping the lease of %q alive: Extend: %v", h.Name, err)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() time.Time {
+		close(done)
+		return <-last
 	}
 }
 

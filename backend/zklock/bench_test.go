@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlocktest"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
@@ -220,6 +221,17 @@ func benchmarkRenewal(b *testing.B, addr string) {
 	if err := d.Release(ctx, held); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkRenewals renews 20,000 held leases one Extend each against
+// batched (driver.BatchExtender: one sync per batch), side by side
+// (dlocktest.BenchRenewals), in a session of 2 minutes (the test server's
+// longest), so that the leases outlast their own acquiring.
+//
+//	go test ./backend/zklock -run '^$' -bench Renewals -benchtime 3x
+func BenchmarkRenewals(b *testing.B) {
+	z := testenv.StartZooKeeper(b, testenv.ZooKeeperOptions{NoSync: true})
+	dlocktest.BenchRenewals(b, openURL(b, zkURL(z.Addrs(), "/bench", "session_timeout=2m")), 20000)
 }
 
 // BenchmarkHeldLocks measures what holding a lock costs the client, as
