@@ -202,9 +202,9 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 }
 
 // keepAlive renews the leases hs, one Extend each, every ttl/4, until the
-// returned stop is called; stop returns the time the last round of
-// renewals began: the deadline of a lease renewed no more is at most ttl
-// after it.
+// returned stop is called, or the test ends; stop returns the time the
+// last round of renewals began: the deadline of a lease renewed no more is
+// at most ttl after it.
 func keepAlive(t *testing.T, d driver.Driver, hs []driver.Held, ttl time.Duration) (stop func() time.Time) {
 	done := make(chan struct{})
 	last := make(chan time.Time, 1)
@@ -230,10 +230,17 @@ func keepAlive(t *testing.T, d driver.Driver, hs []driver.Held, ttl time.Duratio
 			}
 		}
 	}()
-	return func() time.Time {
-		close(done)
-		return <-last
+	var once sync.Once
+	var began time.Time
+	stop = func() time.Time {
+		once.Do(func() {
+			close(done)
+			began = <-last
+		})
+		return began
 	}
+	t.Cleanup(func() { stop() }) // a test that fails before it stops them
+	return stop
 }
 
 // BenchRenewals measures a backend's renewals of many held leases, one
