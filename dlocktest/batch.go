@@ -65,6 +65,9 @@ func (s *suite) testBatchRenewal(t *testing.T) {
 			if fixed != 0 && g.TTL != fixed {
 				t.Fatalf("Acquire %d granted %v, an earlier one %v: neither the TTL asked for (%v) nor one length for all", i, g.TTL, fixed, req.TTL)
 			}
+			if g.Lost == nil {
+				t.Fatalf("Acquire %d granted %v, not the TTL asked for (%v), and no Grant.Lost: the loss of such a lease cannot be told", i, g.TTL, req.TTL)
+			}
 			fixed, req.TTL = g.TTL, g.TTL
 		}
 		lostSignals[i] = g.Lost
