@@ -439,8 +439,8 @@ func zkLibs(addr string) []*lib {
 		// a session as long as the TTL the other backends are given, as
 		// a user holding many locks would (C's 10 minutes: the server
 		// grants its maxSessionTimeout). Each lease costs a renewal every
-		// third of its length, and with the default 10 s session a client
-		// on this machine falls behind at about half a million leases.
+		// third of its length, and with the default 10 s session C's eight
+		// clients on this machine fell behind at about half a million.
 		session := max(ttl, zklock.DefaultSessionTimeout)
 		d, err := zklock.Open(ctx, &url.URL{Scheme: "zk", Host: addr, Path: "/bench", RawQuery: "session_timeout=" + session.String()})
 		if err != nil {
