@@ -513,8 +513,59 @@ func postgresLibs(pg *testenv.Postgres) []*lib {
 	return []*lib{
 		dl("dlock-fair", true, "backend/pglock, dlock.WithFair() (nobody passes a live waiter)"),
 		dl("dlock-plain", false, "backend/pglock (an arrival may take a free lock; waiters queue)"),
-		fl, postgresRing(pg),
+		fl, postgresFenced(pg), postgresRing(pg),
 	}
+}
+
+// postgresFenced is the least a fenced lock with an owner-checked release
+// does on PostgreSQL, in raw pgx calls: two one-row commits. Each name
+// has a row, made at its first lock and never deleted (so that its
+// counter is a fencing token); the lock is one UPDATE that takes the row
+// if it is free or expired, counts its token up and returns it; the
+// unlock one UPDATE that frees it if the owner matches. No waiters, no
+// notification, no holder metadata, no renewal.
+func postgresFenced(pg *testenv.Postgres) *lib {
+	fm := &lib{backend: "postgres", name: "reference: fenced minimum", role: reference,
+		how: "not a library: a row per name, made once; lock = an UPDATE that takes a free or expired row and returns its token + 1, unlock = an owner-checked UPDATE that frees it: two one-row commits"}
+	url := postgresDatabase(pg, "fenced minimum")
+	fm.open = func(t testing.TB, ttl time.Duration) worker {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS fenced (name text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL, expires_at timestamptz NOT NULL)`); err != nil {
+			t.Fatalf("postgres: %v", err)
+		}
+		made := map[string]bool{}
+		return worker{
+			lock: func(ctx context.Context, key string) (func() error, error) {
+				if !made[key] {
+					if _, err := conn.Exec(ctx, `INSERT INTO fenced VALUES ($1, '', 0, '-infinity') ON CONFLICT DO NOTHING`, key); err != nil {
+						return nil, err
+					}
+					made[key] = true
+				}
+				owner := rand.Text()
+				var token int64
+				err := conn.QueryRow(ctx, `UPDATE fenced SET owner = $2, token = token + 1, expires_at = clock_timestamp() + $3 * interval '1 millisecond'
+WHERE name = $1 AND (owner = '' OR expires_at <= clock_timestamp()) RETURNING token`, key, owner, ttl.Milliseconds()).Scan(&token)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil, errors.New("fenced minimum: lock held")
+				}
+				if err != nil {
+					return nil, err
+				}
+				return func() error {
+					_, err := conn.Exec(context.Background(), `UPDATE fenced SET owner = '' WHERE name = $1 AND owner = $2`, key, owner)
+					return err
+				}, nil
+			},
+			close: func() { _ = conn.Close(context.Background()) },
+		}
+	}
+	return fm
 }
 
 // postgresDatabase makes a database of its own for the workers of the
@@ -651,6 +702,69 @@ func mariadbLibs(m *testenv.MariaDB) []*lib {
 	return []*lib{
 		dl("dlock", false, "backend/mysqllock (an arrival may take a free lock)"),
 		dl("dlock-fair", true, "backend/mysqllock, dlock.WithFair() (nobody passes a live waiter; the release hands the lock on)"),
-		fl,
+		fl, mariadbFenced(m),
 	}
+}
+
+// mariadbFenced is postgresFenced on MariaDB: two one-row commits, each a
+// prepared statement on one database/sql connection (as mysqllock sends
+// its statements); the lock's token comes back in the OK packet, through
+// LAST_INSERT_ID(expr).
+func mariadbFenced(m *testenv.MariaDB) *lib {
+	fm := &lib{backend: "mariadb", name: "reference: fenced minimum", role: reference,
+		how: "not a library: a row per name, made once; lock = a prepared UPDATE that takes a free or expired row and sets its token + 1 (returned by LAST_INSERT_ID), unlock = an owner-checked prepared UPDATE that frees it: two one-row commits"}
+	fm.open = func(t testing.TB, ttl time.Duration) worker {
+		db, err := sql.Open("mysql", m.DSN(testenv.MariaDBUser, testenv.MariaDBPassword))
+		if err != nil {
+			t.Fatalf("mariadb: %v", err)
+		}
+		db.SetMaxOpenConns(1)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		prepare := func(q string) *sql.Stmt {
+			s, err := db.PrepareContext(ctx, q)
+			if err != nil {
+				t.Fatalf("mariadb: %v", err)
+			}
+			return s
+		}
+		if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS fenced (name VARBINARY(255) PRIMARY KEY, owner VARBINARY(64) NOT NULL,
+token BIGINT UNSIGNED NOT NULL, expires_at DATETIME(6) NOT NULL) ENGINE=InnoDB`); err != nil {
+			t.Fatalf("mariadb: %v", err)
+		}
+		mk := prepare(`INSERT IGNORE INTO fenced VALUES (?, '', 0, '1970-01-01')`)
+		take := prepare(`UPDATE fenced SET owner = ?, token = LAST_INSERT_ID(token + 1), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE name = ? AND (owner = '' OR expires_at <= UTC_TIMESTAMP(6))`)
+		free := prepare(`UPDATE fenced SET owner = '' WHERE name = ? AND owner = ?`)
+		made := map[string]bool{}
+		return worker{
+			lock: func(ctx context.Context, key string) (func() error, error) {
+				if !made[key] {
+					if _, err := mk.ExecContext(ctx, key); err != nil {
+						return nil, err
+					}
+					made[key] = true
+				}
+				owner := rand.Text()
+				res, err := take.ExecContext(ctx, owner, ttl.Microseconds(), key)
+				if err != nil {
+					return nil, err
+				}
+				if n, err := res.RowsAffected(); err != nil || n == 0 {
+					return nil, errors.New("fenced minimum: lock held")
+				}
+				if token, err := res.LastInsertId(); err != nil || token == 0 {
+					return nil, fmt.Errorf("fenced minimum: no token (%v)", err)
+				}
+				return func() error { _, err := free.ExecContext(context.Background(), key, owner); return err }, nil
+			},
+			close: func() {
+				for _, s := range []*sql.Stmt{mk, take, free} {
+					_ = s.Close()
+				}
+				_ = db.Close()
+			},
+		}
+	}
+	return fm
 }
