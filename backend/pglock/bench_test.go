@@ -32,7 +32,10 @@ var modes = []struct {
 // release each do), interleaved. roundtrips/op and writes/op are the
 // ratios: a lock and an unlock of one statement each would cost 2 of the
 // second. driver-writes/op is the same for the driver's Acquire and
-// Release alone, without the portable layer. ns/op counts all four.
+// Release alone, without the portable layer; notify-writes is the upsert
+// with a pg_notify in the same statement, over the upsert alone: what the
+// NOTIFY that every release sends adds to a commit. ns/op counts all
+// five.
 func BenchmarkUncontended(b *testing.B) {
 	srv := testenv.StartPostgres(b)
 	srv.Exec(`CREATE TABLE floor (id int PRIMARY KEY, n bigint)`)
@@ -72,20 +75,27 @@ func BenchmarkUncontended(b *testing.B) {
 				_, err := pool.Exec(ctx, "INSERT INTO floor VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = floor.n + 1")
 				return err
 			}
-			for _, op := range []func() error{lockUnlock, driverOnly, selectOne, write} { // warm up: table, prepared statements
+			// The write with a NOTIFY in it, as every release sends one
+			// (to the next waiter, or on the table's channel when nobody
+			// is queued).
+			writeNotify := func() error {
+				_, err := pool.Exec(ctx, "WITH u AS (INSERT INTO floor VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = floor.n + 1 RETURNING n) SELECT pg_notify('bench_floor', n::text) FROM u")
+				return err
+			}
+			for _, op := range []func() error{lockUnlock, driverOnly, selectOne, write, writeNotify} { // warm up: table, prepared statements
 				if err := op(); err != nil {
 					b.Fatal(err)
 				}
 			}
 			// Interleaved, so that the load of a busy machine falls on all
-			// three alike.
-			var lock, drv, sel, wr time.Duration
+			// alike.
+			var lock, drv, sel, wr, wn time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				for _, x := range []struct {
 					op  func() error
 					sum *time.Duration
-				}{{lockUnlock, &lock}, {driverOnly, &drv}, {selectOne, &sel}, {write, &wr}} {
+				}{{lockUnlock, &lock}, {driverOnly, &drv}, {selectOne, &sel}, {write, &wr}, {writeNotify, &wn}} {
 					start := time.Now()
 					if err := x.op(); err != nil {
 						b.Fatal(err)
@@ -99,6 +109,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.ReportMetric(float64(lock)/float64(sel), "roundtrips/op")
 			b.ReportMetric(float64(lock)/float64(wr), "writes/op")
 			b.ReportMetric(float64(drv)/float64(wr), "driver-writes/op")
+			b.ReportMetric(float64(wn)/float64(wr), "notify-writes")
 		})
 	}
 }
