@@ -59,7 +59,7 @@ verify: install
 	DLOCK_VERIFY_OUT=$(VERIFY_OUT) DLOCK_VERIFY_WORKLOADS=all $(GO) test -count=1 -timeout 80m -run '^TestVerifyShortProfile$$' ./verify/ || { cat $(VERIFY_OUT)/summary.txt 2>/dev/null; exit 1; }
 	@cat $(VERIFY_OUT)/summary.txt
 
-# Starts its own servers; about 50 minutes on 2 cores, 30 of them a million
+# Starts its own servers; 50-80 minutes on 2 cores, most of it a million
 # names held at once on every backend but Temporal, and at most its budget
 # of 80 minutes. BENCH_FLAGS passes flags to the driver, e.g.
 # BENCH_FLAGS='-scale 0.3 -million ""' for a quick look in a few minutes.
