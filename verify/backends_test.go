@@ -248,9 +248,28 @@ func redlockNodes(t testing.TB, opts ...testenv.RedisOption) Deployment {
 		n := testenv.StartRedis(t, opts...)
 		nodes, eps = append(nodes, n), append(eps, n.Addr)
 	}
+	clients := make([]*redis.Client, len(nodes))
+	for i, n := range nodes {
+		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = clients[i].Close() })
+	}
 	return Deployment{
 		Endpoints: eps, URL: joined("redlock", ""), Members: 3,
 		StopMember: func(i int) { nodes[i].Kill() }, StartMember: func(i int) { nodes[i].Start() },
+		// Every node holds complete fence counters (package redlock's
+		// fence state, under its default prefix): a node restarted empty
+		// has been re-seeded.
+		Settled: func() bool {
+			for _, c := range clients {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				s, err := c.Get(ctx, "dlock:fence-state").Result()
+				cancel()
+				if err != nil || s != "complete" {
+					return false
+				}
+			}
+			return true
+		},
 	}
 }
 

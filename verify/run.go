@@ -138,6 +138,13 @@ type Deployment struct {
 	// back (the Evict fault).
 	Fill func()
 	Free func()
+	// Settled reports whether the servers are whole again after a fault
+	// (nil: as soon as grants resume). The next round waits for it, so
+	// that a round tests one fault, not the last one's aftermath as well:
+	// a Redlock node restarted empty is whole once it is re-seeded with
+	// the fence counters, and a second node restarted before that leaves
+	// a majority without them, which the package refuses to grant on.
+	Settled func() bool
 }
 
 // Config describes one run: a backend, a fault, and the workload's shape.
@@ -674,7 +681,7 @@ func (h *harness) nemesis(ctx context.Context) {
 		h.inject(ctx, rd, faultFor)
 		lastHeal = time.Now()
 		longest = max(longest, time.Since(began))
-		// Let grants resume before the next round.
+		// Let grants resume before the next round, and the servers settle.
 		before := h.reg.progress()
 		deadline := time.Now().Add(ttl + h.cfg.Bound)
 		for time.Now().Before(deadline) {
@@ -683,6 +690,13 @@ func (h *harness) nemesis(ctx context.Context) {
 			}
 			if !sleep(progressPoll) {
 				return
+			}
+		}
+		if settled := h.cfg.Deploy.Settled; settled != nil {
+			for deadline := time.Now().Add(ttl + h.cfg.Bound); time.Now().Before(deadline) && !settled(); {
+				if !sleep(progressPoll) {
+					return
+				}
 			}
 		}
 		if !sleep(ttl / 2) {
