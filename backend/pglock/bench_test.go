@@ -3,6 +3,8 @@ package pglock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -111,6 +113,107 @@ func BenchmarkUncontended(b *testing.B) {
 			b.ReportMetric(float64(drv)/float64(wr), "driver-writes/op")
 			b.ReportMetric(float64(wn)/float64(wr), "notify-writes")
 		})
+	}
+}
+
+// BenchmarkStatements measures, one by one, the statements of an
+// uncontended lock and unlock (the fast path, fastAcquireSQL; the release
+// for an empty queue, freeSQL; and, for comparison, the hand-off's
+// handOffSQL, which every release ran before freeSQL) beside the fenced
+// minimum's two statements on the same table (an UPDATE that takes a
+// free row with a new token, an owner-checked UPDATE that frees it) and
+// SELECT 1, on one pool, interleaved. Each reports its mean time in µs;
+// what a statement costs above the fenced minimum's is what its checks
+// (the queue, the permits, the row's version) and its NOTIFY cost.
+func BenchmarkStatements(b *testing.B) {
+	srv := testenv.StartPostgres(b)
+	pool := newPool(b, srv.URL(srv.Addr, ""))
+	d, err := pglock.New(pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if err := d.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	const name = "statements"
+	channel, payload := pglock.Channel(d, name)
+	holder := []byte(`{"host":"bench"}`)
+	ttl := (10 * time.Second).Microseconds()
+	exec := func(sql string, args ...any) func() error {
+		return func() error {
+			rows, err := pool.Query(ctx, sql, args...)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if n == 0 && !strings.HasPrefix(sql, "UPDATE") {
+				return fmt.Errorf("no row from %.40q", sql)
+			}
+			return nil
+		}
+	}
+	fast := exec(pglock.FastAcquireSQL(d), []byte(name), "o", holder, ttl, channel, payload, true)
+	take := exec(`UPDATE dlock_leases SET owner = 'o', token = nextval('dlock_leases_token_seq'), holder = $2,
+	expires_at = clock_timestamp() + $3::bigint * interval '1 microsecond'
+WHERE name = $1 AND expires_at <= clock_timestamp() RETURNING token`, []byte(name), holder, ttl)
+	free := exec(`UPDATE dlock_leases SET owner = '', holder = NULL, expires_at = '-infinity'
+WHERE name = $1 AND owner = 'o' AND expires_at > clock_timestamp()`, []byte(name))
+	one := exec("SELECT 1")
+	steps := []struct {
+		unit string
+		op   func() error
+		sum  time.Duration
+	}{
+		{unit: "fast-acquire-µs", op: fast},
+		{unit: "free-µs", op: exec(pglock.FreeSQL(d), []byte(name), "o", channel, payload)},
+		{unit: "fast-acquire-again-µs", op: fast},
+		{unit: "handoff-µs", op: exec(pglock.HandOffSQL(d), []byte(name), "o", channel, payload)},
+		{unit: "fenced-take-µs", op: take},
+		{unit: "fenced-free-µs", op: free},
+		{unit: "select1-µs", op: one},
+	}
+	if _, err := pool.Exec(ctx, pglock.LockNameSQL(d), []byte(name)); err != nil {
+		b.Fatal(err)
+	}
+	for range 20 { // warm up: prepared statements, plans
+		for _, s := range steps {
+			if err := s.op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var token int64
+	b.ResetTimer()
+	for range b.N {
+		for i := range steps {
+			start := time.Now()
+			if err := steps[i].op(); err != nil {
+				b.Fatal(err)
+			}
+			steps[i].sum += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	// Each lock and unlock above took effect: the last take drew a token,
+	// and the last free left the row free.
+	var owner string
+	if err := pool.QueryRow(ctx, `SELECT owner, token FROM dlock_leases WHERE name = $1`, []byte(name)).Scan(&owner, &token); err != nil {
+		b.Fatal(err)
+	}
+	if owner != "" || token < int64(3*b.N) {
+		b.Fatalf("after %d rounds the row is held by %q with token %d: a step did not take effect", b.N, owner, token)
+	}
+	for _, s := range steps {
+		b.ReportMetric(float64(s.sum.Microseconds())/float64(b.N), s.unit)
 	}
 }
 

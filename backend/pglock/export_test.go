@@ -16,3 +16,13 @@ func ListenKey(d *Driver) int64 {
 	defer d.listen.mu.Unlock()
 	return d.listen.key
 }
+
+// FreeSQL returns d's freeSQL, bound to its table.
+func FreeSQL(d *Driver) string { return d.freeSQL }
+
+// HandOffSQL returns d's handOffSQL, bound to its table.
+func HandOffSQL(d *Driver) string { return d.handOffSQL }
+
+// Channel returns the NOTIFY channel of d's table (set once d's table is
+// bound) and the payload that names name on it.
+func Channel(d *Driver, name string) (string, string) { return d.channel, payload(d.key(name)) }

@@ -273,31 +273,7 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := newPool(t, srv.URL(srv.Addr, ""))
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	// The waiter's LISTEN connection is this one: it holds the advisory
-	// lock its entry names, so the entry is live.
-	const listenKey = 424242
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, listenKey); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	// As every transaction of the queue does: the name's row lock first.
-	if _, err := tx.Exec(ctx, pglock.LockNameSQL(d), []byte(name)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO dlock_leases_waiters (name, owner, seq, ttl_us, reply, listen_key, expires_at)
-		VALUES ($1, 'waiter', nextval('dlock_leases_token_seq'), 60000000, 'nobody', $2, clock_timestamp() + interval '1 minute')`,
-		[]byte(name), listenKey); err != nil {
-		t.Fatal(err)
-	}
+	commit := queueWaiterUncommitted(t, ctx, pool, d, name)
 	got := make(chan error, 1)
 	go func() {
 		l, err := m.TryLock(ctx)
@@ -306,9 +282,101 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 		}
 		got <- err
 	}()
-	testenv.Eventually(t, 30*time.Second, "the TryLock waiting for the name's row lock", func() error {
+	waitsForRowLock(t, ctx, pool, pglock.FastAcquireSQL(d))
+	commit()
+	if err := <-got; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("fair TryLock of a free lock, with a waiter queued while it ran: %v, want ErrNotAcquired", err)
+	}
+}
+
+// TestReleaseSeesAWaiterQueuedWhileItRan: the package doc's "a release
+// frees the lock in one cheap statement only if nobody is queued for the
+// name when it takes effect". The holder took the lock by the fast path,
+// so its release first tries freeSQL, whose snapshot sees an empty queue.
+// A transaction queues a live waiter under the name's row lock and holds
+// that lock while the release waits for it; once the waiter is committed
+// the release must hand the lock to it, not free the lock with the waiter
+// still queued.
+func TestReleaseSeesAWaiterQueuedWhileItRan(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	d := newDriver(t, srv.URL(srv.Addr, ""))
+	c := dlock.New(d, dlock.WithTTL(time.Minute))
+	const name = "free/race"
+	l, err := c.Mutex(name).Lock(ctx) // free and unqueued: the fast path
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	commit := queueWaiterUncommitted(t, ctx, pool, d, name)
+	got := make(chan error, 1)
+	go func() { got <- l.Unlock(ctx) }()
+	waitsForRowLock(t, ctx, pool, pglock.FreeSQL(d))
+	commit()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	var owner string
+	var token int64
+	var queued bool
+	if err := pool.QueryRow(ctx, `SELECT owner, token, EXISTS (SELECT FROM dlock_leases_waiters WHERE name = $1) FROM dlock_leases WHERE name = $1`,
+		[]byte(name)).Scan(&owner, &token, &queued); err != nil {
+		t.Fatal(err)
+	}
+	if owner != "waiter" || queued {
+		t.Errorf("after the release, the lock's owner is %q and the waiter is queued: %v; want the lock handed to the waiter", owner, queued)
+	}
+	if uint64(token) <= l.Token() {
+		t.Errorf("handed-off token %d, want above %d", token, l.Token())
+	}
+}
+
+// queueWaiterUncommitted queues a live waiter ("waiter") for name as the
+// queue's transactions do, the name's row lock first, and leaves the
+// transaction open, holding that lock, until commit is called (or the
+// test ends). The waiter's LISTEN connection is the transaction's: it
+// holds the advisory lock the entry names, so the entry is live.
+func queueWaiterUncommitted(t *testing.T, ctx context.Context, pool *pgxpool.Pool, d *pglock.Driver, name string) (commit func()) {
+	t.Helper()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	const listenKey = 424242
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, listenKey); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, pglock.LockNameSQL(d), []byte(name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO dlock_leases_waiters (name, owner, seq, ttl_us, reply, listen_key, expires_at)
+		VALUES ($1, 'waiter', nextval('dlock_leases_token_seq'), 60000000, 'nobody', $2, clock_timestamp() + interval '1 minute')`,
+		[]byte(name), listenKey); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitsForRowLock waits until a session runs sql and waits for a lock.
+// (The server shows a long statement's text cut to
+// track_activity_query_size: the text shown is a prefix of sql.)
+func waitsForRowLock(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, "the statement waiting for the name's row lock", func() error {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%'`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query <> '' AND starts_with($1::text, query)`, sql).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 0 {
@@ -316,12 +384,6 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 		}
 		return nil
 	})
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("fair TryLock of a free lock, with a waiter queued while it ran: %v, want ErrNotAcquired", err)
-	}
 }
 
 // TestLockCancelledWhileItsFastPathRanLeavesTheLockFree: a Lock whose

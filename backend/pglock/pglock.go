@@ -134,6 +134,7 @@ type Driver struct {
 	waiters, reply                             string
 	waiterTTL                                  time.Duration
 	lockNameSQL, queueAcquireSQL, handOffSQL   string
+	freeSQL                                    string
 	leaveSQL, queuePermitSQL, waiterInspectSQL string
 	queueReaderSQL, fastAcquireSQL             string
 	waitersOK                                  atomic.Bool // the waiters table exists and this role may use it
@@ -495,7 +496,7 @@ func (d *Driver) bindCanonical(r resolved) {
 		{&d.permitExtendSQL, permitExtendSQL}, {&d.permitReleaseSQL, permitReleaseSQL},
 		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
 		{&d.permitBreakSQL, permitBreakSQL},
-		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.leaveSQL, leaveSQL},
+		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.freeSQL, freeSQL}, {&d.leaveSQL, leaveSQL},
 		{&d.fastAcquireSQL, fastAcquireSQL},
 		{&d.queuePermitSQL, strings.Replace(queueCountedSQL, "{{fits}}", semaphoreFitsSQL, 1)},
 		{&d.queueReaderSQL, strings.Replace(queueCountedSQL, "{{fits}}", readerFitsSQL, 1)},

@@ -127,12 +127,19 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 }
 
 func (d *Driver) queueGrant(req driver.Request, token int64, recovered bool, since time.Time) driver.Grant {
-	g := driver.Grant{Token: uint64(token), Recovered: recovered, Since: since}
+	g := driver.Grant{Token: uint64(token), Recovered: recovered, Since: since, Handle: queued{}}
 	if counted(req) {
 		g.Handle = permit{}
 	}
 	return g
 }
+
+// queued is the Handle of a lease granted from the queue: others were
+// waiting for the name, so its release goes straight to the hand-off
+// (releaseQueued) rather than first trying the release for an empty
+// queue, which would most likely find the queue in use and cost a round
+// trip for nothing.
+type queued struct{}
 
 // counted reports whether req asks for a permit of the permits table: a
 // semaphore's, or a reader's of a read-write lock.
@@ -226,10 +233,26 @@ func (d *Driver) giveUp(ctx context.Context, req driver.Request) {
 }
 
 // releaseQueued releases a lease and hands the lock to the first live
-// waiter of the queue: handOffSQL alone, one statement; if the queue
+// waiter of the queue. A lease granted without the queue (its Handle is
+// not queued) is first released by freeSQL, one statement, which frees
+// it if nobody is queued for the name. Otherwise (or if the lease was
+// granted from the queue) handOffSQL alone, one statement; if the queue
 // changed as it ran (a waiter's attempt held the name's row), again after
 // lockNameSQL in one transaction, which is one more round trip.
 func (d *Driver) releaseQueued(ctx context.Context, h driver.Held) error {
+	if _, ok := h.Handle.(queued); !ok {
+		octx, cancel := d.bound(ctx)
+		err := d.pool.QueryRow(octx, d.freeSQL, d.releaseArgs(h)...).Scan(nil)
+		cancel()
+		if !errors.Is(err, pgx.ErrNoRows) {
+			if err == nil {
+				d.noteRelease(h.Name, false)
+			}
+			return d.released(ctx, h, err)
+		}
+		// Someone is queued, or the lease is not the owner's: the hand-off
+		// tells which.
+	}
 	var done, handed bool
 	octx, cancel := d.bound(ctx)
 	err := d.pool.QueryRow(octx, d.handOffSQL, d.releaseArgs(h)...).Scan(&done, &handed, nil)
