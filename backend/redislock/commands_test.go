@@ -44,13 +44,14 @@ func commandStats(t *testing.T, rdb *redis.Client) map[string]int64 {
 //	release, handing the lock to the first waiter: EVALSHA, GET (the
 //	  lock), LPOP, GET (the waiter's entry), SET, PUBLISH, and an
 //	  INCRBY every 64 hand-offs (the token is the next of a block)   6
-//	the released worker's next Lock, queueing: EVALSHA, GET, PTTL,
-//	  SET (its entry, NX PX), RPUSH, PEXPIRE (queue)                 6
+//	the released worker's next Lock, queueing behind others: EVALSHA,
+//	  GET, SET (its entry, NX PX), RPUSH, PEXPIRE (queue); the first
+//	  in line also reads the lock's PTTL                            5
 //	the new holder's check of the hand-off message: GET              1
 //
 // The waiters' heartbeats and the holders' renewals are kept out of the
 // count by a long waiter TTL and lease TTL.
-const maxCommandsPerContendedGrant = 13
+const maxCommandsPerContendedGrant = 12
 
 // Eight workers, each with its own client as eight processes would have,
 // contend for one lock: the commands the server runs per grant stay

@@ -27,7 +27,13 @@
 // Waiting is a FIFO queue in Redis, for plain and fair locks alike: each
 // waiter has a place in a list, and the lock is granted only to the first
 // live waiter. An attempt is one round trip, and it doubles as the
-// waiter's heartbeat: a waiter whose heartbeat stops for the waiter TTL
+// waiter's heartbeat. A waiter first in line learns the holder's PTTL and
+// tries again when the lease would run out, which no message announces
+// (a crashed holder's); a new waiter behind others does not ask for it
+// (it is handed the lock in turn), and its heartbeat, which always reads
+// the PTTL, is when it looks should the lock still be held with the
+// waiters ahead of it gone (TestWaiterBehindOthersTakesOverACrashedHolder).
+// A waiter whose heartbeat stops for the waiter TTL
 // (killed, cut off) is dropped as soon as it reaches the head of the list,
 // and a waiter whose context ends removes itself before Lock returns
 // (after the round trip in flight, if any). The difference between the

@@ -111,7 +111,9 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 			}
 		}
 		notGrantedAt = a.sent
-		// a.n is the PTTL of the lock key: -1 if it has no expiry.
+		// a.n is the PTTL of the lock key: -1 if it has no expiry, -2 if
+		// there is none to wait for (a new waiter behind others is handed
+		// the lock in turn; its heartbeat looks again).
 		timer := time.NewTimer(driver.LookAgain(heartbeat, time.Duration(a.n)*time.Millisecond, a.n >= 0))
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/internal/redisscript"
+	"github.com/dlock/dlock/backend/redislock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -208,4 +211,67 @@ func TestTokensIncreaseAcrossHandoffChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("tokens %v", tokens)
+}
+
+// TestWaiterBehindOthersTakesOverACrashedHolder: the package doc's "a new
+// waiter behind others does not ask for the holder's PTTL; its heartbeat
+// is when it looks should the lock still be held with the waiters ahead
+// of it gone". The holder's lease is never renewed nor released (a crashed
+// holder's: an Acquire through the driver, with nothing to renew it); the
+// first waiter, which knows when that lease runs out, leaves the queue;
+// the waiter behind it, which was never told, takes the lock after the
+// lease runs out, from its heartbeat, well within its Lock's context.
+func TestWaiterBehindOthersTakesOverACrashedHolder(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	ctx := testenv.Context(t, time.Minute)
+	const name = "queue/crashed-holder"
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	d, err := redislock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	crashed, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "crashed", TTL: ttl, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "redis://" + srv.Addr + "?waiter_ttl=3s" // heartbeat 1s
+	first, behind := open(t, u), open(t, u)
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	firstDone := make(chan error, 1)
+	go func() {
+		l, err := first.Mutex(name).Lock(fctx)
+		if err == nil {
+			err = fmt.Errorf("the first waiter was granted (token %d) before it left", l.Token())
+			_ = l.Unlock(context.Background())
+		}
+		firstDone <- err
+	}()
+	waitWaiters(t, behind, name, 1)
+	type outcome struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := behind.Mutex(name).Lock(bctx)
+		got <- outcome{l, err}
+	}()
+	waitWaiters(t, behind, name, 2)
+	fcancel()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first waiter: %v, want it to leave the queue", err)
+	}
+	o := <-got
+	if o.err != nil {
+		t.Fatalf("the waiter behind, with the holder crashed and the waiter ahead gone: %v", o.err)
+	}
+	defer o.l.Unlock(ctx)
+	if o.l.Token() <= crashed.Token {
+		t.Errorf("token %d, want above the crashed holder's %d", o.l.Token(), crashed.Token)
+	}
 }

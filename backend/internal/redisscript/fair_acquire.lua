@@ -14,7 +14,8 @@
 -- ARGV[7] how a release wakes the next waiter (see wake_next)
 -- ARGV[8] "1" to take a free lock even if others are queued
 -- Returns {1, token} when granted now, {2, token} when it had been handed
--- to this owner, {0, pttl} when not granted.
+-- to this owner, {0, pttl} when not granted (the lock's PTTL in ms, or -2
+-- for a new waiter queued behind others, see below).
 --@queue
 local lock, fence, queue, waiters, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, ttl, name, holder = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -50,6 +51,14 @@ else
   -- serves the queue.
   mark_queued(lock, v)
 end
-local pttl = redis.call('PTTL', lock)
-enqueue(queue, waiters, owner, ttl .. ' ' .. ARGV[6] .. tail_of(name, holder), ARGV[5])
+-- The lock's PTTL tells a waiter when the lease would run out, which no
+-- message announces: the first in line takes the lock then. A new waiter
+-- behind others is handed the lock in turn and gets -2 ("look again at
+-- the heartbeat"); should the lock still be held by then, with the
+-- waiters ahead of it gone, its heartbeat, which always reads the PTTL,
+-- finds it at the head of the queue.
+local pttl = -2
+if enqueue(queue, waiters, owner, ttl .. ' ' .. ARGV[6] .. tail_of(name, holder), ARGV[5]) then
+  pttl = redis.call('PTTL', lock)
+end
 return {0, pttl}

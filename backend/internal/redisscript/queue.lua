@@ -74,10 +74,14 @@ end
 -- the owner is still in the list (a hand-off that came to nothing, or a
 -- queue that expired with another waiter's shorter TTL, may have taken it
 -- out), so that no live waiter is left out of the queue.
+-- Returns false for a new waiter that joined behind others (it is handed
+-- the lock in turn, and needs no word of the lock's expiry before its
+-- first heartbeat), true otherwise.
 local function enqueue(queue, waiters, owner, entry, wttl)
   local key = waiters .. owner
+  local first = true
   if redis.call('SET', key, entry, 'NX', 'PX', wttl) then
-    redis.call('RPUSH', queue, owner)
+    first = redis.call('RPUSH', queue, owner) == 1
   else
     redis.call('SET', key, entry, 'PX', wttl)
     local at = redis.pcall('LPOS', queue, owner)
@@ -91,6 +95,7 @@ local function enqueue(queue, waiters, owner, entry, wttl)
   end
   -- The queue vanishes a heartbeat period after its last live waiter.
   redis.call('PEXPIRE', queue, wttl)
+  return first
 end
 
 -- is_shared reports whether a waiter's entry is a reader's of a read-write

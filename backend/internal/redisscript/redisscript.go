@@ -238,7 +238,8 @@ const (
 // channel for hand-offs ("" if releases do not hand off), wake how a
 // release that this attempt makes wakes the next waiter. When granted
 // (Granted or HandedOff), n is the token; otherwise the holder's PTTL in
-// ms.
+// ms, or -2 (none to wait for: look again at the heartbeat) for a new
+// waiter queued behind others.
 func (k *Keys) FairAcquire(ctx context.Context, rdb redis.Scripter, owner string, ttl time.Duration, holder []byte, waiterTTL time.Duration, proc string, wake Wake, barge bool) (outcome int, n int64, err error) {
 	v, err := fairAcquire.run(ctx, rdb, k.queueKeyPtrs(),
 		owner, msArg(ttl), k.Name, holder, msArg(waiterTTL), cmp.Or(proc, "-"), wake.arg(), flag(barge)).Slice()
