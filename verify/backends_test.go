@@ -16,7 +16,7 @@ import (
 	_ "github.com/dlock/dlock/backend/mysqllock"
 	_ "github.com/dlock/dlock/backend/pglock"
 	_ "github.com/dlock/dlock/backend/redislock"
-	_ "github.com/dlock/dlock/backend/redlock"
+	"github.com/dlock/dlock/backend/redlock"
 	_ "github.com/dlock/dlock/backend/temporallock"
 	_ "github.com/dlock/dlock/backend/zklock"
 	"github.com/dlock/dlock/internal/etcdserver"
@@ -248,27 +248,26 @@ func redlockNodes(t testing.TB, opts ...testenv.RedisOption) Deployment {
 		n := testenv.StartRedis(t, opts...)
 		nodes, eps = append(nodes, n), append(eps, n.Addr)
 	}
-	clients := make([]*redis.Client, len(nodes))
+	clients := make([]redis.UniversalClient, len(nodes))
 	for i, n := range nodes {
 		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
 		t.Cleanup(func() { _ = clients[i].Close() })
 	}
+	states, err := redlock.New(clients) // for its nodes' fence states only
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = states.Close() })
 	return Deployment{
 		Endpoints: eps, URL: joined("redlock", ""), Members: 3,
 		StopMember: func(i int) { nodes[i].Kill() }, StartMember: func(i int) { nodes[i].Start() },
-		// Every node holds complete fence counters (package redlock's
-		// fence state, under its default prefix): a node restarted empty
-		// has been re-seeded.
+		// Every node holds complete fence counters: a node restarted
+		// empty has been re-seeded.
 		Settled: func() bool {
-			for _, c := range clients {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				s, err := c.Get(ctx, "dlock:fence-state").Result()
-				cancel()
-				if err != nil || s != "complete" {
-					return false
-				}
-			}
-			return true
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			s, err := states.FenceStates(ctx)
+			return err == nil && !slices.ContainsFunc(s, func(s string) bool { return s != "complete" })
 		},
 	}
 }

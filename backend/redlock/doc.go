@@ -207,8 +207,8 @@
 // (with three nodes), and acquiring is refused from then on
 // (TestMajorityLosingCountersRefuses), where tokens would otherwise
 // restart at 1. Restart nodes one at a time, each after the previous one
-// is complete again (GET <prefix>:fence-state; its re-seed starts at the
-// first acquire that reaches it). To accept that tokens
+// is complete again (Driver.FenceStates, or GET <prefix>:fence-state on
+// the node; its re-seed starts at the first acquire that reaches it). To accept that tokens
 // issued only on the lost nodes may repeat, DEL <prefix>:fence-state on
 // every node: the next acquire that reaches every node then seeds them
 // all from the largest counters left (TestFirstUseSeedsEveryNode).

@@ -68,6 +68,35 @@ var seedRetry = driver.Backoff{Base: 10 * time.Millisecond, Cap: 500 * time.Mill
 
 func (d *Driver) stateKey() string { return d.prefix + ":fence-state" }
 
+// FenceStates reads each node's fence state, in the order of the nodes
+// given to New: "complete" when its fence counters can be trusted, "new"
+// before the first grant of a first seeding, "seeding …" while a client
+// copies counters into it, "" when it has none (it restarted without
+// persistence and has not been re-seeded yet, or was never seeded). A
+// deployment is whole again after a restart once every node says
+// "complete": it then grants with any majority of its nodes. A node that
+// does not answer has "" and an error of its own, joined into the
+// error returned.
+func (d *Driver) FenceStates(ctx context.Context) ([]string, error) {
+	states := make([]string, len(d.nodes))
+	errs := make([]error, len(d.nodes))
+	var wg sync.WaitGroup
+	for i, n := range d.nodes {
+		wg.Go(func() {
+			s, err := n.rdb.Get(ctx, d.stateKey()).Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+			case err != nil:
+				errs[i] = redisscript.Unavailable(ctx, n.where, err)
+			default:
+				states[i] = s
+			}
+		})
+	}
+	wg.Wait()
+	return states, errors.Join(errs...)
+}
+
 // describeState says what a node's fence state means, for errors.
 func describeState(s string) string {
 	switch {

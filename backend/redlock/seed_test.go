@@ -309,3 +309,37 @@ func restartAndSeeReseedWait(t *testing.T, ctx context.Context, c *dlock.Client,
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// FenceStates reports each node's fence state in the order the nodes were
+// given: complete on every node after the first use; "" on a node whose
+// state is gone (as after a restart without persistence); "" and an error
+// that names the node for a node that does not answer.
+func TestFenceStatesReportsEachNode(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ctx := testenv.Context(t, time.Minute)
+	var clients []redis.UniversalClient
+	for _, n := range nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		t.Cleanup(func() { rdb.Close() })
+		clients = append(clients, rdb)
+	}
+	d, err := redlock.New(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	lockUnlock(t, dlock.New(d), "k") // the first use seeds every node
+	states, err := d.FenceStates(ctx)
+	if err != nil || strings.Join(states, ",") != "complete,complete,complete" {
+		t.Fatalf("after the first use: %q, %v; want complete on every node", states, err)
+	}
+	setFenceState(t, ctx, nodes[1].Addr, "")
+	nodes[2].Kill()
+	states, err = d.FenceStates(ctx)
+	if len(states) != 3 || states[0] != "complete" || states[1] != "" || states[2] != "" {
+		t.Errorf("with node 1's state gone and node 2 down: %q, want complete and two empty", states)
+	}
+	if err == nil || !strings.Contains(err.Error(), nodes[2].Addr) || strings.Contains(err.Error(), nodes[1].Addr) {
+		t.Errorf("with node 2 down: error %v, want one that names node 2 alone", err)
+	}
+}
