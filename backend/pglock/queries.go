@@ -544,13 +544,14 @@ SELECT false, false, NULL FROM mine WHERE NOT EXISTS (SELECT FROM r)`
 	// may hand it the lock, costs about 30% more; BenchmarkStatements):
 	// it frees its owner's live lease, and wakes whoever waits without a
 	// queue on the table's channel, as handOffSQL does when nobody live
-	// is queued, but only when the queue has no entry at all for the name, live or not,
-	// and the row is unchanged since the statement began
-	// (rowUnchangedSQL): every change to the queue is made under the row's
-	// lock, which this statement then holds until it commits, so the
-	// queue is empty when the release takes effect. Otherwise it changes
-	// nothing and returns no row, as it does when the lease is not the
-	// owner's: the caller then runs handOffSQL, which tells the two apart.
+	// is queued, but only when the queue has no entry at all for the
+	// name, live or not, and the row is unchanged since the statement
+	// began (rowUnchangedSQL): every change to the queue is made under the
+	// row's lock, which this statement then holds until it commits, so
+	// the queue is empty when the release takes effect. Otherwise it
+	// changes nothing and returns no row, as it does when the lease is not
+	// the owner's: the caller then runs handOffSQL, which tells the two
+	// apart.
 	// $1 name, $2 owner, $3 the table's channel, $4 payload.
 	freeSQL = `
 WITH r AS (
