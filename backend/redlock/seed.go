@@ -75,25 +75,21 @@ func (d *Driver) stateKey() string { return d.prefix + ":fence-state" }
 // persistence and has not been re-seeded yet, or was never seeded). A
 // deployment is whole again after a restart once every node says
 // "complete": it then grants with any majority of its nodes. A node that
-// does not answer has "" and an error of its own, joined into the
-// error returned.
+// does not answer within adminCallTimeout has "" and an error of its own,
+// joined into the error returned.
 func (d *Driver) FenceStates(ctx context.Context) ([]string, error) {
 	states := make([]string, len(d.nodes))
-	errs := make([]error, len(d.nodes))
-	var wg sync.WaitGroup
-	for i, n := range d.nodes {
-		wg.Go(func() {
-			s, err := n.rdb.Get(ctx, d.stateKey()).Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-			case err != nil:
-				errs[i] = redisscript.Unavailable(ctx, n.where, err)
-			default:
-				states[i] = s
-			}
-		})
+	var errs []error
+	for _, r := range d.each(ctx, nil, adminCallTimeout, func(ctx context.Context, n *node) reply {
+		s, err := n.rdb.Get(ctx, d.stateKey()).Result()
+		if errors.Is(err, redis.Nil) {
+			return reply{}
+		}
+		states[n.idx] = s // each node its own index
+		return reply{err: err}
+	}) {
+		errs = append(errs, r.err)
 	}
-	wg.Wait()
 	return states, errors.Join(errs...)
 }
 
