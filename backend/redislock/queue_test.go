@@ -231,6 +231,7 @@ func TestWaiterBehindOthersTakesOverACrashedHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Close() })
 	const ttl = time.Second
 	crashed, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "crashed", TTL: ttl, Wait: true})
 	if err != nil {
