@@ -43,7 +43,7 @@ const (
 	incumbent             // a peer library
 	floor                 // raw round trips, no lock at all
 	reference             // the least a lock with the same guarantees must do (scenario A only)
-	handoff               // the least a contended hand-off must do (scenario B only)
+	handoff               // in scenario B only: the least a contended hand-off must do, or dlock on a server set up otherwise
 )
 
 // locker takes the lock named key and returns the function that releases it.

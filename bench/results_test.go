@@ -240,7 +240,12 @@ func TestResults(t *testing.T) {
 	if selected("temporal") {
 		ts := testenv.StartTemporal(t)
 		r.servers = append(r.servers, serverRow{"temporal", temporalVersion(), "dev server (temporal server start-dev), SQLite in WAL mode with synchronous=normal, the server's default dynamic config"})
-		backends = append(backends, &backend{name: "temporal", libs: temporalLibs(ts), bWorkers: []int{8, 32}, curveMax: 32, manyKey: true, keysC: keysCTemporal})
+		var raised *testenv.Temporal
+		if !*manyOnly {
+			raised = testenv.StartTemporal(t, fmt.Sprintf("history.maxInFlightUpdates=%d", raisedInFlight))
+			r.servers = append(r.servers, serverRow{"temporal", temporalVersion(), fmt.Sprintf("a second dev server as above but for history.maxInFlightUpdates=%d, for the raised-limit reference only", raisedInFlight)})
+		}
+		backends = append(backends, &backend{name: "temporal", libs: temporalLibs(ts, raised), bWorkers: []int{8, 32}, curveMax: 32, manyKey: true, keysC: keysCTemporal})
 	}
 	r.backends = backends
 	r.sleep = measureSleep(hold)

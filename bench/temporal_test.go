@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -169,7 +170,15 @@ func quietSDK() tlog.Logger {
 	return tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
 }
 
-func temporalLibs(srv *testenv.Temporal) []*lib {
+// raisedInFlight is the limit of updates in flight on one workflow
+// (history.maxInFlightUpdates) of the second server, the one of the
+// raised-limit reference; the default is 10.
+const raisedInFlight = 64
+
+// temporalLibs are the libraries on srv; raised, if not nil, is a server
+// started with history.maxInFlightUpdates=raisedInFlight, for the
+// raised-limit reference: dlock's fair mode, as on srv, in scenario B.
+func temporalLibs(srv, raised *testenv.Temporal) []*lib {
 	dl := &lib{backend: "temporal", name: "dlock-fair", role: ours,
 		how: "backend/temporallock, fair mode (the mutex workflow), dlock.WithFair(); every worker runs its own SDK worker, as every client process does by default"}
 	dl.open = func(t testing.TB, ttl time.Duration) worker {
@@ -217,5 +226,17 @@ func temporalLibs(srv *testenv.Temporal) []*lib {
 			},
 		}
 	}
-	return []*lib{dl, fl, temporalHandoff(srv)}
+	libs := []*lib{dl, fl, temporalHandoff(srv)}
+	if raised != nil {
+		rl := &lib{backend: "temporal", name: raisedName, role: handoff,
+			how: fmt.Sprintf("dlock-fair as above, on a second dev server started with history.maxInFlightUpdates=%d (the default is 10): past the limit, the server refuses an update and drops the workflow's cached state, aborting the updates in flight (temporallock's package doc, \"Many waiters\")", raisedInFlight)}
+		rl.open = func(t testing.TB, ttl time.Duration) worker {
+			return dlockWorker(rl, openDlock(t, "temporal://"+raised.Addr+"/"+raised.Namespace, ttl), true, nil)
+		}
+		libs = append(libs, rl)
+	}
+	return libs
 }
+
+// raisedName is the raised-limit reference's name.
+var raisedName = fmt.Sprintf("reference: dlock-fair, %d updates in flight", raisedInFlight)

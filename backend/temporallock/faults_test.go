@@ -403,6 +403,62 @@ func testManyCancelledWaiters(t *testing.T, srv server) {
 	_ = l.Unlock(ctx)
 }
 
+// testBurstOfArrivals: 32 processes ask for one name at the same instant
+// (cron jobs on 32 hosts at the top of the minute), three times over, more
+// than the server admits updates in flight on one workflow. The server
+// refuses some of the arrivals, and each refusal aborts the updates in
+// flight (see "Many waiters" in the package doc), so a burst is slow; but
+// every Lock is granted, none fails, and no two processes hold the lock at
+// once.
+func testBurstOfArrivals(t *testing.T, srv server) {
+	const processes, bursts = 32, 3
+	name := "burst/" + t.Name()
+	ctx := testenv.Context(t, 4*time.Minute)
+	var updates updateCounter
+	clients := make([]*dlock.Client, processes)
+	for i := range clients {
+		clients[i] = dlock.New(srv.openDial(t, "", updates.dialOptions()), dlock.WithTTL(testTTL))
+	}
+	var holders, overlaps atomic.Int32
+	for b := range bursts {
+		start := time.Now()
+		errs := make(chan error, processes)
+		var wg sync.WaitGroup
+		wg.Add(processes)
+		for i := range processes {
+			go func() {
+				wg.Done()
+				wg.Wait() // all at once
+				l, err := clients[i].Mutex(name, dlock.WithFair()).Lock(ctx)
+				if err != nil {
+					errs <- fmt.Errorf("burst %d, process %d: Lock: %w", b, i, err)
+					return
+				}
+				if holders.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+				holders.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					errs <- fmt.Errorf("burst %d, process %d: Unlock: %w", b, i, err)
+					return
+				}
+				errs <- nil
+			}()
+		}
+		for range processes {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		t.Logf("burst %d: %d Locks served in %v", b, processes, time.Since(start).Round(time.Millisecond))
+	}
+	if n := overlaps.Load(); n > 0 {
+		t.Errorf("%d grants while another process held the lock; want none", n)
+	}
+	t.Logf("%d updates sent, %d refused for the in-flight limit or aborted, and retried", updates.calls.Load(), updates.failed.Load())
+}
+
 // updateCounter counts the updates (and updates-with-start) sent by the
 // clients dialled with its dialOptions, and the calls that failed: an
 // update refused for the server's in-flight limit, or an update (or the

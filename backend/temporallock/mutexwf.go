@@ -203,10 +203,12 @@ const signalsVersion = "signals-in-main-loop"
 
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
-// one. So only the first longPolls client waiters of the queue hold their
-// waits open; the waiters behind them poll, each at the time the grants
-// ahead of it should take (pollAfter), which leaves room for the holder's
-// renewals and for arrivals.
+// one; an update refused for the limit also aborts the updates in flight
+// (see "Many waiters" in the package doc). So only the first longPolls
+// client waiters of the queue hold their waits open; the waiters behind
+// them poll, each at the time the grants ahead of it should take
+// (pollAfter), which leaves room for the holder's renewals and for
+// arrivals.
 const longPolls = 4
 
 // queryFrom is how many client waiters must be ahead of a polling waiter

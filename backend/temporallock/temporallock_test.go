@@ -137,6 +137,7 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("HeldLockKeepsOneGoroutineInTheWorker", func(t *testing.T) { testHeldLockKeepsOneGoroutine(t, srv) })
 	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ManyCancelledWaitersLeaveWithoutTakingUpdateSlots", func(t *testing.T) { testManyCancelledWaiters(t, srv) })
+	t.Run("BurstOfArrivalsBeyondTheUpdateLimitIsServed", func(t *testing.T) { testBurstOfArrivals(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
 	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })

@@ -25,9 +25,10 @@ type Temporal struct {
 	// DB is the SQLite file that holds the server's state.
 	DB string
 
-	bin   string
-	dir   string
-	ports [3]int // frontend, HTTP API, metrics
+	bin     string
+	dir     string
+	ports   [3]int   // frontend, HTTP API, metrics
+	dynamic []string // dynamic config values, key=value
 
 	mu   sync.Mutex
 	proc *Process
@@ -36,8 +37,10 @@ type Temporal struct {
 // StartTemporal starts a Temporal dev server in a temporary directory and
 // waits until its frontend serves the "default" namespace. The server is
 // killed when the test ends. Starting takes a few seconds: share one server
-// per test binary.
-func StartTemporal(t testing.TB) *Temporal {
+// per test binary. The server runs with its default dynamic config, as a
+// user's would, but for the values given as "key=value" (the CLI's
+// --dynamic-config-value; the value is YAML, a number or a quoted string).
+func StartTemporal(t testing.TB, dynamic ...string) *Temporal {
 	t.Helper()
 	home := []string{}
 	if gopath, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
@@ -53,6 +56,7 @@ func StartTemporal(t testing.TB) *Temporal {
 		DB:        filepath.Join(dir, "temporal.sqlite"),
 		bin:       bin,
 		dir:       dir,
+		dynamic:   dynamic,
 	}
 	for i := range s.ports {
 		s.ports[i] = FreePort(t)
@@ -85,8 +89,12 @@ func (s *Temporal) start() error {
 	// transaction (only a machine crash could), and the single SQLite
 	// writer stops being the bottleneck of a busy test.
 	args = append(args, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
-	// No --dynamic-config-value: the tests run with the server's defaults
-	// (among them history.maxInFlightUpdates=10), as a user's server would.
+	// The tests run with the server's defaults (among them
+	// history.maxInFlightUpdates=10), as a user's server would, unless
+	// they ask for other values.
+	for _, kv := range s.dynamic {
+		args = append(args, "--dynamic-config-value", kv)
+	}
 	p, err := StartProcess("temporal", exec.Command(s.bin, args...), s.dir)
 	if err != nil {
 		return fmt.Errorf("testenv: start temporal: %w", err)
