@@ -101,3 +101,39 @@ func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 	b.ReportMetric(float64(updates.calls.Load())/float64(b.N), "updates/grant")
 	b.ReportMetric(float64(updates.failed.Load()), "failed-updates")
 }
+
+// BenchmarkBurst measures bursts of arrivals: 32 clients, each with a
+// driver of its own (as a process would have), send Lock for one name at
+// the same instant, hold it 1ms and unlock it; b.N bursts, one after the
+// other. Once on a server with the default limit of updates in flight on
+// one workflow (history.maxInFlightUpdates, 10), once on one with 64: a
+// refused update aborts the others in flight ("Many waiters" in the
+// package doc). Reported: seconds per burst, and the updates refused or
+// aborted (and retried by the SDK) per burst.
+//
+//	go test ./backend/temporallock -run '^$' -bench Burst -benchtime 3x
+func BenchmarkBurst(b *testing.B) {
+	for _, limit := range []int{10, 64} {
+		b.Run(fmt.Sprintf("maxInFlightUpdates=%d", limit), func(b *testing.B) {
+			var srv server
+			if limit == 10 {
+				srv = startServer(b)
+			} else {
+				srv = startServer(b, fmt.Sprintf("history.maxInFlightUpdates=%d", limit))
+			}
+			var updates updateCounter
+			clients := burstClients(b, srv, 32, &updates)
+			ctx := context.Background()
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				overlaps, errs := burst(ctx, clients, "bench/burst")
+				if overlaps > 0 || len(errs) > 0 {
+					b.Fatalf("burst %d: %d overlaps, errors %v", i, overlaps, errs)
+				}
+			}
+			b.ReportMetric(time.Since(start).Seconds()/float64(b.N), "s/burst")
+			b.ReportMetric(float64(updates.failed.Load())/float64(b.N), "failed-updates/burst")
+		})
+	}
+}

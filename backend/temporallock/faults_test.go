@@ -415,48 +415,68 @@ func testBurstOfArrivals(t *testing.T, srv server) {
 	name := "burst/" + t.Name()
 	ctx := testenv.Context(t, 4*time.Minute)
 	var updates updateCounter
-	clients := make([]*dlock.Client, processes)
-	for i := range clients {
-		clients[i] = dlock.New(srv.openDial(t, "", updates.dialOptions()), dlock.WithTTL(testTTL))
-	}
-	var holders, overlaps atomic.Int32
+	clients := burstClients(t, srv, processes, &updates)
+	overlaps := 0
 	for b := range bursts {
 		start := time.Now()
-		errs := make(chan error, processes)
-		var wg sync.WaitGroup
-		wg.Add(processes)
-		for i := range processes {
-			go func() {
-				wg.Done()
-				wg.Wait() // all at once
-				l, err := clients[i].Mutex(name, dlock.WithFair()).Lock(ctx)
-				if err != nil {
-					errs <- fmt.Errorf("burst %d, process %d: Lock: %w", b, i, err)
-					return
-				}
-				if holders.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				time.Sleep(time.Millisecond)
-				holders.Add(-1)
-				if err := l.Unlock(ctx); err != nil {
-					errs <- fmt.Errorf("burst %d, process %d: Unlock: %w", b, i, err)
-					return
-				}
-				errs <- nil
-			}()
+		n, errs := burst(ctx, clients, name)
+		for _, err := range errs {
+			t.Errorf("burst %d: %v", b, err)
 		}
-		for range processes {
-			if err := <-errs; err != nil {
-				t.Error(err)
-			}
-		}
+		overlaps += n
 		t.Logf("burst %d: %d Locks served in %v", b, processes, time.Since(start).Round(time.Millisecond))
 	}
-	if n := overlaps.Load(); n > 0 {
-		t.Errorf("%d grants while another process held the lock; want none", n)
+	if overlaps > 0 {
+		t.Errorf("%d grants while another process held the lock; want none", overlaps)
 	}
 	t.Logf("%d updates sent, %d refused for the in-flight limit or aborted, and retried", updates.calls.Load(), updates.failed.Load())
+}
+
+// burstClients opens n clients on srv, each with a driver and SDK worker
+// of its own, as n processes would have, counting their updates.
+func burstClients(tb testing.TB, srv server, n int, updates *updateCounter) []*dlock.Client {
+	clients := make([]*dlock.Client, n)
+	for i := range clients {
+		clients[i] = dlock.New(srv.openDial(tb, "", updates.dialOptions()), dlock.WithTTL(testTTL))
+	}
+	return clients
+}
+
+// burst has every client Lock name (fair) at the same instant, hold it
+// 1ms and Unlock it. It returns when all are done, with the grants made
+// while another client held the lock and the calls that failed.
+func burst(ctx context.Context, clients []*dlock.Client, name string) (overlaps int, errs []error) {
+	var holders, over atomic.Int32
+	done := make(chan error, len(clients))
+	var wg sync.WaitGroup
+	wg.Add(len(clients))
+	for i, c := range clients {
+		go func() {
+			wg.Done()
+			wg.Wait() // all at once
+			l, err := c.Mutex(name, dlock.WithFair()).Lock(ctx)
+			if err != nil {
+				done <- fmt.Errorf("process %d: Lock: %w", i, err)
+				return
+			}
+			if holders.Add(1) != 1 {
+				over.Add(1)
+			}
+			time.Sleep(time.Millisecond)
+			holders.Add(-1)
+			if err := l.Unlock(ctx); err != nil {
+				done <- fmt.Errorf("process %d: Unlock: %w", i, err)
+				return
+			}
+			done <- nil
+		}()
+	}
+	for range clients {
+		if err := <-done; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return int(over.Load()), errs
 }
 
 // updateCounter counts the updates (and updates-with-start) sent by the

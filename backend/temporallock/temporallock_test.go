@@ -66,11 +66,12 @@ func (s server) client(t testing.TB, opts ...Option) *dlock.Client {
 	return dlock.New(s.open(t, "", opts...), dlock.WithTTL(testTTL))
 }
 
-// startServer starts the dev server and waits until it serves the
-// namespace through the SDK (describe namespace).
-func startServer(t testing.TB) server {
+// startServer starts the dev server, with the dynamic config values given
+// (testenv.StartTemporal), and waits until it serves the namespace through
+// the SDK (describe namespace).
+func startServer(t testing.TB, dynamic ...string) server {
 	t.Helper()
-	srv := server{testenv.StartTemporal(t)}
+	srv := server{testenv.StartTemporal(t, dynamic...)}
 	waitReady(t, srv)
 	return srv
 }
