@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testenv"
 )
 
 // BenchmarkTemporal measures, against one dev server in one run: the floor
@@ -115,15 +116,11 @@ func benchContended(b *testing.B, srv server, mode Mode, workers int) {
 func BenchmarkBurst(b *testing.B) {
 	for _, limit := range []int{10, 64} {
 		b.Run(fmt.Sprintf("maxInFlightUpdates=%d", limit), func(b *testing.B) {
-			var srv server
-			if limit == 10 {
-				srv = startServer(b)
-			} else {
-				srv = startServer(b, fmt.Sprintf("history.maxInFlightUpdates=%d", limit))
-			}
+			srv := startServer(b, fmt.Sprintf("history.maxInFlightUpdates=%d", limit))
 			var updates updateCounter
 			clients := burstClients(b, srv, 32, &updates)
-			ctx := context.Background()
+			// Bounded: a storm must end the benchmark with an error, not hang it.
+			ctx := testenv.Context(b, time.Duration(b.N)*2*time.Minute)
 			b.ResetTimer()
 			start := time.Now()
 			for i := range b.N {
