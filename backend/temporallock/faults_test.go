@@ -405,11 +405,14 @@ func testManyCancelledWaiters(t *testing.T, srv server) {
 
 // testBurstOfArrivals: 32 processes ask for one name at the same instant
 // (cron jobs on 32 hosts at the top of the minute), three times over, more
-// than the server admits updates in flight on one workflow. The server
-// refuses some of the arrivals, and each refusal aborts the updates in
-// flight (see "Many waiters" in the package doc), so a burst is slow; but
-// every Lock is granted, none fails, and no two processes hold the lock at
-// once.
+// than the server admits updates in flight on one workflow. In the first
+// burst the server refuses some of the arrivals, and each refusal aborts
+// the updates in flight (see "Many waiters" in the package doc), so it is
+// slow; but every Lock is granted, none fails, and no two processes hold
+// the lock at once. The replies of the first burst told each process that
+// the name is crowded, so in the next bursts most Locks queue by signal
+// (queueBySignal), which takes no update slot: the test fails if more than
+// a quarter of a later burst's Locks are sent as updates.
 func testBurstOfArrivals(t *testing.T, srv server) {
 	const processes, bursts = 32, 3
 	name := "burst/" + t.Name()
@@ -419,12 +422,18 @@ func testBurstOfArrivals(t *testing.T, srv server) {
 	overlaps := 0
 	for b := range bursts {
 		start := time.Now()
+		a0, f0 := updates.acquires.Load(), updates.failed.Load()
 		n, errs := burst(ctx, clients, name)
 		for _, err := range errs {
 			t.Errorf("burst %d: %v", b, err)
 		}
 		overlaps += n
-		t.Logf("burst %d: %d Locks served in %v", b, processes, time.Since(start).Round(time.Millisecond))
+		acquires := updates.acquires.Load() - a0
+		t.Logf("burst %d: %d Locks served in %v; %d acquires sent as updates, %d updates refused or aborted",
+			b, processes, time.Since(start).Round(time.Millisecond), acquires, updates.failed.Load()-f0)
+		if b > 0 && acquires > processes/4 {
+			t.Errorf("burst %d: %d acquires sent as updates; want at most %d: a process the first burst's replies told of a crowded queue queues by signal", b, acquires, processes/4)
+		}
 	}
 	if overlaps > 0 {
 		t.Errorf("%d grants while another process held the lock; want none", overlaps)
@@ -487,6 +496,7 @@ func burst(ctx context.Context, clients []*dlock.Client, name string) (overlaps 
 type updateCounter struct {
 	calls, failed atomic.Int64
 	releases      atomic.Int64 // "release" updates sent
+	acquires      atomic.Int64 // "acquire" updates-with-start sent
 	mu            sync.Mutex
 	first         error
 }
@@ -507,6 +517,9 @@ func (f *updateCounter) dialOptions() []grpc.DialOption {
 		if r, ok := req.(*workflowservice.UpdateWorkflowExecutionRequest); ok && r.GetRequest().GetInput().GetName() == updRelease {
 			f.releases.Add(1)
 		}
+		if method == workflowservice.WorkflowService_ExecuteMultiOperation_FullMethodName {
+			f.acquires.Add(1)
+		}
 		if code := status.Code(err); code == codes.ResourceExhausted || code == codes.Unavailable {
 			if f.failed.Add(1) == 1 {
 				f.mu.Lock()
@@ -516,4 +529,109 @@ func (f *updateCounter) dialOptions() []grpc.DialOption {
 		}
 		return err
 	})}
+}
+
+// crowdedName is a name held by one process, with a second process whose
+// replies lately counted a crowded queue on it (contention.note).
+type crowdedName struct {
+	name            string
+	holders, waiter *dlock.Client
+	d               *Driver // the waiter's
+	updates         updateCounter
+	first           *dlock.Lease // the holder's lease
+}
+
+func newCrowdedName(t *testing.T, ctx context.Context, srv server, name string) *crowdedName {
+	c := &crowdedName{name: name, holders: dlock.New(srv.openDial(t, "", nil), dlock.WithTTL(testTTL))}
+	c.d = srv.openDial(t, "", c.updates.dialOptions())
+	c.waiter = dlock.New(c.d, dlock.WithTTL(testTTL))
+	c.hold(t, ctx)
+	return c
+}
+
+// hold has the holder take the name, and marks it crowded for the waiter.
+func (c *crowdedName) hold(t *testing.T, ctx context.Context) {
+	c.d.contended.note(c.name, crowded, false)
+	var err error
+	if c.first, err = c.holders.Mutex(c.name, dlock.WithFair()).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lock has the waiter Lock the name under ctx in the background, and
+// returns once it is queued, with a channel that gets the Lock's outcome.
+func (c *crowdedName) lock(t *testing.T, ctx context.Context) <-chan lockResult {
+	got := lockAsync(ctx, c.waiter.Mutex(c.name, dlock.WithFair()))
+	waitWaiters(t, c.holders, c.name, 1)
+	return got
+}
+
+// release has the holder release, and checks that the waiter's Lock
+// (got) is granted after it, with a higher token.
+func (c *crowdedName) release(t *testing.T, ctx context.Context, got <-chan lockResult) {
+	t.Helper()
+	if err := c.first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("crowded Lock: %v", r.err)
+	}
+	if r.l.Token() <= c.first.Token() {
+		t.Errorf("token %d after the holder's %d; want a higher one", r.l.Token(), c.first.Token())
+	}
+	if err := r.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testCrowdedNameQueuesBySignal: a process whose replies lately counted
+// many waiters on a name (contention.note) sends its next Lock there as a
+// signal, not an update. Such a Lock queues behind the holder, and is
+// granted when the holder releases, with a higher token, having sent no
+// acquire as an update; and one cancelled while queued leaves the queue,
+// so that the lock is free once the holder releases.
+func testCrowdedNameQueuesBySignal(t *testing.T, srv server) {
+	ctx := testenv.Context(t, 2*time.Minute)
+	c := newCrowdedName(t, ctx, srv, "crowded/"+t.Name())
+	c.release(t, ctx, c.lock(t, ctx))
+	if n := c.updates.acquires.Load(); n != 0 {
+		t.Errorf("the crowded Lock sent %d acquires as updates; want none (it queues by signal)", n)
+	}
+
+	// Cancelled while queued by signal: it leaves.
+	c.hold(t, ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	got := c.lock(t, wctx)
+	cancel()
+	if r := <-got; !errors.Is(r.err, context.Canceled) {
+		t.Errorf("cancelled crowded Lock: %v, want context.Canceled", r.err)
+		if r.err == nil {
+			_ = r.l.Unlock(ctx)
+		}
+	}
+	if err := c.first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.holders.Mutex(c.name, dlock.WithFair()).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the holder released: %v (the cancelled waiter was granted it?)", err)
+	}
+	_ = l.Unlock(ctx)
+}
+
+// testCrowdedLockOnOlderWorkflow: a crowded name's Lock (sent as a signal)
+// on a mutex workflow of an older version of this package, which ignores
+// a client's acquire signal: the waiter finds itself not queued, queues by
+// update, and is granted the lock once the holder releases it.
+func testCrowdedLockOnOlderWorkflow(t *testing.T, srv server) {
+	playOlder.Store(true)
+	defer playOlder.Store(false)
+	ctx := testenv.Context(t, 2*time.Minute)
+	c := newCrowdedName(t, ctx, srv, "crowded-older/"+t.Name())
+	got := c.lock(t, ctx) // returns once queued
+	if n := c.updates.acquires.Load(); n == 0 {
+		t.Errorf("the waiter is queued but sent no acquire update; the older workflow should have ignored its signal")
+	}
+	c.release(t, ctx, got)
 }

@@ -2,6 +2,7 @@ package temporallock
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -139,6 +140,10 @@ type reply struct {
 	// Query, with RetryAfter: the waiter is farther back still, and asks
 	// again by the "place" query rather than by update.
 	Query bool `json:",omitempty"`
+	// Waiting, on a granted or queued reply to an acquire or a wait: the
+	// client waiters queued when it was made. Mutex workflows of older
+	// versions of this package leave it 0.
+	Waiting int `json:",omitempty"`
 }
 
 type grantMsg struct {
@@ -200,6 +205,15 @@ const countedVersion = "counted-leases"
 // and now costs one, the main loop's, which the SDK needs to run the
 // workflow at all (testHeldLockKeepsOneGoroutine).
 const signalsVersion = "signals-in-main-loop"
+
+// queueBySignalVersion is the change ID under which the mutex workflow
+// queues a client waiter that sends its acquire as a signal.
+const queueBySignalVersion = "queue-by-signal"
+
+// playOlder is set by a test to play a mutex workflow of a version of
+// this package before queueBySignalVersion, which ignores a client's
+// acquire signal.
+var playOlder atomic.Bool
 
 // Temporal admits a limited number of updates in flight on one workflow
 // (history.maxInFlightUpdates, 10 by default), and a wait held open is
@@ -335,7 +349,7 @@ func (m *mutex) register(ctx workflow.Context) error {
 		name string
 		fn   any
 	}{
-		{updAcquire, func(ctx workflow.Context, r acquireReq) (reply, error) { return m.acquire(ctx, r), nil }},
+		{updAcquire, func(ctx workflow.Context, r acquireReq) (reply, error) { return m.acquire(ctx, r, true), nil }},
 		{updWait, m.wait},
 		{updExtend, func(ctx workflow.Context, r extendReq) (reply, error) { return m.extend(ctx, r), nil }},
 		{updRelease, func(ctx workflow.Context, r ownerReq) (reply, error) { return m.release(ctx, r.Owner), nil }},
@@ -409,11 +423,23 @@ func (m *mutex) drainSignals(ctx workflow.Context) {
 func (m *mutex) onAcquireSignal(ctx workflow.Context, c workflow.ReceiveChannel) {
 	var r acquireReq
 	c.Receive(ctx, &r)
+	r.Wait = true
 	if r.ReplyTo == nil {
+		// A client waiter that queues by signal (see queueBySignal): it
+		// learns its place by query and takes a grant with a "wait".
+		// Runs that did not know this ignored such a signal, and the
+		// waiter, finding itself not queued, asked by update instead.
+		maxVersion := workflow.Version(1)
+		if playOlder.Load() {
+			maxVersion = workflow.DefaultVersion
+		}
+		if workflow.GetVersion(ctx, queueBySignalVersion, workflow.DefaultVersion, maxVersion) >= 1 {
+			r.Poll = true
+			m.acquire(ctx, r, false)
+		}
 		return
 	}
-	r.Wait = true
-	if rep := m.acquire(ctx, r); rep.Status == stGranted {
+	if rep := m.acquire(ctx, r, true); rep.Status == stGranted {
 		m.notify(ctx, *r.ReplyTo, sigGrantPrefix+r.Owner, grantMsg{Token: rep.Token, Recovered: rep.Recovered})
 	}
 }
@@ -432,12 +458,16 @@ func (m *mutex) onReleaseSignal(ctx workflow.Context, c workflow.ReceiveChannel)
 	m.release(ctx, r.Owner)
 }
 
-func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
+// acquire serves r; replied says whether the reply reaches the requester
+// (an update), so that a grant in it is picked up.
+func (m *mutex) acquire(ctx workflow.Context, r acquireReq, replied bool) reply {
 	now := workflow.Now(ctx)
 	m.expire(ctx, now) // a lease past its end must not make a TryLock fail
 	if h := m.holding(r.Owner); h != nil {
-		m.pickUp(now)
-		return reply{Status: stGranted, Token: h.Token, Age: now.Sub(h.GrantedAt)}
+		if replied {
+			m.pickUp(now)
+		}
+		return reply{Status: stGranted, Token: h.Token, Age: now.Sub(h.GrantedAt), Waiting: m.waiting()}
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(r.TTL)
@@ -446,8 +476,10 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 	e := entry{Owner: r.Owner, TTL: r.TTL, Holder: r.Holder, ReplyTo: r.ReplyTo}
 	if len(m.s.Queue) == 0 && m.admits(ctx, e) {
 		tok := m.grant(now, e)
-		m.pickUp(now) // the reply tells it
-		return reply{Status: stGranted, Token: tok, Recovered: m.s.Recovered}
+		if replied {
+			m.pickUp(now) // the reply tells it
+		}
+		return reply{Status: stGranted, Token: tok, Recovered: m.s.Recovered, Waiting: m.waiting()}
 	}
 	if !r.Wait {
 		return reply{Status: stBusy}
@@ -465,9 +497,9 @@ func (m *mutex) acquire(ctx workflow.Context, r acquireReq) reply {
 // wait open, when to ask again.
 func (m *mutex) queuedReply(now time.Time, poll bool, i int, ttl time.Duration) reply {
 	if ahead := m.clientsAhead(i); poll && ahead >= longPolls {
-		return reply{Status: stQueued, RetryAfter: m.pollAfter(now, ahead, ttl), Query: ahead >= queryFrom}
+		return reply{Status: stQueued, RetryAfter: m.pollAfter(now, ahead, ttl), Query: ahead >= queryFrom, Waiting: m.waiting()}
 	}
-	return reply{Status: stQueued}
+	return reply{Status: stQueued, Waiting: m.waiting()}
 }
 
 // waitSlice bounds one wait: a waiter asks again after it, which both
@@ -508,11 +540,11 @@ func (m *mutex) wait(ctx workflow.Context, r ownerReq) (reply, error) {
 	now := workflow.Now(ctx)
 	if h := m.holding(r.Owner); h != nil {
 		m.pickUp(now)
-		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt), Waited: now.Sub(started)}, nil
+		return reply{Status: stGranted, Token: h.Token, Recovered: m.s.Recovered, Age: now.Sub(h.GrantedAt), Waited: now.Sub(started), Waiting: m.waiting()}, nil
 	}
 	if i := m.queued(r.Owner); i >= 0 {
 		m.s.Queue[i].Expires = now.Add(m.s.Queue[i].TTL)
-		return reply{Status: stQueued}, nil
+		return reply{Status: stQueued, Waiting: m.waiting()}, nil
 	}
 	return reply{Status: stGone}, nil
 }
@@ -751,6 +783,11 @@ func (m *mutex) pickUp(now time.Time) {
 	if m.pickedUp.IsZero() {
 		m.pickedUp = now
 	}
+}
+
+// waiting counts the client waiters queued.
+func (m *mutex) waiting() int {
+	return m.clientsAhead(len(m.s.Queue))
 }
 
 // clientsAhead counts the client waiters (those that wait by update) in

@@ -89,6 +89,8 @@ type Driver struct {
 	w       worker.Worker
 	cfg     config
 	stopSub chan struct{}
+	// contended: the names this driver's Locks were queued on lately.
+	contended contention
 }
 
 var _ driver.Driver = (*Driver)(nil)

@@ -139,6 +139,8 @@ func TestOnTemporalDevServer(t *testing.T) {
 	t.Run("WaitersBeyondTheUpdateLimitAreAllServedInOrder", func(t *testing.T) { testManyWaiters(t, srv) })
 	t.Run("ManyCancelledWaitersLeaveWithoutTakingUpdateSlots", func(t *testing.T) { testManyCancelledWaiters(t, srv) })
 	t.Run("BurstOfArrivalsBeyondTheUpdateLimitIsServed", func(t *testing.T) { testBurstOfArrivals(t, srv) })
+	t.Run("CrowdedNameQueuesBySignal", func(t *testing.T) { testCrowdedNameQueuesBySignal(t, srv) })
+	t.Run("CrowdedLockOnOlderWorkflowQueuesByUpdate", func(t *testing.T) { testCrowdedLockOnOlderWorkflow(t, srv) })
 	t.Run("ServerRestartKeepsHolderTokenAndQueue", func(t *testing.T) { testServerRestart(t, srv) })
 	t.Run("CancelledLockThenProcessExitLeavesNoWaiter", func(t *testing.T) { testCancelledLockThenExit(t, srv) })
 	t.Run("CancelledLockCutOffLeavesEntryThatExpires", func(t *testing.T) { testCancelledLockCutOffExpires(t, srv) })

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -181,12 +179,7 @@ func drain(c workflow.ReceiveChannel) {
 // requestLock is the local activity of Lock: signal-with-start, so that
 // the first request for a name creates its mutex workflow.
 func requestLock(ctx context.Context, mutexID, taskQueue, name string, req acquireReq) error {
-	_, err := activity.GetClient(ctx).SignalWithStartWorkflow(ctx, mutexID, sigAcquire, req, client.StartWorkflowOptions{
-		ID:                       mutexID,
-		TaskQueue:                taskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowTaskTimeout:      workflowTaskTimeout,
-	}, mutexWorkflowName, mutexState{Name: name})
+	_, err := activity.GetClient(ctx).SignalWithStartWorkflow(ctx, mutexID, sigAcquire, req, mutexStart(mutexID, taskQueue),
+		mutexWorkflowName, mutexState{Name: name})
 	return err
 }
