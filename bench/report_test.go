@@ -546,14 +546,20 @@ func (r *report) millionGoals() []goal {
 // holder changes/s of 8; each beside the same goal applied to the raw
 // hand-off reference, which shows what the server allows.
 func (r *report) temporalGoals() []goal {
+	// within2x is the 32 ÷ 8 goal applied to l.
+	within2x := func(what string, l *lib) goal {
+		if l == nil {
+			return missed(what, "–", "this run has no such reference")
+		}
+		x8, x32 := r.contended(l, 8), r.contended(l, 32)
+		return numGoal(what, x32.changesPerSec()/max(x8.changesPerSec(), 1e-9), 0.5, false, "×", x8.grants > 0 && x32.elapsed > 0)
+	}
 	c8 := r.contended(r.lib("temporal", "dlock-fair"), 8)
-	c32 := r.contended(r.lib("temporal", "dlock-fair"), 32)
 	gs := []goal{numGoal("Temporal contended (8 workers), fair mode: holder changes/s ÷ ceiling ≥ 0.7", 0, 0.7, false, "×", false)}
 	// The raw hand-off reference passes a turn with the fewest updates a
 	// hand-off can take (a held take, a give), with no lease or token: the
 	// same two goals applied to it say what the server allows at all.
-	const refName = "reference: raw hand-off"
-	ref := r.lib("temporal", refName)
+	ref := r.lib("temporal", "reference: raw hand-off")
 	refWhat8 := "Temporal contended (8 workers), the raw hand-off reference (a held take and a give per hand-off, no lease): holder changes/s ÷ ceiling ≥ 0.7"
 	gs = append(gs, missed(refWhat8, "–", "this run has no such reference"))
 	if b := r.backend("temporal"); b != nil {
@@ -563,23 +569,12 @@ func (r *report) temporalGoals() []goal {
 			gs[1] = numGoal(refWhat8, r8.changesPerSec()/r.ceiling(b), 0.7, false, "×", r8.grants > 0)
 		}
 	}
-	gs = append(gs, numGoal("Temporal contended, fair mode: holder changes/s with 32 workers ÷ with 8 ≥ 0.5 (within 2×)",
-		c32.changesPerSec()/max(c8.changesPerSec(), 1e-9), 0.5, false, "×", c8.grants > 0 && c32.elapsed > 0))
-	refWhat32 := "Temporal contended, the raw hand-off reference: holder changes/s with 32 workers ÷ with 8 ≥ 0.5 (its 31 held takes pass the server's 10 updates in flight)"
-	if ref == nil {
-		return append(gs, missed(refWhat32, "–", "this run has no such reference"))
-	}
-	r8, r32 := r.contended(ref, 8), r.contended(ref, 32)
-	gs = append(gs, numGoal(refWhat32, r32.changesPerSec()/max(r8.changesPerSec(), 1e-9), 0.5, false, "×", r8.grants > 0 && r32.elapsed > 0))
-	// The same lock on a server that admits more updates in flight: what
-	// the default limit costs when 32 waiters arrive at once.
-	raisedWhat := fmt.Sprintf("Temporal contended, fair mode on a server with history.maxInFlightUpdates=%d: holder changes/s with 32 workers ÷ with 8 ≥ 0.5", raisedInFlight)
-	rl := r.lib("temporal", raisedName)
-	if rl == nil {
-		return append(gs, missed(raisedWhat, "–", "this run has no such reference"))
-	}
-	h8, h32 := r.contended(rl, 8), r.contended(rl, 32)
-	return append(gs, numGoal(raisedWhat, h32.changesPerSec()/max(h8.changesPerSec(), 1e-9), 0.5, false, "×", h8.grants > 0 && h32.elapsed > 0))
+	return append(gs,
+		within2x("Temporal contended, fair mode: holder changes/s with 32 workers ÷ with 8 ≥ 0.5 (within 2×)", r.lib("temporal", "dlock-fair")),
+		within2x(fmt.Sprintf("Temporal contended, the raw hand-off reference (on the server with history.maxInFlightUpdates=%d, which admits its 31 held takes): holder changes/s with 32 workers ÷ with 8 ≥ 0.5", raisedInFlight), ref),
+		// The same lock on a server that admits more updates in flight:
+		// what the default limit costs when 32 waiters arrive at once.
+		within2x(fmt.Sprintf("Temporal contended, fair mode on a server with history.maxInFlightUpdates=%d: holder changes/s with 32 workers ÷ with 8 ≥ 0.5", raisedInFlight), r.lib("temporal", raisedName)))
 }
 
 // notRun marks the goals on a backend that -backends left out: not run,

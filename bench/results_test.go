@@ -243,7 +243,7 @@ func TestResults(t *testing.T) {
 		var raised *testenv.Temporal
 		if !*manyOnly {
 			raised = testenv.StartTemporal(t, fmt.Sprintf("history.maxInFlightUpdates=%d", raisedInFlight))
-			r.servers = append(r.servers, serverRow{"temporal", temporalVersion(), fmt.Sprintf("a second dev server as above but for history.maxInFlightUpdates=%d, for the raised-limit reference only", raisedInFlight)})
+			r.servers = append(r.servers, serverRow{"temporal", temporalVersion(), fmt.Sprintf("a second dev server as above but for history.maxInFlightUpdates=%d, for scenario B's references only (the raw hand-off and the raised-limit reference)", raisedInFlight)})
 		}
 		backends = append(backends, &backend{name: "temporal", libs: temporalLibs(ts, raised), bWorkers: []int{8, 32}, curveMax: 32, manyKey: true, keysC: keysCTemporal})
 	}

@@ -177,7 +177,8 @@ const raisedInFlight = 64
 
 // temporalLibs are the libraries on srv; raised, if not nil, is a server
 // started with history.maxInFlightUpdates=raisedInFlight, for the
-// raised-limit reference: dlock's fair mode, as on srv, in scenario B.
+// references of scenario B: the raw hand-off, and the raised-limit
+// reference (dlock's fair mode, as on srv).
 func temporalLibs(srv, raised *testenv.Temporal) []*lib {
 	dl := &lib{backend: "temporal", name: "dlock-fair", role: ours,
 		how: "backend/temporallock, fair mode (the mutex workflow), dlock.WithFair(); every worker runs its own SDK worker, as every client process does by default"}
@@ -226,16 +227,21 @@ func temporalLibs(srv, raised *testenv.Temporal) []*lib {
 			},
 		}
 	}
-	libs := []*lib{dl, fl, temporalHandoff(srv)}
-	if raised != nil {
-		rl := &lib{backend: "temporal", name: raisedName, role: handoff,
-			how: fmt.Sprintf("dlock-fair as above, on a second dev server started with history.maxInFlightUpdates=%d (the default is 10): past the limit, the server refuses an update and drops the workflow's cached state, aborting the updates in flight (temporallock's package doc, \"Many waiters\")", raisedInFlight)}
-		rl.open = func(t testing.TB, ttl time.Duration) worker {
-			return dlockWorker(rl, openDlock(t, "temporal://"+raised.Addr+"/"+raised.Namespace, ttl), true, nil)
-		}
-		libs = append(libs, rl)
+	if raised == nil {
+		return []*lib{dl, fl, temporalHandoff(srv)}
 	}
-	return libs
+	// The raw hand-off runs on the raised server: its 31 takes held open
+	// at 32 workers pass the default limit, and on srv the storm that
+	// follows (see the package doc of temporallock, "Many waiters") would
+	// go on into the next library's round there.
+	ho := temporalHandoff(raised)
+	ho.how += fmt.Sprintf("; on the second dev server (history.maxInFlightUpdates=%d), whose limit admits the 31 takes held open at 32 workers", raisedInFlight)
+	rl := &lib{backend: "temporal", name: raisedName, role: handoff,
+		how: fmt.Sprintf("dlock-fair as above, on a second dev server started with history.maxInFlightUpdates=%d (the default is 10): past the limit, the server refuses an update and drops the workflow's cached state, aborting the updates in flight (temporallock's package doc, \"Many waiters\")", raisedInFlight)}
+	rl.open = func(t testing.TB, ttl time.Duration) worker {
+		return dlockWorker(rl, openDlock(t, "temporal://"+raised.Addr+"/"+raised.Namespace, ttl), true, nil)
+	}
+	return []*lib{dl, fl, ho, rl}
 }
 
 // raisedName is the raised-limit reference's name.
