@@ -89,7 +89,8 @@ type Driver struct {
 	w       worker.Worker
 	cfg     config
 	stopSub chan struct{}
-	// contended: the names this driver's Locks were queued on lately.
+	// contended: the names whose queue the mutex workflow's replies to
+	// this driver lately counted crowded (see queueBySignal).
 	contended contention
 }
 
