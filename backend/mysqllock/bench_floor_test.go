@@ -26,6 +26,8 @@ import (
 //     without the driver and the portable layer around them (bare-µs;
 //     x-bare is the lock's time over theirs, bare-x-floor theirs over the
 //     floor's): what the server's work costs, apart from the client's.
+//     bare-fair-µs is the same with a fair Lock's acquire statement (not
+//     queued; the release is the same).
 //     stmts/op is what the
 //     server was sent per Lock+Unlock (the Questions counter, every
 //     connection of the driver's pool and its bell connection included),
@@ -107,6 +109,11 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer bareRelease.Close()
+		bareAcquireFair, err := bareConn.PrepareContext(ctx, d.q.acquireFair)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bareAcquireFair.Close()
 		bareName := "bench/floor/bare"
 		holder := []byte(`{"host":"bench","pid":1,"acquired_at":"2026-12-06T00:00:00Z"}`)
 		bare := func() {
@@ -122,11 +129,27 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		// The same with a fair request's acquire (tryFair's statement, not
+		// queued); a fair lease released before its bell is taken is
+		// released by the plain statement.
+		bareFair := func() {
+			owner := driver.NewNonce()
+			name := []byte(bareName)
+			if _, err := bareAcquireFair.ExecContext(ctx, name, owner, holder, nil, micros(8*time.Second),
+				name, int64(notQueued), int64(notQueued), owner, holder, nil, micros(8*time.Second)); err != nil {
+				b.Fatal(err)
+			}
+			rargs := appendSlots(nil, DefaultTable, bareName)
+			if _, err := bareRelease.ExecContext(ctx, append(rargs, name, owner)...); err != nil {
+				b.Fatal(err)
+			}
+		}
 		for range 50 { // warm: table, statements, connections
 			lockUnlock()
 			twoDo()
 			twoCommits()
 			bare()
+			bareFair()
 		}
 		time.Sleep(50 * time.Millisecond) // the bell keeper catches up
 		const counted = 200
@@ -138,9 +161,9 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 		// Two SHOW STATUS statements of ours fall between the readings.
 		q1, f1 := serverCounter(b, floor, "Questions")-2, serverCounter(b, floor, "Innodb_data_fsyncs")
 
-		// The three take turns call by call, in a rotating order, so that a
+		// They take turns call by call, in a rotating order, so that a
 		// burst of load on the machine lands on all of them.
-		cases := []func(){lockUnlock, twoDo, twoCommits, bare}
+		cases := []func(){lockUnlock, twoDo, twoCommits, bare, bareFair}
 		spent := make([]time.Duration, len(cases))
 		i := 0
 		for b.Loop() {
@@ -152,12 +175,13 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 			}
 			i++
 		}
-		lock, fl, cm, br := spent[0], spent[1], spent[2], spent[3]
+		lock, fl, cm, br, bf := spent[0], spent[1], spent[2], spent[3], spent[4]
 		n := float64(b.N)
 		b.ReportMetric(float64(lock.Microseconds())/n, "lock+unlock-µs")
 		b.ReportMetric(float64(fl.Microseconds())/n, "floor-µs")
 		b.ReportMetric(float64(cm.Microseconds())/n, "two-commits-µs")
 		b.ReportMetric(float64(br.Microseconds())/n, "bare-µs")
+		b.ReportMetric(float64(bf.Microseconds())/n, "bare-fair-µs")
 		b.ReportMetric(float64(lock)/float64(fl), "x-floor")
 		b.ReportMetric(float64(lock)/float64(cm), "x-two-commits")
 		b.ReportMetric(float64(lock)/float64(br), "x-bare")

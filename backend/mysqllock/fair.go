@@ -57,7 +57,7 @@ func (d *Driver) tryFair(ctx context.Context, req driver.Request, seq int64) (dr
 	name, ttl := []byte(req.Name), micros(req.TTL)
 	sent := driver.Now()
 	r, err := exec(ctx, d, d.q.acquireFair, name, req.Owner, req.Holder, bellArg, ttl,
-		name, seq, name, seq, req.Owner, req.Holder, bellArg, ttl)
+		name, seq, seq, req.Owner, req.Holder, bellArg, ttl)
 	if err != nil {
 		return driver.Grant{}, 0, err
 	}
