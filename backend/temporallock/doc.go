@@ -92,7 +92,9 @@
 // waiter behind them gets an immediate "queued" with a time to ask again:
 // about when the grants ahead of it should be done, at least 250ms and at
 // most a wait slice (see above). A grant is expected to take the recent
-// turnover (hold plus hand-over), or, once the present holder has held the
+// turnover (hold plus hand-over; the time the name sat free is left out,
+// so a queue that forms after a pause polls as the last one did:
+// TestTurnoverLeavesFreeTimeOut), or, once the present holder has held the
 // lock over a second and over four times that, as long as it has held, so
 // a queue behind a long hold asks seldom: 24 waiters behind a holder of 2s
 // ask fewer than 5 times a second. The next three waiters ask by update

@@ -66,3 +66,33 @@ func TestPollAfter(t *testing.T) {
 		t.Errorf("turnover 300ms: waiter %d polls after %v, want %v", longPolls+3, got, want)
 	}
 }
+
+// The turnover counts holds and hand-overs, not the time a name sat free:
+// a queue that forms after a pause polls as often as the one before it.
+func TestTurnoverLeavesFreeTimeOut(t *testing.T) {
+	const ttl = 15 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &mutex{listening: map[string]int{"a": 1, "b": 1, "c": 1}}
+	m.grant(t0, entry{Owner: "a", TTL: ttl})
+	// a releases 30ms after it learned of its grant; b, waiting, takes it.
+	m.s.Holder = nil
+	m.grant(t0.Add(30*time.Millisecond), entry{Owner: "b", TTL: ttl})
+	if m.turnover != 30*time.Millisecond {
+		t.Fatalf("turnover %v after a hand-off 30ms after the grant, want 30ms", m.turnover)
+	}
+	// b releases with nobody queued (grantNext finds the queue empty and
+	// grants nothing); the name sits free for 4s; c takes it.
+	m.s.Holder = nil
+	m.grantNext(nil)
+	m.grant(t0.Add(4*time.Second), entry{Owner: "c", TTL: ttl})
+	if m.turnover != 30*time.Millisecond {
+		t.Errorf("turnover %v after the name sat free for 4s, want 30ms as before: the free time is no hand-over", m.turnover)
+	}
+	for i := range 24 {
+		m.s.Queue = append(m.s.Queue, entry{Owner: fmt.Sprint(i), TTL: ttl})
+	}
+	now := t0.Add(4*time.Second + 10*time.Millisecond)
+	if got, want := m.queuedReply(now, true, 23, ttl).RetryAfter, 30*time.Millisecond*time.Duration(23-longPolls+1); got != want {
+		t.Errorf("the 24th waiter polls after %v, want %v (the turnover before the pause)", got, want)
+	}
+}
