@@ -116,34 +116,30 @@ func BenchmarkMariaDBVsFloor(b *testing.B) {
 		defer bareAcquireFair.Close()
 		bareName := "bench/floor/bare"
 		holder := []byte(`{"host":"bench","pid":1,"acquired_at":"2026-12-06T00:00:00Z"}`)
-		bare := func() {
-			owner := driver.NewNonce()
-			args := []any{[]byte(bareName), owner, holder, nil, micros(8 * time.Second)}
-			args = appendSlots(args, DefaultTable, bareName)
-			args = append(args, owner, holder, nil, micros(8*time.Second))
-			if _, err := bareAcquire.ExecContext(ctx, args...); err != nil {
-				b.Fatal(err)
-			}
-			rargs := appendSlots(nil, DefaultTable, bareName)
-			if _, err := bareRelease.ExecContext(ctx, append(rargs, []byte(bareName), owner)...); err != nil {
-				b.Fatal(err)
-			}
-		}
-		// The same with a fair request's acquire (tryFair's statement, not
-		// queued); a fair lease released before its bell is taken is
-		// released by the plain statement.
-		bareFair := func() {
-			owner := driver.NewNonce()
-			name := []byte(bareName)
-			if _, err := bareAcquireFair.ExecContext(ctx, name, owner, holder, nil, micros(8*time.Second),
-				name, int64(notQueued), int64(notQueued), owner, holder, nil, micros(8*time.Second)); err != nil {
-				b.Fatal(err)
-			}
-			rargs := appendSlots(nil, DefaultTable, bareName)
-			if _, err := bareRelease.ExecContext(ctx, append(rargs, name, owner)...); err != nil {
-				b.Fatal(err)
+		// pair sends an acquire (its arguments, from the owner) and the
+		// plain release; bare is a plain Lock's, bareFair a fair one's
+		// (tryFair's statement, not queued: a fair lease released before
+		// its bell is taken is released by the plain statement).
+		name, ttl := []byte(bareName), micros(8*time.Second)
+		pair := func(acquire *sql.Stmt, args func(owner string) []any) func() {
+			return func() {
+				owner := driver.NewNonce()
+				if _, err := acquire.ExecContext(ctx, args(owner)...); err != nil {
+					b.Fatal(err)
+				}
+				rargs := appendSlots(nil, DefaultTable, bareName)
+				if _, err := bareRelease.ExecContext(ctx, append(rargs, name, owner)...); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
+		bare := pair(bareAcquire, func(owner string) []any {
+			args := appendSlots([]any{name, owner, holder, nil, ttl}, DefaultTable, bareName)
+			return append(args, owner, holder, nil, ttl)
+		})
+		bareFair := pair(bareAcquireFair, func(owner string) []any {
+			return []any{name, owner, holder, nil, ttl, name, int64(notQueued), int64(notQueued), owner, holder, nil, ttl}
+		})
 		for range 50 { // warm: table, statements, connections
 			lockUnlock()
 			twoDo()
