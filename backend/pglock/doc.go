@@ -51,9 +51,10 @@
 //   - Cost: a lock that is free and that nobody waits for is taken in one
 //     statement and released in one, plain and fair, Lock and TryLock
 //     alike (TestUncontendedLockIsOneStatementAndUnlockOne; the fast path
-//     below). Contention costs more: each attempt of a queued waiter is one
-//     round trip of four statements (BEGIN, the name's row lock, the
-//     attempt, COMMIT).
+//     below). Contention costs more: a Lock of a lock that another holds
+//     joins the queue in one more statement (the join, below); each later
+//     attempt of a queued waiter is one round trip of four statements
+//     (BEGIN, the name's row lock, the attempt, COMMIT).
 //   - Waiting: a queue in the database, with hand-off on release (see
 //     Waiting below), woken by LISTEN/NOTIFY on one LISTEN connection per
 //     Driver, shared by all its waiters (not one per waiter). Should the
@@ -96,12 +97,20 @@
 //     queue), one more round trip (TestFairTryLockDoesNotPassAQueuedWaiter).
 //     A Lock by a driver whose last release of that name handed the lock
 //     to a waiter skips the fast path, which would find the lock held, and
-//     joins the queue at once, whose first attempt takes a free lock as
-//     the fast path would (TestLockAfterItsHandOffGoesToTheQueueAtOnce):
+//     goes to the queue at once (TestLockAfterItsHandOffGoesToTheQueueAtOnce):
 //     a client that takes turns with others pays one statement for its
-//     release and one round trip to queue again. The driver remembers
-//     one name, the last it handed on; a release of it that frees the
-//     lock forgets it.
+//     release and one to queue again. The driver remembers one name, the
+//     last it handed on; a release of it that frees the lock forgets it.
+//   - The join: when the lock is held by another (the fast path said so,
+//     or the driver just handed it on), the first attempt is one
+//     statement, not the four of the queue's transaction: it writes the
+//     name's row (taking its lock, and telling the one-statement paths
+//     that the queue may have changed) and joins the queue only if the
+//     lease is still another owner's and live on the row's newest
+//     version, as the server judges an UPDATE's condition again after it
+//     waited for the row's lock (TestJoinIsJudgedOnTheRowsNewestVersion).
+//     Otherwise it changes nothing, and the attempt under the row lock
+//     follows, which takes a free lock as the fast path would.
 //   - A release hands the lock over: in the statement that releases it,
 //     it grants the lock to the first live waiter of the queue (a new
 //     token, the waiter's TTL and metadata), takes it out of the queue and

@@ -26,3 +26,6 @@ func HandOffSQL(d *Driver) string { return d.handOffSQL }
 // Channel returns the NOTIFY channel of d's table (set once d's table is
 // bound) and the payload that names name on it.
 func Channel(d *Driver, name string) (string, string) { return d.channel, payload(d.key(name)) }
+
+// JoinQueueAloneSQL returns d's joinQueueAloneSQL, bound to its table.
+func JoinQueueAloneSQL(d *Driver) string { return d.joinQueueAloneSQL }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -332,6 +333,81 @@ func TestReleaseSeesAWaiterQueuedWhileItRan(t *testing.T) {
 	}
 }
 
+// TestJoinIsJudgedOnTheRowsNewestVersion: the package doc's "a Lock of
+// a lock held by another joins the queue in one statement, which joins
+// only if the lock is still held by another when it holds the name's row
+// lock". While the join's statement (joinQueueAloneSQL) waits for the
+// row lock, a transaction releases the lock, or hands it to the joiner,
+// or to someone else; once it commits, the join must change nothing in
+// the first two cases (the caller then takes the attempt that may
+// grant), and must join, reporting the new holder's token, in the third.
+func TestJoinIsJudgedOnTheRowsNewestVersion(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	d := newDriver(t, srv.URL(srv.Addr, ""))
+	c := dlock.New(d, dlock.WithTTL(time.Minute))
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	for _, tc := range []struct {
+		name      string
+		meanwhile string // what the transaction does to the name's row
+		join      bool   // whether the join joins
+	}{
+		{name: "released", meanwhile: `owner = '', holder = NULL, expires_at = '-infinity'`},
+		{name: "handed to the joiner", meanwhile: `owner = 'joiner', token = nextval('dlock_leases_token_seq'), expires_at = clock_timestamp() + interval '1 minute'`},
+		{name: "handed to another", meanwhile: `owner = 'other', token = nextval('dlock_leases_token_seq'), expires_at = clock_timestamp() + interval '1 minute'`, join: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "join/" + tc.name
+			l, err := c.Mutex(name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			var token int64
+			if err := tx.QueryRow(ctx, `UPDATE dlock_leases SET `+tc.meanwhile+` WHERE name = $1 RETURNING token`, []byte(name)).Scan(&token); err != nil {
+				t.Fatal(err)
+			}
+			type reply struct {
+				token int64
+				err   error
+			}
+			got := make(chan reply, 1)
+			go func() {
+				var r reply
+				r.err = pool.QueryRow(ctx, pglock.JoinQueueAloneSQL(d), []byte(name), "joiner", nil, time.Minute.Microseconds(),
+					time.Minute.Microseconds(), "nobody", int64(0)).Scan(nil, &r.token, nil, nil, nil)
+				got <- r
+			}()
+			waitsForRowLock(t, ctx, pool, pglock.JoinQueueAloneSQL(d))
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-got
+			var queued bool
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM dlock_leases_waiters WHERE name = $1 AND owner = 'joiner')`,
+				[]byte(name)).Scan(&queued); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case !tc.join && !errors.Is(r.err, pgx.ErrNoRows):
+				t.Errorf("join after %s: token %d, err %v; want no row", tc.meanwhile, r.token, r.err)
+			case !tc.join && queued:
+				t.Errorf("join after %s queued the joiner", tc.meanwhile)
+			case tc.join && r.err != nil:
+				t.Errorf("join after the lock changed hands: %v", r.err)
+			case tc.join && (r.token != token || !queued):
+				t.Errorf("join after the lock changed hands: token %d (want the new holder's, %d), queued: %v", r.token, token, queued)
+			}
+			_ = l // held by the test's client until the transaction took it over
+		})
+	}
+}
+
 // queueWaiterUncommitted queues a live waiter ("waiter") for name as the
 // queue's transactions do, the name's row lock first, and leaves the
 // transaction open, holding that lock, until commit is called (or the
@@ -455,9 +531,13 @@ func TestLockCancelledWhileItsFastPathRanLeavesTheLockFree(t *testing.T) {
 type sqlCounter struct {
 	sql atomic.Pointer[string]
 	n   atomic.Int64
+	all atomic.Int64 // every statement, alone or in a batch, but the LISTEN connection's
 }
 
 func (c *sqlCounter) see(sql string) {
+	if !strings.HasPrefix(sql, "LISTEN ") { // the LISTEN connection's, made on the first wait
+		c.all.Add(1)
+	}
 	if p := c.sql.Load(); p != nil && *p == sql {
 		c.n.Add(1)
 	}
@@ -555,11 +635,14 @@ func TestLockAfterItsHandOffGoesToTheQueueAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			lb := await(gb)
-			before := fast.n.Load()
+			before, all := fast.n.Load(), fast.all.Load()
 			ga := lock(a)
 			waitersShown(t, other, name, 1)
 			if n := fast.n.Load() - before; n != 0 {
 				t.Errorf("a Lock after a hand-off sent the fast path's statement %d times, want 0 (the lock is held)", n)
+			}
+			if n := fast.all.Load() - all; n != 1 {
+				t.Errorf("a Lock after a hand-off sent %d statements before it was queued, want 1 (joinQueueAloneSQL)", n)
 			}
 			if err := lb.Unlock(ctx); err != nil { // hands the lock to a
 				t.Fatal(err)
@@ -568,15 +651,42 @@ func TestLockAfterItsHandOffGoesToTheQueueAtOnce(t *testing.T) {
 			if la.Token() <= lb.Token() {
 				t.Errorf("token %d after %d", la.Token(), lb.Token())
 			}
+			// a hands the lock to b again; b's release frees it, which a's
+			// driver does not hear of: a's next Lock tries to join the
+			// queue of a lock that is held no longer, changes nothing, and
+			// takes the lock by the attempt under the row lock.
+			gb = lock(b)
+			waitersShown(t, other, name, 1)
+			if err := la.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lb = await(gb)
+			if err := lb.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// lockCounting locks a and counts the times it sent statement.
+			lockCounting := func(statement string) (*dlock.Lease, int64) {
+				t.Helper()
+				fast.sql.Store(&statement)
+				before := fast.n.Load()
+				l, err := a.Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l, fast.n.Load() - before
+			}
+			la, n := lockCounting(pglock.JoinQueueAloneSQL(d))
+			if n != 1 {
+				t.Errorf("a Lock after a hand-off, of a lock since freed, sent the join's statement %d times, want 1", n)
+			}
+			if la.Token() <= lb.Token() {
+				t.Errorf("token %d after %d", la.Token(), lb.Token())
+			}
 			if err := la.Unlock(ctx); err != nil { // nobody waits: frees it
 				t.Fatal(err)
 			}
-			before = fast.n.Load()
-			la, err = a.Lock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := fast.n.Load() - before; n != 1 {
+			la, n = lockCounting(sql)
+			if n != 1 {
 				t.Errorf("a Lock of a lock its last release freed sent the fast path's statement %d times, want 1", n)
 			}
 			if err := la.Unlock(ctx); err != nil {

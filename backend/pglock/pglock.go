@@ -137,6 +137,7 @@ type Driver struct {
 	freeSQL                                    string
 	leaveSQL, queuePermitSQL, waiterInspectSQL string
 	queueReaderSQL, fastAcquireSQL             string
+	joinQueueAloneSQL                          string
 	waitersOK                                  atomic.Bool // the waiters table exists and this role may use it
 	// handedOff is the name whose last release by this driver handed the
 	// lock to a waiter, if the last release of that name did: the next
@@ -497,7 +498,7 @@ func (d *Driver) bindCanonical(r resolved) {
 		{&d.permitInspectSQL, permitInspectSQL}, {&d.permitListSQL, permitListSQL},
 		{&d.permitBreakSQL, permitBreakSQL},
 		{&d.queueAcquireSQL, queueAcquireSQL}, {&d.handOffSQL, handOffSQL}, {&d.freeSQL, freeSQL}, {&d.leaveSQL, leaveSQL},
-		{&d.fastAcquireSQL, fastAcquireSQL},
+		{&d.fastAcquireSQL, fastAcquireSQL}, {&d.joinQueueAloneSQL, joinQueueAloneSQL},
 		{&d.queuePermitSQL, strings.Replace(queueCountedSQL, "{{fits}}", semaphoreFitsSQL, 1)},
 		{&d.queueReaderSQL, strings.Replace(queueCountedSQL, "{{fits}}", readerFitsSQL, 1)},
 		{&d.waiterInspectSQL, waiterInspectSQL},

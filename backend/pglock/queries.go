@@ -484,6 +484,46 @@ SELECT 0, cur.token, false,
                                     - clock_timestamp()) * 1e6)::bigint, 0), NULL
 FROM cur WHERE NOT EXISTS (SELECT FROM granted) AND NOT EXISTS (SELECT FROM renewed)`
 
+	// joinQueueAloneSQL is the first attempt of a queued acquire of a mutex
+	// (or a writer) when the lock is believed held by another owner (the
+	// fast path found it held, or this driver's last release of the name
+	// handed it on): queueAcquireSQL's outcome 0 in one statement, without
+	// underNameLock's transaction. It takes the name's row lock by writing
+	// the row, as lockNameSQL does (so that the one-statement paths see
+	// that the queue may have changed), but only while the lease is live
+	// and another owner's: a WHERE that waited for the row lock is judged
+	// again on the row's newest version, so a lock released, expired or
+	// handed to this owner meanwhile is seen. Then it drops the entries of
+	// others that ran out, and the owner joins the queue or renews its
+	// entry (joinQueueSQL). It decides on the lease alone and reads of the
+	// queue only those entries, so it needs no snapshot of the queue from
+	// after the lock (rowUnchangedSQL). It reports the name's token and the
+	// holder's remaining TTL; when the lease is not another owner's live
+	// one, it changes nothing and returns no row: the caller then makes
+	// the attempt under the row lock (queueAcquireSQL), which may grant.
+	// $1 name, $2 owner, $3 holder metadata, $4 TTL in µs, $5 waiter TTL
+	// in µs, $6 reply channel, $7 listening connection's key.
+	// Returns outcome (0), token, took_over, remaining µs, notify.
+	joinQueueAloneSQL = `
+WITH lk AS (
+	UPDATE {{table}} l SET owner = l.owner
+	WHERE l.name = $1 AND l.owner <> $2 AND ` + liveSQL + `
+	RETURNING l.token, l.expires_at
+),
+dropped AS (
+	DELETE FROM {{waiters}} w
+	WHERE w.name = $1 AND w.owner <> $2 AND w.expires_at <= clock_timestamp() AND EXISTS (SELECT FROM lk)
+),
+queued AS (
+	INSERT INTO {{waiters}} AS w (name, owner, seq, holder, ttl_us, reply, listen_key, expires_at)
+	SELECT $1::bytea, $2::text, nextval({{seqname}}), $3::bytea, $4::bigint, $6::text, $7::bigint,
+	       clock_timestamp() + $5::bigint * interval '1 microsecond'
+	FROM lk
+	` + joinQueueSQL + `
+)
+SELECT 0, lk.token, false, greatest((extract(epoch FROM lk.expires_at - clock_timestamp()) * 1e6)::bigint, 0), NULL::text
+FROM lk`
+
 	// handOffSQL releases its owner's live lease and hands the lock to the
 	// first live waiter of the queue in the same statement: a new token,
 	// the waiter's TTL and metadata; the waiter leaves the queue and is

@@ -56,10 +56,16 @@ func (d *Driver) fastAcquire(ctx context.Context, req driver.Request) (driver.Gr
 // trip. When ctx ends, the owner leaves the queue, passing on a lock
 // handed to it meanwhile, before Acquire returns.
 func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.Grant, error) {
-	if !counted(req) && !d.wasHandedOff(req.Name) {
+	// held: the lock is believed held by another owner, so the first
+	// attempt tries to join the queue in one statement (joinQueueAlone).
+	held := false
+	if !counted(req) {
+		held = d.wasHandedOff(req.Name)
+	}
+	if !counted(req) && !held {
 		// Detached from ctx, as an attempt below, so that its outcome is
 		// known.
-		g, _, err := d.fastAcquire(context.WithoutCancel(ctx), req)
+		g, left, err := d.fastAcquire(context.WithoutCancel(ctx), req)
 		g, err = driver.GiveBackIfEnded(ctx, g, err, func(rctx context.Context) {
 			_ = d.releaseQueued(rctx, driver.Held{Name: req.Name, Owner: req.Owner, Token: g.Token})
 		})
@@ -68,6 +74,7 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 		}
 		// Held, or free with someone queued, or the queue changed as the
 		// statement ran: the queue.
+		held = left > 0
 	}
 	wake, stop, err := d.listen.subscribe(ctx, payload(d.key(req.Name)))
 	if err != nil {
@@ -85,7 +92,18 @@ func (d *Driver) acquireQueued(ctx context.Context, req driver.Request) (driver.
 	for {
 		// Detached from ctx, so that its outcome is known; it is one round
 		// trip, after which a cancelled ctx is seen.
-		a, err := d.queueAttempt(context.WithoutCancel(ctx), req, barge, true)
+		var (
+			a      queueReply
+			err    error
+			joined bool
+		)
+		if held {
+			a, joined, err = d.joinQueueAlone(context.WithoutCancel(ctx), req)
+			held = false
+		}
+		if !joined && err == nil {
+			a, err = d.queueAttempt(context.WithoutCancel(ctx), req, barge, true)
+		}
 		barge = false
 		if ctx.Err() != nil {
 			d.giveUp(ctx, req)
@@ -186,6 +204,29 @@ func (d *Driver) queueAttempt(ctx context.Context, req driver.Request, barge, qu
 		a.left = max(time.Duration(*leftUS)*time.Microsecond, 0)
 	}
 	return a, nil
+}
+
+// joinQueueAlone is the first attempt of a queued acquire of a mutex or
+// a writer when the lock is believed held by another owner: one
+// statement (joinQueueAloneSQL) that joins the queue if the lock is so,
+// without the transaction of queueAttempt. It reports false, and changes
+// nothing, when the lock is not so: the caller then makes the attempt
+// under the row lock, which may grant.
+func (d *Driver) joinQueueAlone(ctx context.Context, req driver.Request) (queueReply, bool, error) {
+	a := queueReply{sent: driver.Now()}
+	octx, cancel := d.bound(ctx)
+	defer cancel()
+	var leftUS int64
+	err := d.pool.QueryRow(octx, d.joinQueueAloneSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
+		d.waiterTTL.Microseconds(), d.reply, d.listen.liveKey()).Scan(&a.outcome, &a.token, nil, &leftUS, nil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return a, false, nil
+	case err != nil:
+		return a, false, d.fail(ctx, err)
+	}
+	a.left = time.Duration(leftUS) * time.Microsecond
+	return a, true, nil
 }
 
 // tryQueued is a fair TryLock: one attempt that grants a free lock only if
