@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dlock/dlock/driver"
 )
 
@@ -46,22 +48,38 @@ func (d *Driver) extendMany(ctx context.Context, b []driver.Extension, idx []int
 	}
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	rows, err := d.pool.Query(octx, d.extendManySQL, names, owners, ttl.Microseconds())
+	args := []any{names, owners, ttl.Microseconds()}
+	renewed := make(driver.Renewed, len(idx))
+	rows, err := d.pool.Query(octx, d.extendManySQL, args...)
+	if err == nil {
+		err = collectRenewed(rows, renewed)
+	}
+	if serializationFailure(err) { // see readCommitted
+		clear(renewed)
+		err = inReadCommitted(octx, d.pool, func(b *pgx.Batch) { b.Queue(d.extendManySQL, args...) }, func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			return collectRenewed(rows, renewed)
+		})
+	}
 	if err != nil {
 		return nil, d.fail(ctx, err)
 	}
+	return renewed, nil
+}
+
+// collectRenewed adds the leases extendManySQL's rows name to renewed.
+func collectRenewed(rows pgx.Rows, renewed driver.Renewed) error {
 	defer rows.Close()
-	renewed := make(driver.Renewed, len(idx))
 	var name []byte
 	var owner string
 	for rows.Next() {
 		if err := rows.Scan(&name, &owner); err != nil {
-			return nil, d.fail(ctx, err)
+			return err
 		}
 		renewed.Add(string(name), owner)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, d.fail(ctx, err)
-	}
-	return renewed, nil
+	return rows.Err()
 }

@@ -309,6 +309,18 @@
 // downtime outlasted their deadline); tokens keep increasing
 // (TestServerRestartWithinTTLKeepsTheLock, TestServerCrashWhileLocksAreHeld).
 //
+// Isolation: the statements are written for READ COMMITTED, PostgreSQL's
+// default, and work on a server, database, role or pool whose sessions
+// default to REPEATABLE READ or SERIALIZABLE too. The queue's transactions
+// ask for READ COMMITTED; a statement that runs alone and fails with a
+// serialization failure (which it does there when the name's row changed
+// as it waited for its lock) changed nothing, and runs again, once, in a
+// READ COMMITTED transaction of its own: one more round trip, only then
+// (TestFastPathSeesAWaiterQueuedWhileItRan,
+// TestReleaseSeesAWaiterQueuedWhileItRan,
+// TestContendedLocksOnARepeatableReadServer,
+// TestPermitGrantsQueuedOnTheNameCountEachOther).
+//
 // A server that does not answer (frozen, or cut off while the connection
 // stays open) never makes a call hang: each operation's statements are
 // bounded by the driver's operation timeout (WithOpTimeout, URL

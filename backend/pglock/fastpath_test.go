@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -258,13 +259,29 @@ func TestFastPathTokenIsAboveEveryEarlierGrant(t *testing.T) {
 // it while a fair TryLock of the free name waits for that lock; once the
 // waiter is committed, the TryLock must not pass it, though the
 // statement's snapshot was taken before the waiter was there.
+//
+// Also on a server whose sessions default to REPEATABLE READ, where the
+// fast path's statement fails with a serialization failure when the row
+// changed as it waited: it runs again as READ COMMITTED (readCommitted).
 func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
+	for _, iso := range isolations {
+		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
+			testFastPathSeesAWaiter(t, srv, iso)
+		})
+	}
+}
+
+// isolations are the URL parameters of the two default isolation levels
+// the tests run under: the server's (READ COMMITTED), and REPEATABLE READ.
+var isolations = []string{"", "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read"}
+
+func testFastPathSeesAWaiter(t *testing.T, srv *testenv.Postgres, iso string) {
 	ctx := testenv.Context(t, 60*time.Second)
-	d := newDriver(t, srv.URL(srv.Addr, ""))
+	d := newDriver(t, srv.URL(srv.Addr, iso))
 	c := dlock.New(d)
-	const name = "fastpath/race"
+	name := "fastpath/race" + iso
 	m := c.Mutex(name, dlock.WithFair())
 	l, err := m.Lock(ctx) // the tables, and the name's row, free after
 	if err != nil {
@@ -298,13 +315,24 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 // that lock while the release waits for it; once the waiter is committed
 // the release must hand the lock to it, not free the lock with the waiter
 // still queued.
+//
+// Also on a server whose sessions default to REPEATABLE READ (see
+// TestFastPathSeesAWaiterQueuedWhileItRan).
 func TestReleaseSeesAWaiterQueuedWhileItRan(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
+	for _, iso := range isolations {
+		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
+			testReleaseSeesAWaiter(t, srv, iso)
+		})
+	}
+}
+
+func testReleaseSeesAWaiter(t *testing.T, srv *testenv.Postgres, iso string) {
 	ctx := testenv.Context(t, 60*time.Second)
-	d := newDriver(t, srv.URL(srv.Addr, ""))
+	d := newDriver(t, srv.URL(srv.Addr, iso))
 	c := dlock.New(d, dlock.WithTTL(time.Minute))
-	const name = "free/race"
+	name := "free/race" + iso
 	l, err := c.Mutex(name).Lock(ctx) // free and unqueued: the fast path
 	if err != nil {
 		t.Fatal(err)
@@ -692,6 +720,58 @@ func TestLockAfterItsHandOffGoesToTheQueueAtOnce(t *testing.T) {
 			if err := la.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
+		})
+	}
+}
+
+// TestContendedLocksOnARepeatableReadServer: on a server whose sessions
+// default to REPEATABLE READ, four clients take turns on one name, plain
+// and fair, and no Lock or Unlock fails: the statements that run alone
+// fail with a serialization failure whenever the name's row changed as
+// they waited, which under contention is often, and run again as READ
+// COMMITTED (readCommitted). Before they did, most calls here failed.
+func TestContendedLocksOnARepeatableReadServer(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	rawURL := srv.URL(srv.Addr, isolations[1])
+	var clients []*dlock.Client
+	for range 4 {
+		clients = append(clients, newClient(t, rawURL))
+	}
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
+			ctx := testenv.Context(t, 60*time.Second)
+			var opts []dlock.Option
+			if fair {
+				opts = append(opts, dlock.WithFair())
+			}
+			name := fmt.Sprintf("rr/%v", fair)
+			var holding atomic.Int32
+			var wg sync.WaitGroup
+			for _, c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					m := c.Mutex(name, opts...)
+					for range 30 {
+						l, err := m.Lock(ctx)
+						if err != nil {
+							t.Errorf("Lock: %v", err)
+							return
+						}
+						if holding.Add(1) != 1 {
+							t.Errorf("granted while another client held the lock")
+						}
+						time.Sleep(time.Millisecond)
+						holding.Add(-1)
+						if err := l.Unlock(ctx); err != nil {
+							t.Errorf("Unlock: %v", err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package pglock
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -681,6 +680,7 @@ func (d *Driver) tryPermit(ctx context.Context, req driver.Request) (driver.Gran
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 func (d *Driver) tryAcquire(ctx context.Context, q querier, req driver.Request, sessionKey *int64) (driver.Grant, time.Duration, error) {
@@ -699,7 +699,7 @@ func (d *Driver) tryStatement(ctx context.Context, q querier, sql string, req dr
 	octx, cancel := d.bound(ctx)
 	defer cancel()
 	sent := driver.Now()
-	err := q.QueryRow(octx, sql, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
+	err := readCommitted{q}.QueryRow(octx, sql, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
 		d.channel, payload(k), last).Scan(&token, &recovered, &leftUS, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -728,7 +728,7 @@ func (d *Driver) Extend(ctx context.Context, h driver.Held, ttl time.Duration) e
 func (d *Driver) extend(ctx context.Context, q querier, h driver.Held, ttl time.Duration) error {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	tag, err := q.Exec(octx, d.extendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
+	tag, err := readCommitted{q}.Exec(octx, d.extendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
 	if err != nil {
 		return d.fail(ctx, err)
 	}
@@ -746,7 +746,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 	case permit:
 		octx, cancel := d.bound(ctx)
 		defer cancel()
-		return d.released(ctx, h, d.pool.QueryRow(octx, d.permitReleaseSQL, d.releaseArgs(h)...).Scan(nil))
+		return d.released(ctx, h, readCommitted{d.pool}.QueryRow(octx, d.permitReleaseSQL, d.releaseArgs(h)...).Scan(nil))
 	}
 	if d.waitersOK.Load() {
 		return d.releaseQueued(ctx, h)
@@ -757,7 +757,7 @@ func (d *Driver) Release(ctx context.Context, h driver.Held) error {
 func (d *Driver) extendPermit(ctx context.Context, h driver.Held, ttl time.Duration) error {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	tag, err := d.pool.Exec(octx, d.permitExtendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
+	tag, err := readCommitted{d.pool}.Exec(octx, d.permitExtendSQL, []byte(h.Name), h.Owner, ttl.Microseconds())
 	if err != nil {
 		return d.fail(ctx, err)
 	}
@@ -770,7 +770,7 @@ func (d *Driver) extendPermit(ctx context.Context, h driver.Held, ttl time.Durat
 func (d *Driver) release(ctx context.Context, q querier, h driver.Held) error {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	return d.released(ctx, h, q.QueryRow(octx, d.releaseSQL, d.releaseArgs(h)...).Scan(nil))
+	return d.released(ctx, h, readCommitted{q}.QueryRow(octx, d.releaseSQL, d.releaseArgs(h)...).Scan(nil))
 }
 
 func (d *Driver) releaseArgs(h driver.Held) []any {
@@ -956,24 +956,23 @@ func (d *Driver) Break(ctx context.Context, name string) error {
 	args := []any{[]byte(name), d.channel, payload(d.key(name))}
 	var err error
 	if !d.permitsOK.Load() {
-		err = d.pool.QueryRow(octx, d.breakSQL, args...).Scan(nil, nil)
+		err = readCommitted{d.pool}.QueryRow(octx, d.breakSQL, args...).Scan(nil, nil)
 	} else {
 		// The lease and every permit of the name, in one transaction.
-		b := &pgx.Batch{}
-		b.Queue(d.breakSQL, args...)
-		b.Queue(d.permitBreakSQL, args...)
-		br := d.pool.SendBatch(octx, b)
-		err = br.QueryRow().Scan(nil, nil)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil {
+		err = inReadCommitted(octx, d.pool, func(b *pgx.Batch) {
+			b.Queue(d.breakSQL, args...)
+			b.Queue(d.permitBreakSQL, args...)
+		}, func(br pgx.BatchResults) error {
+			err := br.QueryRow().Scan(nil, nil)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
 			perr := br.QueryRow().Scan(nil)
 			if err == nil && errors.Is(perr, pgx.ErrNoRows) {
 				perr = nil // the lease was broken: held
 			}
-			err = perr
-		}
-		if cerr := br.Close(); err == nil || errors.Is(err, pgx.ErrNoRows) {
-			err = cmp.Or(cerr, err)
-		}
+			return perr
+		})
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

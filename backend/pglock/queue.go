@@ -217,7 +217,7 @@ func (d *Driver) joinQueueAlone(ctx context.Context, req driver.Request) (queueR
 	octx, cancel := d.bound(ctx)
 	defer cancel()
 	var leftUS int64
-	err := d.pool.QueryRow(octx, d.joinQueueAloneSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
+	err := readCommitted{d.pool}.QueryRow(octx, d.joinQueueAloneSQL, []byte(req.Name), req.Owner, req.Holder, req.TTL.Microseconds(),
 		d.waiterTTL.Microseconds(), d.reply, d.listen.liveKey()).Scan(&a.outcome, &a.token, nil, &leftUS, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -283,7 +283,7 @@ func (d *Driver) giveUp(ctx context.Context, req driver.Request) {
 func (d *Driver) releaseQueued(ctx context.Context, h driver.Held) error {
 	if _, ok := h.Handle.(queued); !ok {
 		octx, cancel := d.bound(ctx)
-		err := d.pool.QueryRow(octx, d.freeSQL, d.releaseArgs(h)...).Scan(nil)
+		err := readCommitted{d.pool}.QueryRow(octx, d.freeSQL, d.releaseArgs(h)...).Scan(nil)
 		cancel()
 		if !errors.Is(err, pgx.ErrNoRows) {
 			if err == nil {
@@ -296,7 +296,7 @@ func (d *Driver) releaseQueued(ctx context.Context, h driver.Held) error {
 	}
 	var done, handed bool
 	octx, cancel := d.bound(ctx)
-	err := d.pool.QueryRow(octx, d.handOffSQL, d.releaseArgs(h)...).Scan(&done, &handed, nil)
+	err := readCommitted{d.pool}.QueryRow(octx, d.handOffSQL, d.releaseArgs(h)...).Scan(&done, &handed, nil)
 	cancel()
 	if err == nil && !done {
 		err = d.underNameLock(ctx, h.Name, func(b *pgx.Batch) {
@@ -337,36 +337,21 @@ func (d *Driver) wasHandedOff(name string) bool {
 
 // underNameLock runs, in one round trip and one READ COMMITTED transaction
 // (whatever the server's default: under REPEATABLE READ the statements
-// would see the database as of before the lock was granted), lockNameSQL
-// for name and then the statements queue adds; read reads their results.
-// A read that finds no row (pgx.ErrNoRows) still commits, and that error
-// is returned. A transaction left open by another error is not reused:
-// the pool closes a connection returned in one.
+// would see the database as of before the lock was granted),
+// lockNameSQL for name and then the statements queue adds; read reads
+// their results (inReadCommitted).
 func (d *Driver) underNameLock(ctx context.Context, name string, queue func(*pgx.Batch), read func(pgx.BatchResults) error) error {
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(d.lockNameSQL, []byte(name))
-	queue(b)
-	b.Queue(`COMMIT`)
-	br := d.pool.SendBatch(octx, b)
-	_, err := br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = read(br)
-	}
-	if err == nil || errors.Is(err, pgx.ErrNoRows) {
-		if _, cerr := br.Exec(); cerr != nil {
-			err = cerr
+	return inReadCommitted(octx, d.pool, func(b *pgx.Batch) {
+		b.Queue(d.lockNameSQL, []byte(name))
+		queue(b)
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+		return read(br)
+	})
 }
 
 // waitersReady reports whether the queue can be used: the permits and

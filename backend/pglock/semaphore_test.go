@@ -27,7 +27,7 @@ func TestPermitGrantsQueuedOnTheNameCountEachOther(t *testing.T) {
 	// Also on a server whose sessions default to REPEATABLE READ, where a
 	// transaction that did not ask for READ COMMITTED would count the
 	// permits as of its first statement, before it waited.
-	for _, iso := range []string{"", "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read"} {
+	for _, iso := range isolations {
 		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
 			testPermitGrantsQueued(t, srv, iso)
 		})
