@@ -82,8 +82,12 @@ func (d *Driver) tryFair(ctx context.Context, req driver.Request, seq int64) (dr
 func (d *Driver) releaseFair(ctx context.Context, name, owner string) (bool, error) {
 	bell := bellName(d.table, name)
 	args := []any{[]byte(name), bell, []byte(name), owner}
+	text, err := d.own(ctx, d.q.releaseFair)
+	if err != nil {
+		return false, err
+	}
 	octx, cancel := d.bound(ctx)
-	r, sent, err := d.bells.execDropping(octx, bell, owner, d.q.releaseFair, args...)
+	r, sent, err := d.bells.execDropping(octx, bell, owner, text, args...)
 	cancel()
 	if err != nil {
 		return false, d.fail(ctx, err)
@@ -239,7 +243,11 @@ func (q *queued) fairStmt(query string) (*sql.Stmt, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sessionOpenTimeout)
 	defer cancel()
-	st, err := q.s.conn.PrepareContext(ctx, query)
+	text, err := q.d.own(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	st, err := q.s.conn.PrepareContext(ctx, text)
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,9 @@ type Driver struct {
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared lazily, by query text
+	// snapshotPrefix precedes every statement (see own), once known.
+	snapshotKnown  bool
+	snapshotPrefix string
 
 	ymu    sync.Mutex
 	yields map[string]time.Time // lock name -> until when this driver's Lock stands back (standBack)
@@ -254,9 +257,13 @@ func (d *Driver) prepare(ctx context.Context, query string, migrate bool) (*sql.
 	if s != nil {
 		return s, nil
 	}
+	text, err := d.own(ctx, query)
+	if err != nil {
+		return nil, err
+	}
 	octx, cancel := d.bound(ctx)
 	defer cancel()
-	s, err := d.db.PrepareContext(octx, query)
+	s, err = d.db.PrepareContext(octx, text)
 	if !migrate && isNoTable(err) {
 		return nil, err
 	}
@@ -264,7 +271,7 @@ func (d *Driver) prepare(ctx context.Context, query string, migrate bool) (*sql.
 		if err := d.Migrate(ctx); err != nil {
 			return nil, err
 		}
-		s, err = d.db.PrepareContext(octx, query)
+		s, err = d.db.PrepareContext(octx, text)
 	}
 	if err != nil {
 		return nil, d.fail(ctx, err)

@@ -152,7 +152,11 @@ func (d *Driver) takeSession() (*waitSession, error) {
 		discard(conn)
 		return nil, err
 	}
-	if s.stmt, err = conn.PrepareContext(ctx, d.q.wait); err != nil {
+	text, err := d.own(ctx, d.q.wait)
+	if err == nil {
+		s.stmt, err = conn.PrepareContext(ctx, text)
+	}
+	if err != nil {
 		discard(conn)
 		return nil, err
 	}
@@ -263,7 +267,10 @@ func (w *waiter) run() {
 		}
 		if sem && s.pstmt == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), sessionOpenTimeout)
-			s.pstmt, err = s.conn.PrepareContext(ctx, w.d.q.permitWait)
+			var text string
+			if text, err = w.d.own(ctx, w.d.q.permitWait); err == nil {
+				s.pstmt, err = s.conn.PrepareContext(ctx, text)
+			}
 			cancel()
 			if err != nil {
 				clean = false

@@ -66,6 +66,13 @@ func StartMariaDBTLS(t testing.TB, hosts ...string) *MariaDB {
 	return startMariaDB(t, hosts, nil)
 }
 
+// StartMariaDBTLSWith is StartMariaDBTLS with more server options, as
+// StartMariaDBWith.
+func StartMariaDBTLSWith(t testing.TB, hosts []string, serverArgs ...string) *MariaDB {
+	t.Helper()
+	return startMariaDB(t, hosts, serverArgs)
+}
+
 func startMariaDB(t testing.TB, tlsHosts, serverArgs []string) *MariaDB {
 	t.Helper()
 	server := LookPath(t, "mariadb", MariaDBInstall, []string{"mariadbd", "mysqld"}, "/usr/sbin", "/usr/libexec")
