@@ -316,7 +316,7 @@
 // serialization failure (which it does there when the name's row changed
 // as it waited for its lock) changed nothing, and runs again, once, in a
 // READ COMMITTED transaction of its own: one more round trip, only then
-// (TestFastPathSeesAWaiterQueuedWhileItRan,
+// (each test below runs at both levels: TestFastPathSeesAWaiterQueuedWhileItRan,
 // TestReleaseSeesAWaiterQueuedWhileItRan,
 // TestContendedLocksOnARepeatableReadServer,
 // TestPermitGrantsQueuedOnTheNameCountEachOther).

@@ -273,9 +273,11 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 	}
 }
 
-// isolations are the URL parameters of the two default isolation levels
-// the tests run under: the server's (READ COMMITTED), and REPEATABLE READ.
-var isolations = []string{"", "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read"}
+// isolations are the URL parameters of the default isolation levels the
+// tests run under: the server's (READ COMMITTED), REPEATABLE READ and
+// SERIALIZABLE.
+var isolations = []string{"", "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read",
+	"options=-c%20default_transaction_isolation%3Dserializable"}
 
 func testFastPathSeesAWaiter(t *testing.T, srv *testenv.Postgres, iso string) {
 	ctx := testenv.Context(t, 60*time.Second)
@@ -725,53 +727,59 @@ func TestLockAfterItsHandOffGoesToTheQueueAtOnce(t *testing.T) {
 }
 
 // TestContendedLocksOnARepeatableReadServer: on a server whose sessions
-// default to REPEATABLE READ, four clients take turns on one name, plain
-// and fair, and no Lock or Unlock fails: the statements that run alone
+// default to REPEATABLE READ (and again SERIALIZABLE), four clients take
+// turns on one name, plain and fair, and no Lock or Unlock fails: the statements that run alone
 // fail with a serialization failure whenever the name's row changed as
 // they waited, which under contention is often, and run again as READ
 // COMMITTED (readCommitted). Before they did, most calls here failed.
 func TestContendedLocksOnARepeatableReadServer(t *testing.T) {
 	t.Parallel()
 	srv := testenv.StartPostgres(t)
-	rawURL := srv.URL(srv.Addr, isolations[1])
-	var clients []*dlock.Client
-	for range 4 {
-		clients = append(clients, newClient(t, rawURL))
+	for _, iso := range isolations[1:] {
+		var clients []*dlock.Client
+		for range 4 {
+			clients = append(clients, newClient(t, srv.URL(srv.Addr, iso)))
+		}
+		for _, fair := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fair=%v", strings.TrimPrefix(iso, "options="), fair), func(t *testing.T) {
+				testContendedTurns(t, clients, fmt.Sprintf("turns/%s/%v", iso, fair), fair)
+			})
+		}
 	}
-	for _, fair := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fair=%v", fair), func(t *testing.T) {
-			ctx := testenv.Context(t, 60*time.Second)
-			var opts []dlock.Option
-			if fair {
-				opts = append(opts, dlock.WithFair())
-			}
-			name := fmt.Sprintf("rr/%v", fair)
-			var holding atomic.Int32
-			var wg sync.WaitGroup
-			for _, c := range clients {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					m := c.Mutex(name, opts...)
-					for range 30 {
-						l, err := m.Lock(ctx)
-						if err != nil {
-							t.Errorf("Lock: %v", err)
-							return
-						}
-						if holding.Add(1) != 1 {
-							t.Errorf("granted while another client held the lock")
-						}
-						time.Sleep(time.Millisecond)
-						holding.Add(-1)
-						if err := l.Unlock(ctx); err != nil {
-							t.Errorf("Unlock: %v", err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-		})
+}
+
+// testContendedTurns has clients take 30 turns each on name, holding it
+// 1 ms each time, and fails on any error or overlap.
+func testContendedTurns(t *testing.T, clients []*dlock.Client, name string, fair bool) {
+	ctx := testenv.Context(t, 60*time.Second)
+	var opts []dlock.Option
+	if fair {
+		opts = append(opts, dlock.WithFair())
 	}
+	var holding atomic.Int32
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := c.Mutex(name, opts...)
+			for range 30 {
+				l, err := m.Lock(ctx)
+				if err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				if holding.Add(1) != 1 {
+					t.Errorf("granted while another client held the lock")
+				}
+				time.Sleep(time.Millisecond)
+				holding.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					t.Errorf("Unlock: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
