@@ -315,11 +315,15 @@
 // ask for READ COMMITTED; a statement that runs alone and fails with a
 // serialization failure (which it does there when the name's row changed
 // as it waited for its lock) changed nothing, and runs again, once, in a
-// READ COMMITTED transaction of its own: one more round trip, only then
-// (each test below runs at both levels: TestFastPathSeesAWaiterQueuedWhileItRan,
+// READ COMMITTED transaction of its own: one more round trip, only then.
+// So do a renewal, which would otherwise lose a lease still held, and a
+// session lock's release with its advisory unlock (each test below runs
+// at the three levels: TestFastPathSeesAWaiterQueuedWhileItRan,
 // TestReleaseSeesAWaiterQueuedWhileItRan,
-// TestContendedLocksOnARepeatableReadServer,
-// TestPermitGrantsQueuedOnTheNameCountEachOther).
+// TestRenewalThatWaitedForTheRowsLock,
+// TestSessionReleaseThatWaitedForTheRowsLock,
+// TestPermitGrantsQueuedOnTheNameCountEachOther; and at the two others,
+// TestContendedLocksOnARepeatableReadServer).
 //
 // A server that does not answer (frozen, or cut off while the connection
 // stays open) never makes a call hang: each operation's statements are

@@ -29,3 +29,23 @@ func Channel(d *Driver, name string) (string, string) { return d.channel, payloa
 
 // JoinQueueAloneSQL returns d's joinQueueAloneSQL, bound to its table.
 func JoinQueueAloneSQL(d *Driver) string { return d.joinQueueAloneSQL }
+
+// ExtendSQL returns d's extendSQL, bound to its table.
+func ExtendSQL(d *Driver) string { return d.extendSQL }
+
+// ExtendManySQL returns d's extendManySQL, bound to its table.
+func ExtendManySQL(d *Driver) string { return d.extendManySQL }
+
+// PermitExtendSQL returns d's permitExtendSQL, bound to its tables.
+func PermitExtendSQL(d *Driver) string { return d.permitExtendSQL }
+
+// ReleaseSQL returns d's releaseSQL, bound to its table.
+func ReleaseSQL(d *Driver) string { return d.releaseSQL }
+
+// IdleSessionConns returns how many released connections d keeps for its
+// next session locks.
+func IdleSessionConns(d *Driver) int {
+	d.sessions.mu.Lock()
+	defer d.sessions.mu.Unlock()
+	return len(d.sessions.idle)
+}

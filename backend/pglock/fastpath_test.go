@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/backend/pglock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testenv"
 )
 
@@ -264,13 +265,7 @@ func TestFastPathTokenIsAboveEveryEarlierGrant(t *testing.T) {
 // fast path's statement fails with a serialization failure when the row
 // changed as it waited: it runs again as READ COMMITTED (readCommitted).
 func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
-	t.Parallel()
-	srv := testenv.StartPostgres(t)
-	for _, iso := range isolations {
-		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
-			testFastPathSeesAWaiter(t, srv, iso)
-		})
-	}
+	atEachIsolation(t, testFastPathSeesAWaiter)
 }
 
 // isolations are the URL parameters of the default isolation levels the
@@ -278,6 +273,16 @@ func TestFastPathSeesAWaiterQueuedWhileItRan(t *testing.T) {
 // SERIALIZABLE.
 var isolations = []string{"", "options=-c%20default_transaction_isolation%3Drepeatable%5C%20read",
 	"options=-c%20default_transaction_isolation%3Dserializable"}
+
+// atEachIsolation runs test on one server once for each default
+// isolation level of isolations, each in a subtest.
+func atEachIsolation(t *testing.T, test func(t *testing.T, srv *testenv.Postgres, iso string)) {
+	t.Parallel()
+	srv := testenv.StartPostgres(t)
+	for _, iso := range isolations {
+		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) { test(t, srv, iso) })
+	}
+}
 
 func testFastPathSeesAWaiter(t *testing.T, srv *testenv.Postgres, iso string) {
 	ctx := testenv.Context(t, 60*time.Second)
@@ -321,13 +326,7 @@ func testFastPathSeesAWaiter(t *testing.T, srv *testenv.Postgres, iso string) {
 // Also on a server whose sessions default to REPEATABLE READ (see
 // TestFastPathSeesAWaiterQueuedWhileItRan).
 func TestReleaseSeesAWaiterQueuedWhileItRan(t *testing.T) {
-	t.Parallel()
-	srv := testenv.StartPostgres(t)
-	for _, iso := range isolations {
-		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
-			testReleaseSeesAWaiter(t, srv, iso)
-		})
-	}
+	atEachIsolation(t, testReleaseSeesAWaiter)
 }
 
 func testReleaseSeesAWaiter(t *testing.T, srv *testenv.Postgres, iso string) {
@@ -782,4 +781,135 @@ func testContendedTurns(t *testing.T, clients []*dlock.Client, name string, fair
 		}()
 	}
 	wg.Wait()
+}
+
+// TestRenewalThatWaitedForTheRowsLock: a renewal whose statement waits for
+// the lease's row while a transaction writes that row, and commits, still
+// renews the lease, on every default isolation level. At REPEATABLE READ
+// and SERIALIZABLE the statement fails with a serialization failure once
+// the row has changed after its snapshot, and runs again as READ
+// COMMITTED (readCommitted); without that, the renewal failed, and the
+// portable layer would have lost a lease that was still held. Each way a
+// lease is renewed: one lease (extendSQL), several of one TTL in one
+// statement (extendManySQL), a semaphore's permit (permitExtendSQL).
+func TestRenewalThatWaitedForTheRowsLock(t *testing.T) {
+	atEachIsolation(t, testRenewalThatWaited)
+}
+
+func testRenewalThatWaited(t *testing.T, srv *testenv.Postgres, iso string) {
+	ctx := testenv.Context(t, 60*time.Second)
+	d := newDriver(t, srv.URL(srv.Addr, iso))
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	acquire := func(name, owner string, limit int) driver.Held {
+		t.Helper()
+		g, err := d.Acquire(ctx, driver.Request{Name: name, Owner: owner, TTL: time.Minute, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return driver.Held{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle}
+	}
+	// renewed checks that the leases run ten minutes more, by the rows of
+	// table.
+	renewed := func(table string, held ...driver.Held) {
+		t.Helper()
+		for _, h := range held {
+			var left time.Duration
+			if err := pool.QueryRow(ctx, `SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint * interval '1 microsecond' FROM `+table+` WHERE name = $1 AND owner = $2`,
+				[]byte(h.Name), h.Owner).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if left < 9*time.Minute {
+				t.Errorf("%s: %v left after the renewal, want about 10m", h.Name, left)
+			}
+		}
+	}
+	one := acquire("renew/one"+iso, "one", 0)
+	if err := whileRowsAreWritten(t, ctx, pool, touchLeases, []driver.Held{one}, pglock.ExtendSQL(d), func() error {
+		return d.Extend(ctx, one, 10*time.Minute)
+	}); err != nil {
+		t.Fatalf("renewal that waited for the row: %v, want it renewed", err)
+	}
+	renewed("dlock_leases", one)
+	many := []driver.Held{acquire("renew/many/a"+iso, "a", 0), acquire("renew/many/b"+iso, "b", 0)}
+	if err := whileRowsAreWritten(t, ctx, pool, touchLeases, many, pglock.ExtendManySQL(d), func() error {
+		b := []driver.Extension{{Held: many[0], TTL: 10 * time.Minute}, {Held: many[1], TTL: 10 * time.Minute}}
+		return errors.Join(d.ExtendBatch(ctx, b)...)
+	}); err != nil {
+		t.Fatalf("batch renewal that waited for the rows: %v, want them renewed", err)
+	}
+	renewed("dlock_leases", many...)
+	permit := acquire("renew/permit"+iso, "p", 2)
+	if err := whileRowsAreWritten(t, ctx, pool, `UPDATE dlock_leases_permits SET holder = holder WHERE name = ANY($1)`, []driver.Held{permit}, pglock.PermitExtendSQL(d), func() error {
+		return d.Extend(ctx, permit, 10*time.Minute)
+	}); err != nil {
+		t.Fatalf("permit renewal that waited for the row: %v, want it renewed", err)
+	}
+	renewed("dlock_leases_permits", permit)
+}
+
+// touchLeases writes the lease rows of the names $1, changing nothing.
+const touchLeases = `UPDATE dlock_leases SET holder = holder WHERE name = ANY($1)`
+
+// whileRowsAreWritten runs op while a transaction holds the lock of the
+// rows of held that update writes, commits once op's statement (sql)
+// waits for them, and returns op's error.
+func whileRowsAreWritten(t *testing.T, ctx context.Context, pool *pgxpool.Pool, update string, held []driver.Held, sql string, op func() error) error {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	names := make([][]byte, len(held))
+	for i, h := range held {
+		names[i] = []byte(h.Name)
+	}
+	if tag, err := tx.Exec(ctx, update, names); err != nil || tag.RowsAffected() != int64(len(held)) {
+		t.Fatalf("%s: %v, %v", update, tag, err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- op() }()
+	waitsForRowLock(t, ctx, pool, sql)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return <-got
+}
+
+// TestSessionReleaseThatWaitedForTheRowsLock: a session lock's release
+// (releaseSQL and the advisory unlock, in one round trip) that waits for
+// the name's row while a transaction writes it — as a lease-mode client
+// queueing for the name does — frees the lock and keeps the connection,
+// on every default isolation level. At REPEATABLE READ and SERIALIZABLE
+// the release fails with a serialization failure and runs again as READ
+// COMMITTED; without that it reported an error and closed the connection.
+func TestSessionReleaseThatWaitedForTheRowsLock(t *testing.T) {
+	atEachIsolation(t, testSessionReleaseThatWaited)
+}
+
+func testSessionReleaseThatWaited(t *testing.T, srv *testenv.Postgres, iso string) {
+	ctx := testenv.Context(t, 60*time.Second)
+	d := newDriver(t, srv.URL(srv.Addr, iso), pglock.WithSessionLocks())
+	pool := newPool(t, srv.URL(srv.Addr, ""))
+	name := "session/release" + iso
+	g, err := d.Acquire(ctx, driver.Request{Name: name, Owner: "s", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := driver.Held{Name: name, Owner: "s", Token: g.Token, Handle: g.Handle}
+	if err := whileRowsAreWritten(t, ctx, pool, touchLeases, []driver.Held{h}, pglock.ReleaseSQL(d), func() error {
+		return d.Release(ctx, h)
+	}); err != nil {
+		t.Fatalf("release that waited for the row: %v, want it released", err)
+	}
+	var owner string
+	if err := pool.QueryRow(ctx, `SELECT owner FROM dlock_leases WHERE name = $1`, []byte(name)).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner != "" {
+		t.Errorf("after the release, the row's owner is %q, want it freed", owner)
+	}
+	if n := pglock.IdleSessionConns(d); n != 1 {
+		t.Errorf("%d idle session connections after the release, want the released one kept", n)
+	}
 }

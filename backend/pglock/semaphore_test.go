@@ -22,16 +22,10 @@ import (
 // behind it; once it commits, exactly two are granted. (A grant that
 // counted the permits as they were before it waited would grant all six.)
 func TestPermitGrantsQueuedOnTheNameCountEachOther(t *testing.T) {
-	t.Parallel()
-	srv := testenv.StartPostgres(t)
 	// Also on a server whose sessions default to REPEATABLE READ, where a
 	// transaction that did not ask for READ COMMITTED would count the
 	// permits as of its first statement, before it waited.
-	for _, iso := range isolations {
-		t.Run("isolation="+strings.TrimPrefix(iso, "options="), func(t *testing.T) {
-			testPermitGrantsQueued(t, srv, iso)
-		})
-	}
+	atEachIsolation(t, testPermitGrantsQueued)
 }
 
 func testPermitGrantsQueued(t *testing.T, srv *testenv.Postgres, iso string) {

@@ -381,16 +381,27 @@ func (x *session) release(ctx context.Context, d *Driver, h driver.Held) error {
 	// One pipeline, one implicit transaction: the advisory lock is freed as
 	// the second statement runs, the row when it commits; a waiter that gets
 	// the advisory lock first waits for the row, and sees it free.
-	b := &pgx.Batch{}
-	b.Queue(d.releaseSQL, d.releaseArgs(h)...)
-	b.Queue(unlockAllSQL)
+	queue := func(b *pgx.Batch) {
+		b.Queue(d.releaseSQL, d.releaseArgs(h)...)
+		b.Queue(unlockAllSQL)
+	}
+	var err, uerr error // the release's, the unlock's
+	read := func(br pgx.BatchResults) error {
+		err = br.QueryRow().Scan(nil)
+		_, uerr = br.Exec()
+		return uerr
+	}
 	octx, cancel := d.bound(ctx)
 	defer cancel()
+	b := &pgx.Batch{}
+	queue(b)
 	br := x.conn.SendBatch(octx, b)
-	err := br.QueryRow().Scan(nil)
-	_, uerr := br.Exec()
+	_ = read(br)
 	if cerr := br.Close(); uerr == nil {
 		uerr = cerr
+	}
+	if serializationFailure(err) { // see readCommitted: nothing was freed
+		uerr = inReadCommitted(octx, x.conn, queue, read)
 	}
 	if uerr != nil {
 		x.closeLocked()
