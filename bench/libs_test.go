@@ -64,6 +64,12 @@ type lib struct {
 	how     string // how it is used, for the settings table
 	// open connects a new worker; locks it takes live for ttl.
 	open func(t testing.TB, ttl time.Duration) worker
+	// shed, if not nil, drops what this process caches for the locks it
+	// holds and can rebuild from the server, the locks still held;
+	// shedWhat says what that is. Scenario C measures the heap and
+	// goroutines per held lock again after it.
+	shed     func()
+	shedWhat string
 
 	sent  atomic.Int64   // requests its clients sent (Redis and etcd only)
 	redis *testenv.Redis // the server whose INFO commandstats counts commands (Redis only)

@@ -194,6 +194,13 @@ type manyKeys struct {
 	// names were not all held at once. firstUnlockErr is the first.
 	unlockErrors   int
 	firstUnlockErr string
+	// shed says whether the library's shed ran while the names were
+	// held; shedHeapPerLock and shedGoroutinesPerLock are heapPerLock and
+	// goroutinesPerLock after it, shedErrors the lock and unlock calls
+	// that failed in the run that measured them.
+	shed                                   bool
+	shedHeapPerLock, shedGoroutinesPerLock float64
+	shedErrors                             int
 }
 
 // stoppedNote is ", stopped: why" if the run stopped early.
@@ -240,8 +247,10 @@ func memAvailable() uint64 {
 // It stops locking, and says so in m.stopped, when the machine's
 // available memory runs low, or when unlocking what it holds, at twice the
 // time unlockRate (per second) says, would end past deadline (the run's
-// budget).
-func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, unlockRate float64, progress func(string, ...any)) {
+// budget). If shed is not nil, it runs before the names are locked and
+// again while they are held, and the heap and goroutines are measured
+// again after that.
+func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, unlockRate float64, shed func(), progress func(string, ...any)) {
 	m.n = n
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -254,6 +263,9 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 			names[i] = append(names[i], prefix+strconv.Itoa(k))
 		}
 		unlocks[i] = make([]func() error, 0, len(names[i]))
+	}
+	if shed != nil {
+		shed() // what earlier runs left cached is not this run's
 	}
 	heap0, g0 := testenv.LiveHeap()
 	mem0 := memAvailable()
@@ -326,6 +338,13 @@ func (m *manyKeys) run(ws []worker, prefix string, n int, deadline time.Time, un
 	m.held, m.workers = int(done.Load()), len(ws)
 	m.heapPerLock = float64(heap1-heap0) / held
 	m.goroutinesPerLock = float64(g1-g0) / held
+	if shed != nil {
+		shed()
+		heap2, g2 := testenv.LiveHeap()
+		m.shed = true
+		m.shedHeapPerLock = float64(heap2-heap0) / held
+		m.shedGoroutinesPerLock = float64(g2-g0) / held
+	}
 	start = time.Now()
 	var unlockErrs atomic.Int64
 	var firstUnlockErr atomic.Value

@@ -185,6 +185,12 @@ func temporalLibs(srv, raised *testenv.Temporal) []*lib {
 	dl.open = func(t testing.TB, ttl time.Duration) worker {
 		return dlockWorker(dl, openDlock(t, "temporal://"+srv.Addr+"/"+srv.Namespace, ttl), true, nil)
 	}
+	// Each held lock is a mutex workflow that the process's SDK workers
+	// keep in their workflow cache (one for the process), with its
+	// goroutines, until it is evicted; a task for an evicted workflow
+	// replays its history.
+	dl.shed = tworker.PurgeStickyWorkflowCache
+	dl.shedWhat = "the SDK's workflow cache purged (worker.PurgeStickyWorkflowCache)"
 	fl := &lib{backend: "temporal", name: "floor: 2 updates", role: floor,
 		how: "two updates of a running workflow that answers them at once (Temporal SDK client, UpdateWorkflow waiting for completion; the workflow on a worker of its own)"}
 	fl.open = func(t testing.TB, ttl time.Duration) worker {

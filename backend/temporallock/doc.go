@@ -251,10 +251,13 @@
 // scenario C) and one goroutine per coroutine of the workflow. The mutex
 // workflow has one, its main loop, which also receives the workflow-side
 // API's signals, so a held lock keeps one goroutine in the worker that
-// last ran its workflow (testHeldLockKeepsOneGoroutine). Runs started by
-// versions of this package that received the signals in a coroutine of
-// their own keep doing so until they continue as new (change ID
-// "signals-in-main-loop"; TestReplayRecordedHistories replays both).
+// last ran its workflow (testHeldLockKeepsOneGoroutine). Purged from the
+// cache, the workflows leave a held lock's own cost in its client: about
+// 300 B and no goroutine (scenario C measures both; bench/README.md).
+// Runs started by versions of this package that received the signals in
+// a coroutine of their own keep doing so until they continue as new
+// (change ID "signals-in-main-loop"; TestReplayRecordedHistories replays
+// both).
 //
 // A worker crash loses nothing: the workflows' state is in the server, and
 // another worker (any other client) picks up their tasks. With no worker
