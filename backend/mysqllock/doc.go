@@ -297,8 +297,10 @@
 //
 // # MySQL and MariaDB
 //
-// Tested on MariaDB 10.11 (with innodb_snapshot_isolation off and on);
-// written to MySQL 8's documented semantics:
+// Tested on MariaDB 10.11, with innodb_snapshot_isolation off and on, and
+// with sessions defaulting to REPEATABLE READ (MariaDB's default), READ
+// COMMITTED and SERIALIZABLE (TestOnOtherIsolationLevels); written to
+// MySQL 8's documented semantics:
 //
 //   - ON DUPLICATE KEY UPDATE: MySQL 8.0.20+ deprecates VALUES(col) for a
 //     row alias that MariaDB lacks; the statement passes the new values as

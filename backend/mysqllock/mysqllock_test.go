@@ -102,14 +102,7 @@ func TestOnMariaDBServer(t *testing.T) {
 		t.Fatalf("the server's innodb_snapshot_isolation: %v, %v; want on", on, err)
 	}
 
-	t.Run("Conformance", func(t *testing.T) { dlocktest.Run(t, s.harness("")) })
-	// The whole suite again with fair waiting (dlock.WithFair): every Lock
-	// queues and never passes a live waiter.
-	t.Run("ConformanceFair", func(t *testing.T) {
-		h := s.harness("?table=fair_leases")
-		h.Fair = true
-		dlocktest.Run(t, h)
-	})
+	s.runConformance(t)
 	t.Run("FairTryLockDoesNotPassAQueuedWaiter", s.testFairTryLockDoesNotPassAQueuedWaiter)
 	t.Run("FairQueueSkipsAWaiterThatLeft", s.testFairQueueSkipsAWaiterThatLeft)
 	t.Run("FairWaiterKeepsItsPlace", s.testFairWaiterKeepsItsPlace)
@@ -141,6 +134,46 @@ func TestOnMariaDBServer(t *testing.T) {
 	t.Run("SemaphoreWaiterWakesByThePermitsBell", s.testPermitBell)
 	t.Run("SemaphoreOnTableMigratedBeforeSemaphores", s.testPermitsOnOldTable)
 	t.Run("SemaphoreReleaseOfAnotherPermitIsSeenAtTheNextLook", s.testPermitReleasedUnwatched)
+}
+
+// runConformance runs the conformance suite on s, then the whole suite
+// again with fair waiting (dlock.WithFair): every Lock queues and never
+// passes a live waiter.
+func (s server) runConformance(t *testing.T) {
+	t.Run("Conformance", func(t *testing.T) { dlocktest.Run(t, s.harness("")) })
+	t.Run("ConformanceFair", func(t *testing.T) {
+		h := s.harness("?table=fair_leases")
+		h.Fair = true
+		dlocktest.Run(t, h)
+	})
+}
+
+// TestOnOtherIsolationLevels: the statements rely on InnoDB's locking
+// reads, which act on a row's newest committed version whatever the
+// transaction's isolation level (snapshot.go). The conformance suite in
+// both modes, and the fair and waiting tests, run again on a server whose
+// sessions default to READ COMMITTED, and on one whose sessions default
+// to SERIALIZABLE (where InnoDB makes the plain reads of a transaction
+// locking reads too); TestOnMariaDBServer's server has the default,
+// REPEATABLE READ.
+func TestOnOtherIsolationLevels(t *testing.T) {
+	for _, level := range []string{"READ-COMMITTED", "SERIALIZABLE"} {
+		t.Run(level, func(t *testing.T) {
+			s := server{testenv.StartMariaDBWith(t, "--transaction-isolation="+level)}
+			var got string
+			if err := s.sqlDB(t).QueryRow("SELECT @@GLOBAL.tx_isolation").Scan(&got); err != nil || got != level {
+				t.Fatalf("the server's isolation level: %q, %v; want %s", got, err, level)
+			}
+			s.runConformance(t)
+			t.Run("FairTryLockDoesNotPassAQueuedWaiter", s.testFairTryLockDoesNotPassAQueuedWaiter)
+			t.Run("FairWaiterKeepsItsPlace", s.testFairWaiterKeepsItsPlace)
+			t.Run("FairHandOffDropsTheBellInTheRelease", s.testFairHandOffDropsTheBellInTheRelease)
+			t.Run("FairReleaseBeforeTheBellKeepsTheOrder", s.testFairReleaseBeforeTheBellKeepsTheOrder)
+			t.Run("WaiterIsWokenByRelease", s.testWokenByRelease)
+			t.Run("ReleaserStandsBackForAWaiter", s.testReleaserStandsBack)
+			t.Run("SemaphoreWaiterWakesByThePermitsBell", s.testPermitBell)
+		})
+	}
 }
 
 func (s server) testHostileNames(t *testing.T) {
