@@ -79,13 +79,19 @@ func (cw countedWatches) Watch(ctx context.Context, key string, opts ...clientv3
 	return cw.Watcher.Watch(ctx, key, opts...)
 }
 
-// TestContendedGrantCostsATxnAWatchAndOneRead: the package doc's "A
-// hand-off therefore costs the release's commit, one watch event and one
-// local read". A waiter queues behind a holder and is granted when the
-// holder releases; from its Lock call to its grant, its client sends one
-// transaction (that queues it and names the key ahead), opens one watch
-// (on that key) and reads once (after the release's event: nothing left
-// ahead, its own key still there), and its release is one delete.
+// TestContendedGrantCostsATxnAWatchAndOneRead: the package doc's "a
+// contended grant therefore costs its client one transaction, one watch
+// and one read (and one more read when ...)". A waiter queues behind a
+// holder and is granted when the holder releases; from its Lock call to
+// its grant, its client sends one transaction (that queues it and names
+// the key ahead), opens one watch (on that key) and reads once (after the
+// release's event: nothing left ahead, its own key still there), and its
+// release is one delete. A second read is allowed in a turn, as the doc
+// allows it when a write lands between the transaction and the watch's
+// start (or readAtLeast finds the local member behind): a turn with two
+// reads was seen once, in a CI run on a loaded machine. But the turns may
+// not all take it: at least one of the three must read once.
+
 func TestContendedGrantCostsATxnAWatchAndOneRead(t *testing.T) {
 	srv := startServer(t)
 	ctx := testContext(t)
@@ -100,6 +106,7 @@ func TestContendedGrantCostsATxnAWatchAndOneRead(t *testing.T) {
 	waiter := dlock.New(d, dlock.WithTTL(10*time.Second))
 	t.Cleanup(func() { _ = waiter.Close() })
 
+	oneRead := 0
 	for turn := range 3 {
 		l, err := holder.Mutex("handoff").Lock(ctx)
 		if err != nil {
@@ -132,13 +139,20 @@ func TestContendedGrantCostsATxnAWatchAndOneRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		released := rc.take()
-		want := map[string]int{"txn": 1, "watch": 1, "get": 1}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("turn %d: from Lock to grant, the waiter's client sent %v, want %v", turn, got, want)
+		reads := got["get"]
+		delete(got, "get")
+		if want := map[string]int{"txn": 1, "watch": 1}; fmt.Sprint(got) != fmt.Sprint(want) || reads < 1 || reads > 2 {
+			t.Errorf("turn %d: from Lock to grant, the waiter's client sent %v and %d reads, want %v and one read (two at most)", turn, got, reads, want)
+		}
+		if reads == 1 {
+			oneRead++
 		}
 		if fmt.Sprint(released) != fmt.Sprint(map[string]int{"delete": 1}) {
 			t.Errorf("turn %d: its release sent %v, want one delete", turn, released)
 		}
+	}
+	if oneRead == 0 {
+		t.Errorf("every turn's grant took two reads, want one in most")
 	}
 }
 
